@@ -1,0 +1,1 @@
+"""Thin Typer layer: parse flags, call one library function, render the result."""

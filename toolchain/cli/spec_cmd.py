@@ -1,0 +1,105 @@
+"""`toolchain spec validate|schema|expand`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from toolchain.cli.options import JsonOpt, SpecArg, SpecsArg
+
+app = typer.Typer(help="Validate engine specs, print their JSON Schema, expand their matrix.", no_args_is_help=True)
+
+
+def check_all(spec: Any) -> list[Any]:
+    """Every compatibility problem of a spec, across all its cells."""
+    from toolchain.errors import ModelConfigError
+    from toolchain.planning.arch import arch_for_spec
+    from toolchain.spec.matrix import expand
+    from toolchain.spec.rules import check_cell, check_spec
+
+    problems = check_spec(spec)
+    try:
+        arch = arch_for_spec(spec, allow_network=False)
+    except ModelConfigError:
+        arch = None
+    for cell in expand(spec):
+        problems.extend(check_cell(cell, arch))
+    return problems
+
+
+@app.command()
+def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
+    """Parse every SPEC strictly and check its compatibility rules for every matrix cell.
+
+    Examples: toolchain spec validate engine_specs/*.yaml
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import CompatibilityError, ToolchainError
+    from toolchain.spec.loader import load_spec
+    from toolchain.spec.matrix import expand
+
+    results: list[dict[str, Any]] = []
+    failures: list[tuple[str, ToolchainError]] = []
+    for path in specs:
+        try:
+            spec = load_spec(path)
+            cells = expand(spec)
+            problems = check_all(spec)
+            if problems:
+                first = problems[0]
+                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise CompatibilityError(f"{path}: {first.message}{more}", first.fix)
+            results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells)})
+            if not json_out:
+                err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
+        except ToolchainError as e:
+            results.append({"spec": str(path), "ok": False, "error": e.message, "hint": e.hint})
+            failures.append((str(path), e))
+    if json_out:
+        print_json(results)
+    if failures:
+        if len(failures) == 1:
+            raise failures[0][1]
+        for _, e in failures[:-1]:
+            err.print(f"Error: {e.message} — {e.hint}", markup=False, highlight=False)
+        raise failures[-1][1]
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of engine specs (for yaml-language-server / editor completion).
+
+    Examples: toolchain spec schema > engine-spec.schema.json
+    """
+    from toolchain.cli.render import print_json
+    from toolchain.spec.models import schema as spec_schema
+
+    print_json(spec_schema())
+
+
+@app.command()
+def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
+    """List every matrix cell of SPEC with its engine key and profile id.
+
+    Examples: toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --json
+    """
+    from rich.table import Table
+
+    from toolchain.cli.render import out, print_json
+    from toolchain.spec.loader import load_spec
+    from toolchain.spec.matrix import identities
+
+    s = load_spec(spec)
+    ids = identities(s)
+    if json_out:
+        print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
+        return
+    t = Table(title=f"{s.name}: {len(ids)} cells")
+    for col in ("cell", "gpu", "batch", "seq", "input", "tp", "engine key", "profile id"):
+        t.add_column(col)
+    for i in ids:
+        c = i.cell
+        t.add_row(c.id, c.gpu.name, str(c.max_batch_size), str(c.max_seq_len), str(c.max_input_len), str(c.tp),
+                  (i.engine_key or "pending")[:16], (i.profile_id or i.pending or "")[:16])
+    out.print(t)

@@ -1,0 +1,115 @@
+"""Canonical JSON, streaming file hashes, directory digests with a stat cache, atomic writes.
+
+Digests always carry their algorithm: ``sha256:<hex>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+CHUNK = 4 * 1024 * 1024
+ALGO = "sha256"
+
+
+def canonical_json(obj: Any) -> str:
+    """Stable JSON: sorted keys, no whitespace, UTF-8, no NaN; equal data -> equal text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def hash_file(path: Path) -> str:
+    """``sha256:<hex>`` of a file, read once in large chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return f"{ALGO}:{h.hexdigest()}"
+
+
+def iter_files(root: Path) -> Iterator[Path]:
+    """Regular files under root in a stable order (symlinks refused by callers that care)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            yield Path(dirpath) / name
+
+
+class StatCache:
+    """Maps (path, size, mtime_ns, inode) to a digest so unchanged files are not re-read."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._data: dict[str, list[Any]] = {}
+        self._dirty = False
+        if path is not None and path.exists():
+            with contextlib.suppress(OSError, ValueError):
+                self._data = json.loads(path.read_text())
+
+    def digest(self, file: Path) -> str:
+        st = file.stat()
+        sig = [st.st_size, st.st_mtime_ns, st.st_ino]
+        key = str(file.resolve())
+        hit = self._data.get(key)
+        if hit is not None and hit[:3] == sig:
+            return str(hit[3])
+        d = hash_file(file)
+        self._data[key] = [*sig, d]
+        self._dirty = True
+        return d
+
+    def save(self) -> None:
+        if self.path is None or not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, json.dumps(self._data))
+        self._dirty = False
+
+
+def cache_home() -> Path:
+    return Path(os.environ.get("TOOLCHAIN_CACHE", Path.home() / ".cache" / "toolchain"))
+
+
+def dir_digest(root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None) -> str:
+    """Digest of a directory's relative file names and contents."""
+    own = cache is None
+    cache = cache or StatCache(cache_home() / "statcache.json")
+    entries = []
+    for f in iter_files(root):
+        rel = f.relative_to(root).as_posix()
+        if rel in exclude:
+            continue
+        entries.append([rel, cache.digest(f)])
+    if own:
+        cache.save()
+    return f"{ALGO}:{sha256_text(canonical_json(entries))}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a unique temp file beside ``path``, fsync, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,194 @@
+"""Every exception the toolchain raises on purpose, in one hierarchy.
+
+Each error carries ``hint``: the next thing the user should do. The CLI renders
+``Error: <message> — <hint>`` and exits with ``exit_code``; it never shows a traceback
+for these (``TOOLCHAIN_DEBUG=1`` does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ToolchainError(Exception):
+    """Base of every expected failure."""
+
+    exit_code = 1
+    default_hint = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UserInputError(ToolchainError):
+    """A mistake in what the user gave us (flags, files, specs). Exit code 2."""
+
+    exit_code = 2
+
+
+class SpecError(UserInputError):
+    """An engine spec that does not parse or validate."""
+
+    default_hint = "fix the spec, then run `toolchain spec validate SPEC`"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        yaml_path: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = []
+        if file is not None:
+            where.append(f"{file}" + (f":{line}" if line is not None else ""))
+        if yaml_path:
+            where.append(yaml_path)
+        prefix = " ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message, hint)
+        self.file = str(file) if file is not None else None
+        self.yaml_path = yaml_path
+        self.line = line
+
+
+class CompatibilityError(UserInputError):
+    """A combination TensorRT-LLM rejects (or silently degrades) on the target GPU."""
+
+    default_hint = "change the spec as the message says, then `toolchain spec validate SPEC`"
+
+
+class UnknownGPUError(UserInputError):
+    default_hint = "run `toolchain gpus` to list catalog names"
+
+
+class ModelConfigError(UserInputError):
+    """A Hugging Face config.json that is missing, malformed or has unknown fields."""
+
+    default_hint = "point the spec at a Hugging Face checkpoint directory that holds config.json"
+
+
+class PlanError(UserInputError):
+    """A plan that cannot be met (cell does not fit, SLO below the hardware floor...)."""
+
+    default_hint = "adjust the spec (GPU, TP, max_seq_len, SLO or traffic) and re-run `toolchain plan`"
+
+
+class MissingDependencyError(ToolchainError):
+    """An optional dependency (an extra) is not installed."""
+
+    exit_code = 3
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"this command needs the Python package '{module}', which is not installed",
+            f"pip install 'toolchain[{extra}]' (or run scripts/setup.sh)",
+        )
+        self.module = module
+        self.extra = extra
+
+
+class NeedsGPUError(ToolchainError):
+    """The step needs an NVIDIA GPU and/or TensorRT-LLM, and this machine has neither."""
+
+    exit_code = 4
+
+
+# --- quantization -----------------------------------------------------------------------------
+
+
+class QuantizeError(ToolchainError):
+    default_hint = "see the message; re-run with TOOLCHAIN_DEBUG=1 for ModelOpt's traceback"
+
+
+class CheckpointError(UserInputError):
+    default_hint = "give a Hugging Face checkpoint directory (config.json + *.safetensors)"
+
+
+class OutputExistsError(UserInputError):
+    default_hint = "choose another --out, or pass --force to replace it"
+
+
+class AccuracyGateError(ToolchainError):
+    exit_code = 5
+    default_hint = "try a gentler format (fp8, int8_sq), more calibration samples, or relax the spec's accuracy thresholds"
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+
+class RegistryError(ToolchainError):
+    default_hint = "check --registry (or TOOLCHAIN_REGISTRY) and run `toolchain cache verify`"
+
+
+class RegistryURLError(RegistryError, UserInputError):
+    exit_code = 2
+    default_hint = "use a local path, s3://bucket/prefix or hf://org/repo"
+
+
+class ArtifactNotFoundError(FileNotFoundError, RegistryError):
+    def __init__(self, key: str, registry: str) -> None:
+        RegistryError.__init__(
+            self,
+            f"no entry {key} in registry {registry}",
+            "run `toolchain cache ls --registry URL` to see what it holds, or build it with `toolchain build`",
+        )
+        self.key = key
+        self.registry = registry
+
+
+class CorruptArtifactError(RegistryError):
+    default_hint = "run `toolchain cache verify --repair` to remove the corrupt entry, then rebuild or re-push it"
+
+
+class ManifestError(RegistryError):
+    default_hint = "the manifest is refused; re-push the entry from a trusted build"
+
+
+class RegistryUnavailableError(RegistryError):
+    default_hint = "check the endpoint URL, network and credentials (AWS_* / HF_TOKEN)"
+
+
+# --- build ------------------------------------------------------------------------------------
+
+
+class EngineBuildError(ToolchainError):
+    def __init__(
+        self,
+        message: str,
+        *,
+        cmd: list[str] | None = None,
+        returncode: int | None = None,
+        log_path: Path | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint or (f"read the build log at {log_path}" if log_path else None))
+        self.cmd = cmd
+        self.returncode = returncode
+        self.log_path = log_path
+
+
+class BuildDriftError(EngineBuildError):
+    """The engine TensorRT-LLM produced does not match what was asked for."""
+
+
+# --- triton / serve / bench -------------------------------------------------------------------
+
+
+class TritonRepoError(UserInputError):
+    default_hint = "fix the repository (or re-emit it with `toolchain triton SPEC --engine ... --out DIR --force`)"
+
+
+class ServerError(ToolchainError):
+    def __init__(self, message: str, *, log_path: Path | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint or (f"read the server log at {log_path}" if log_path else None))
+        self.log_path = log_path
+
+
+class BenchError(ToolchainError):
+    default_hint = "check that the server is up (`toolchain serve DIR`) and the URL/model names are right"

@@ -1,0 +1,216 @@
+"""Model architecture facts from a Hugging Face ``config.json`` (or an offline catalog)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import ModelConfigError
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_embeddings: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    params_override: float | None = None  # exact count (safetensors headers) or a nominal figure
+    params_source: str = "config formula"
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def linear_params(self) -> float:
+        """Parameters in the decoder Linear layers: what weight quantization applies to."""
+        if self.params_override is not None:
+            return self.params_override - self.embed_params - self.lm_head_params - self.norm_params
+        attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        if self.num_experts:
+            mlp = self.num_experts * 3 * self.hidden_size * self.intermediate_size + self.hidden_size * self.num_experts
+        else:
+            mlp = 3 * self.hidden_size * self.intermediate_size
+        return float(self.num_layers * (attn + mlp))
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def params(self) -> float:
+        if self.params_override is not None:
+            return self.params_override
+        return self.linear_params + self.embed_params + self.lm_head_params + self.norm_params
+
+    @property
+    def active_params(self) -> float:
+        """Parameters touched per token (MoE: only the routed experts)."""
+        if not self.num_experts:
+            return self.params
+        attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        mlp = self.experts_per_token * 3 * self.hidden_size * self.intermediate_size
+        return float(self.num_layers * (attn + mlp) + self.embed_params + self.lm_head_params + self.norm_params)
+
+
+_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+_KNOWN = {
+    "architectures", "model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "num_local_experts", "num_experts",
+    "num_experts_per_tok", "max_position_embeddings", "rope_theta", "rope_scaling", "rms_norm_eps", "hidden_act",
+    "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "attention_bias", "attention_dropout",
+    "mlp_bias", "initializer_range", "pretraining_tp", "use_cache", "transformers_version", "sliding_window",
+    "quantization_config", "_name_or_path", "moe_intermediate_size", "layer_types", "use_sliding_window",
+    "max_window_layers", "router_aux_loss_coef", "output_router_logits", "rope_parameters",
+}
+
+
+def arch_from_config(cfg: dict[str, Any], name: str = "model", where: str = "config.json") -> ModelArch:
+    missing = [k for k in _REQUIRED if k not in cfg]
+    if missing:
+        raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")
+    for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if not isinstance(cfg[k], int) or cfg[k] <= 0:
+            raise ModelConfigError(f"{where}: {k} must be a positive integer (got {cfg[k]!r})")
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if not isinstance(kv, int) or heads % kv:
+        raise ModelConfigError(f"{where}: num_key_value_heads {kv!r} does not divide num_attention_heads {heads}")
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    inter = cfg.get("moe_intermediate_size") if experts and cfg.get("moe_intermediate_size") else None
+    inter = inter or cfg.get("intermediate_size") or 4 * cfg["hidden_size"]
+    return ModelArch(
+        name=name,
+        num_layers=cfg["num_hidden_layers"],
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=int(inter),
+        num_heads=heads,
+        num_kv_heads=int(kv),
+        head_dim=int(head_dim),
+        vocab_size=cfg["vocab_size"],
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=experts,
+        experts_per_token=int(cfg.get("num_experts_per_tok") or 0),
+    )
+
+
+def unknown_fields(cfg: dict[str, Any]) -> list[str]:
+    """Config keys the planner does not understand (reported, since they may change the arithmetic)."""
+    return sorted(k for k in cfg if k not in _KNOWN and not k.startswith(("num_", "use_", "output_")))
+
+
+def safetensors_param_count(model_dir: Path) -> int | None:
+    """Parameter count from safetensors headers only (8-byte length + JSON), never the tensors."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            head = fh.read(8)
+            if len(head) != 8:
+                raise ModelConfigError(f"{f}: truncated safetensors header")
+            (n,) = struct.unpack("<Q", head)
+            if n > 100_000_000:
+                raise ModelConfigError(f"{f}: implausible safetensors header size {n}")
+            meta = json.loads(fh.read(n))
+        for k, v in meta.items():
+            if k == "__metadata__":
+                continue
+            count = 1
+            for d in v["shape"]:
+                count *= d
+            total += count
+    return total
+
+
+def arch_from_dir(model_dir: Path) -> ModelArch:
+    cfg_path = model_dir / "config.json"
+    if not cfg_path.is_file():
+        raise ModelConfigError(f"{model_dir}: no config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"{cfg_path}: top level is not an object")
+    arch = arch_from_config(cfg, name=model_dir.name, where=str(cfg_path))
+    count = safetensors_param_count(model_dir)
+    if count:
+        arch = replace(arch, params_override=float(count), params_source="safetensors headers")
+    return arch
+
+
+# Offline catalog: the shapes published in each model's config.json on the Hugging Face Hub.
+CATALOG: dict[str, ModelArch] = {
+    a.name: a
+    for a in [
+        ModelArch("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256),
+        ModelArch("llama-3-70b", 80, 8192, 28672, 64, 8, 128, 128256),
+        ModelArch("llama-3.3-70b", 80, 8192, 28672, 64, 8, 128, 128256),
+        ModelArch("mistral-7b-v0.3", 32, 4096, 14336, 32, 8, 128, 32768),
+        ModelArch("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064),
+        ModelArch("mixtral-8x7b", 32, 4096, 14336, 32, 8, 128, 32000, num_experts=8, experts_per_token=2),
+    ]
+}
+
+
+def arch_from_catalog(name: str) -> ModelArch:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(CATALOG), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ModelConfigError(
+            f"architecture '{name}' is not in the offline catalog{hint}",
+            f"use one of {', '.join(CATALOG)} or point model.source at a local checkpoint",
+        ) from None
+
+
+def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
+    """The architecture of a spec's model: local config.json, the offline catalog, or the Hub."""
+    local = spec.local_source()
+    if local is not None and (local / "config.json").is_file():
+        return arch_from_dir(local)
+    if spec.model.architecture:
+        return arch_from_catalog(spec.model.architecture)
+    if local is not None:
+        raise ModelConfigError(
+            f"{local}: no config.json, and the spec names no model.architecture",
+            "create the checkpoint first (`toolchain quantize` / scripts/make_tiny_checkpoint.py) "
+            "or set model.architecture",
+        )
+    if not allow_network:
+        raise ModelConfigError(f"{spec.model.source}: no model.architecture in the spec and network use is off")
+    repo, rev = spec.model.hf_repo_revision()
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        from toolchain.errors import MissingDependencyError
+
+        raise MissingDependencyError("huggingface_hub", "hf") from None
+    try:
+        path = hf_hub_download(repo, "config.json", revision=rev)
+    except Exception as e:
+        raise ModelConfigError(
+            f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})",
+            f"set model.architecture to one of {', '.join(CATALOG)} to plan offline",
+        ) from None
+    return arch_from_config(json.loads(Path(path).read_text()), name=repo, where=f"{repo}/config.json")

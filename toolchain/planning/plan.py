@@ -1,0 +1,209 @@
+"""Plan one matrix cell: memory fit, KV budget and concurrency, floors, fleet size.
+
+Memory model per GPU (every term shown by ``toolchain plan --explain``):
+
+    free      = GPU memory − weights/(TP·PP) − activations − logits − CUDA graphs − runtime reserve
+    KV budget = free × kv_cache_free_gpu_mem_fraction (capped by max_tokens_in_paged_kv_cache)
+
+    activations  = max_num_tokens × (8·hidden + 3·intermediate/TP) × 2 B   (peak of one context chunk)
+    logits       = max_batch_size × vocab × 4 B                           (FP32 generation logits)
+    CUDA graphs  = 64 MiB × captured batch sizes (when enabled)
+    reserve      = 1.5 GB (CUDA context, cuBLAS/NCCL workspaces, TensorRT runtime)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolchain.planning import bytes as B
+from toolchain.planning.arch import ModelArch
+from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
+from toolchain.spec.matrix import Cell
+
+RESERVE_BYTES = 1.5e9
+GRAPH_BYTES = 64 * 2**20
+KV_WARN_FRACTION = 0.8
+
+
+def cuda_graph_batches(cell: Cell) -> list[int]:
+    cg = cell.spec.serving.cuda_graphs
+    if not cg.enabled:
+        return []
+    if cg.batch_sizes:
+        return sorted(cg.batch_sizes)
+    out, b = [], 1
+    while b < cell.max_batch_size:
+        out.append(b)
+        b *= 2
+    out.append(cell.max_batch_size)
+    return out
+
+
+def _tokens_rounded(tokens: int, block: int) -> int:
+    return -(-tokens // block) * block
+
+
+@dataclass
+class CellPlan:
+    cell_id: str
+    gpu: str
+    weights: str
+    kv_cache: str
+    tp: int
+    pp: int
+    params: float
+    params_source: str
+    weight_bytes_total: float
+    weight_bytes_per_gpu: float
+    activation_bytes: float
+    logits_bytes: float
+    cuda_graph_bytes: float
+    reserve_bytes: float
+    gpu_memory_bytes: float
+    free_bytes: float
+    kv_budget_bytes: float
+    kv_bytes_per_token: float
+    kv_tokens: int
+    avg_context: int
+    max_concurrency_at_max_seq: int
+    max_concurrency_at_avg: int
+    kv_use_at_max_batch: float
+    tpot_floor_b1_ms: float
+    tpot_floor_kv_batch_ms: float
+    kv_batch: int
+    prefill_ms_avg_input: float
+    mfu: float
+    avg_input: int
+    tpot_target_ms: float | None = None
+    batch_at_sla: int | None = None
+    tok_s_per_gpu_at_sla: float | None = None
+    fleet: dict[str, Any] | None = None
+    speculative_tokens: float | None = None
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _target(p: Any) -> float | None:
+    return p.p99 or p.p90 or p.p50
+
+
+def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
+    spec, gpu = cell.spec, cell.gpu
+    q, s = spec.quantization, spec.serving
+    dtype = spec.model.dtype
+    world = cell.tp * cell.pp
+    w_total = B.weight_bytes(arch, q.weights, dtype, q.awq_group_size)
+    w_gpu = w_total / world
+    act = spec.build.max_num_tokens * (8 * arch.hidden_size + 3 * arch.intermediate_size / cell.tp) * 2
+    logits = cell.max_batch_size * arch.vocab_size * 4.0
+    graphs = GRAPH_BYTES * len(cuda_graph_batches(cell))
+    free = gpu.memory_bytes - w_gpu - act - logits - graphs - RESERVE_BYTES
+    kv_tok = B.kv_bytes_per_token(arch, B.kv_dtype_bytes(q.kv_cache, dtype), cell.tp, cell.pp)
+    budget = max(0.0, free) * s.kv_cache_free_gpu_mem_fraction
+    kv_tokens = int(budget // kv_tok) if kv_tok else 0
+    if s.max_tokens_in_paged_kv_cache is not None:
+        kv_tokens = min(kv_tokens, s.max_tokens_in_paged_kv_cache)
+        budget = min(budget, kv_tokens * kv_tok)
+    tpb = spec.build.tokens_per_block
+    traffic = spec.traffic
+    avg_in = traffic.input_tokens.mean if traffic else cell.max_input_len // 2
+    avg_out = traffic.output_tokens.mean if traffic else (cell.max_seq_len - cell.max_input_len) // 2
+    avg_ctx = min(cell.max_seq_len, avg_in + avg_out)
+    conc_max = kv_tokens // _tokens_rounded(cell.max_seq_len, tpb)
+    conc_avg = kv_tokens // _tokens_rounded(max(1, avg_ctx), tpb)
+    kv_use = (cell.max_batch_size * _tokens_rounded(max(1, avg_ctx), tpb)) / kv_tokens if kv_tokens else float("inf")
+    hbm = gpu.hbm_bytes_s
+    tpot_b1 = tpot_floor_ms(w_gpu * cell.pp, kv_tok * cell.pp * avg_ctx, hbm)
+    kv_batch = max(1, min(cell.max_batch_size, conc_avg))
+    tpot_kvb = tpot_floor_ms(w_gpu * cell.pp, kv_tok * cell.pp * avg_ctx * kv_batch, hbm)
+    mfu = traffic.mfu if traffic else 0.5
+    pre = prefill_ms(arch.active_params / cell.tp, avg_in, gpu.peak_flops(q.weights), mfu)
+    plan = CellPlan(
+        cell.id, gpu.name, q.weights, q.kv_cache, cell.tp, cell.pp, arch.params, arch.params_source,
+        w_total, w_gpu, act, logits, graphs, RESERVE_BYTES, gpu.memory_bytes, free, budget, kv_tok, kv_tokens,
+        avg_ctx, conc_max, conc_avg, kv_use, tpot_b1, tpot_kvb, kv_batch, pre, mfu, avg_in,
+    )
+    if free <= 0:
+        plan.errors.append(
+            f"weights ({w_gpu / 1e9:.1f} GB/GPU) and runtime buffers do not fit {gpu.name} "
+            f"({gpu.memory_gb:.0f} GB); use a larger TP, a smaller format or a bigger GPU")
+    elif conc_max < 1:
+        plan.errors.append(
+            f"the KV budget ({budget / 1e9:.2f} GB) cannot hold one {cell.max_seq_len}-token request "
+            f"({kv_tok * _tokens_rounded(cell.max_seq_len, tpb) / 1e9:.2f} GB); lower max_seq_len or raise TP")
+    elif kv_use > KV_WARN_FRACTION:
+        plan.warnings.append(
+            f"a full batch of {cell.max_batch_size} at {avg_ctx} tokens uses {kv_use:.0%} of the KV budget "
+            f"(>{KV_WARN_FRACTION:.0%} risks preemption); lower max_batch_size or add GPUs")
+    target = _target(spec.slo.tpot_ms)
+    if target is not None:
+        plan.tpot_target_ms = target
+        if target < tpot_b1:
+            plan.errors.append(f"TPOT SLO {target:g} ms is below the {tpot_b1:.1f} ms floor of this GPU "
+                               f"({gpu.name}, {q.weights}, TP{cell.tp})")
+        elif plan.free_bytes > 0:
+            # largest batch whose floor meets the SLO, within the engine and the KV budget
+            per_req = kv_tok * cell.pp * avg_ctx
+            b_sla = int((target / 1000.0 * hbm - w_gpu * cell.pp) // per_req) if per_req else cell.max_batch_size
+            b_sla = max(1, min(b_sla, cell.max_batch_size, max(1, conc_avg)))
+            plan.batch_at_sla = b_sla
+            plan.tok_s_per_gpu_at_sla = 1000.0 / target * b_sla / (cell.tp * cell.pp)
+            if traffic is not None:
+                spec_k = traffic.speculative
+                tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
+                plan.speculative_tokens = tps if spec_k else None
+                f: Fleet = fleet_size(
+                    peak_rps=traffic.peak_rps, avg_output_tokens=traffic.output_tokens.mean,
+                    tpot_target_ms=target, batch_at_sla=b_sla, gpus_per_instance=cell.tp * cell.pp,
+                    utilization=traffic.target_utilization, headroom=traffic.burst_headroom,
+                    kv_max_concurrency=conc_avg, tokens_per_step=tps,
+                )
+                plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
+    ttft = _target(spec.slo.ttft_ms)
+    if ttft is not None and pre > ttft:
+        plan.warnings.append(f"estimated prefill of {avg_in} tokens ({pre:.0f} ms at {mfu:.0%} MFU) exceeds the "
+                             f"TTFT SLO {ttft:g} ms before any queueing")
+    return plan
+
+
+def explain(plan: CellPlan, arch: ModelArch) -> str:
+    """The arithmetic behind one plan, line by line."""
+    g = 1e9
+    lines = [
+        f"cell {plan.cell_id} ({plan.gpu}, weights {plan.weights}, KV {plan.kv_cache}, TP{plan.tp} PP{plan.pp})",
+        f"  params = {plan.params / 1e9:.3f} B ({plan.params_source})",
+        f"  weights = Linear params × bytes/param + (embed + lm_head + norms) × dtype bytes = "
+        f"{plan.weight_bytes_total / g:.2f} GB; per GPU ÷ {plan.tp * plan.pp} = {plan.weight_bytes_per_gpu / g:.2f} GB",
+        f"  KV/token/rank = 2 × {-(-arch.num_layers // plan.pp)} layers × "
+        f"{max(1, -(-arch.num_kv_heads // plan.tp))} KV heads × {arch.head_dim} head dim × "
+        f"{plan.kv_bytes_per_token / (2 * -(-arch.num_layers // plan.pp) * max(1, -(-arch.num_kv_heads // plan.tp)) * arch.head_dim):g} B"
+        f" = {plan.kv_bytes_per_token:,.0f} B",
+        f"  activations = max_num_tokens × (8·hidden + 3·intermediate/TP) × 2 B = {plan.activation_bytes / g:.2f} GB",
+        f"  logits = max_batch × vocab × 4 B = {plan.logits_bytes / g:.2f} GB; CUDA graphs = "
+        f"{plan.cuda_graph_bytes / g:.2f} GB; reserve = {plan.reserve_bytes / g:.2f} GB",
+        f"  free = {plan.gpu_memory_bytes / g:.1f} − {plan.weight_bytes_per_gpu / g:.2f} − "
+        f"{plan.activation_bytes / g:.2f} − {plan.logits_bytes / g:.2f} − {plan.cuda_graph_bytes / g:.2f} − "
+        f"{plan.reserve_bytes / g:.2f} = {plan.free_bytes / g:.2f} GB",
+        f"  KV budget = free × fraction = {plan.kv_budget_bytes / g:.2f} GB → {plan.kv_tokens:,} tokens",
+        f"  concurrency = KV tokens ÷ block-rounded context: {plan.max_concurrency_at_max_seq} at max_seq_len, "
+        f"{plan.max_concurrency_at_avg} at {plan.avg_context} tokens",
+        f"  TPOT floor (batch 1) = (weights/TP + KV of {plan.avg_context} tokens) ÷ HBM = {plan.tpot_floor_b1_ms:.2f} ms",
+        f"  TPOT floor (batch {plan.kv_batch}) = {plan.tpot_floor_kv_batch_ms:.2f} ms",
+        f"  prefill({plan.avg_input} tokens) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU {plan.mfu:.0%}) = "
+        f"{plan.prefill_ms_avg_input:.1f} ms",
+    ]
+    if plan.batch_at_sla is not None:
+        lines.append(f"  batch at TPOT SLA {plan.tpot_target_ms:g} ms = {plan.batch_at_sla}; tok/s per GPU = "
+                     f"1000/{plan.tpot_target_ms:g} × {plan.batch_at_sla} ÷ {plan.tp * plan.pp} = "
+                     f"{plan.tok_s_per_gpu_at_sla:,.0f}")
+    if plan.fleet:
+        f = plan.fleet
+        lines.append(f"  fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per instance "
+                     f"= {f['raw_gpus']:.1f} raw GPUs → ÷ utilization × headroom = {f['total_gpus']} GPUs")
+    if plan.speculative_tokens:
+        lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
+    return "\n".join(lines)
