@@ -6,28 +6,23 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from toolchain.cli import gpus_cmd, plan_cmd, spec_cmd
 
 
-class _ExpectedFailure(click.ClickException):
-    """A ToolchainError rendered as one line: ``Error: <what> — <next step>``."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-    def show(self, file: Any = None) -> None:
-        click.echo(self.message, err=True)
+def _fail(line: str, code: int) -> typer.Exit:
+    """Print one line on stderr and return the Exit that carries the code."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    return typer.Exit(code)
 
 
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         from toolchain.errors import ToolchainError
 
         try:
@@ -38,9 +33,9 @@ class _Group(TyperGroup):
 
                 traceback.print_exc()
             hint = f" — {e.hint}" if e.hint else ""
-            raise _ExpectedFailure(f"Error: {e.message}{hint}", e.exit_code) from None
+            raise _fail(f"Error: {e.message}{hint}", e.exit_code) from None
         except KeyboardInterrupt:
-            raise _ExpectedFailure("Interrupted; nothing half-written was kept.", 130) from None
+            raise _fail("Interrupted; nothing half-written was kept.", 130) from None
 
 
 app = typer.Typer(

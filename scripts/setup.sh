@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create .venv (Python 3.11) with the toolchain and every extra: ModelOpt on CPU, Triton 2.51 from
+# nvidia-pytriton, tritonclient, boto3/moto, test tools. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "setup: $PY not found; set PYTHON=/path/to/python3.11 (3.10-3.12 work; 3.11 matches Triton's stub)" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.toolchain-setup
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "setup: installing into .venv (first run takes a few minutes)" >&2
+# torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
+.venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/pip install -q --disable-pip-version-check -c <(echo torch==2.13.0) -e '.[all,dev]' 2>&1 \
+  | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto" \
+  || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
+echo "$want" > "$stamp"

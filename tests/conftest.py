@@ -1,0 +1,37 @@
+"""Shared fixtures: every home and cache path lives in tmp; CLI runner helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = REPO / "engine_specs"
+FIXTURES = Path(__file__).resolve().parent / "specs"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TOOLCHAIN_CACHE", str(home / ".cache" / "toolchain"))
+    monkeypatch.setenv("HF_HOME", str(home / ".cache" / "huggingface"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("TOOLCHAIN_REGISTRY", raising=False)
+    monkeypatch.delenv("TOOLCHAIN_DEBUG", raising=False)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def cli():
+    from toolchain.cli.main import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [str(a) for a in args], input=input)
+
+    return invoke

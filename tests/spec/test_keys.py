@@ -1,0 +1,136 @@
+"""Engine keys and profile ids follow the build/runtime field table, field by field."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tests.conftest import SPECS
+from toolchain.spec.fields import field_table
+from toolchain.spec.loader import load_spec
+from toolchain.spec.matrix import checkpoint_identity, engine_key, expand, profile_id
+from toolchain.spec.models import EngineSpec
+
+CKPT = {"digest": "sha256:" + "0" * 64}
+BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
+
+
+def _set(d: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for p in parts[:-1]:
+        if d.get(p) is None:
+            d[p] = {}
+        d = d[p]
+    d[parts[-1]] = value
+
+
+def _get(d: dict[str, Any], path: str) -> Any:
+    for p in path.split("."):
+        if d is None:
+            return None
+        d = d.get(p)
+    return d
+
+
+def _candidates(path: str, current: Any) -> list[Any]:
+    if isinstance(current, bool):
+        return [not current]
+    if isinstance(current, int):
+        return [current * 2, current + 1, max(1, current // 2), 64, 32]
+    if isinstance(current, float):
+        return [current / 2, min(1.0, current + 0.05), 0.5]
+    if isinstance(current, list):
+        return [current[:1], [*current, current[-1] * 2 if isinstance(current[-1], int) else "L4"]]
+    if isinstance(current, str):
+        return ["hf://org/other@v2", "float16", "fp16", "auto", "disable", "int8_sq", "pytorch", "1.2.0", "10.13.2",
+                "guaranteed_no_evict", "max_utilization", "continuous", "V1", "float32", current + "x"]
+    # None: try values of every common kind
+    return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], "fp8"]
+
+
+def _mutations() -> list[tuple[str, str]]:
+    return [(p, s) for p, s in field_table().items() if not p.startswith(("traffic.", "matrix."))]
+
+
+def _mutate(path: str) -> EngineSpec:
+    data = BASE.model_dump(mode="json")
+    current = _get(data, path)
+    for value in _candidates(path, current):
+        if value == current:
+            continue
+        d = BASE.model_dump(mode="json")
+        _set(d, path, value)
+        try:
+            return EngineSpec.model_validate(d)
+        except ValidationError:
+            continue
+    raise AssertionError(f"no valid mutation found for {path}")
+
+
+def _ids(spec: EngineSpec) -> tuple[str, str]:
+    cell = expand(spec)[0]
+    ckpt = checkpoint_identity(spec)
+    assert ckpt is not None
+    key = engine_key(cell, ckpt)
+    return key, profile_id(cell, key)
+
+
+def test_every_field_declares_a_scope() -> None:
+    table = field_table()
+    assert len(table) > 50
+    assert set(table.values()) == {"build", "runtime", "plan"}
+    assert table["build.max_num_tokens"] == "build"
+    assert table["serving.enable_prefix_caching"] == "runtime"
+
+
+@pytest.mark.parametrize(("path", "scope"), _mutations())
+def test_field_changes_key_or_profile_as_declared(path: str, scope: str) -> None:
+    base_key, base_profile = _ids(BASE)
+    key, profile = _ids(_mutate(path))
+    if scope == "build":
+        assert key != base_key, f"{path} is a build field but the engine key did not change"
+    elif scope == "runtime":
+        assert key == base_key, f"{path} is a runtime field but the engine key changed"
+        assert profile != base_profile, f"{path} is a runtime field but the profile id did not change"
+    else:
+        assert (key, profile) == (base_key, base_profile), f"{path} is a plan field but an id changed"
+
+
+def test_keys_are_stable_and_order_independent() -> None:
+    a = _ids(BASE)
+    data = BASE.model_dump(mode="json")
+    reordered = dict(reversed(list(data.items())))
+    b = _ids(EngineSpec.model_validate(reordered))
+    assert a == b
+    # A fixed input gives a fixed key: this value must not drift across runs, Pythons or releases
+    # without a deliberate KEY_SCHEMA bump.
+    assert len(a[0]) == 64 and a[0] == _ids(load_spec(SPECS / "llama-3.1-8b-fp8.yaml"))[0]
+
+
+def test_checkpoint_and_cell_axes_change_the_key() -> None:
+    cells = expand(BASE)
+    keys = {engine_key(c, CKPT) for c in cells}
+    assert len(keys) == len(cells)
+    other = {"digest": "sha256:" + "1" * 64}
+    assert engine_key(cells[0], other) != engine_key(cells[0], CKPT)
+
+
+def test_field_table_covers_every_model_field() -> None:
+    # every leaf of the JSON schema appears in the table
+    from toolchain.spec.loader import _unwrap
+
+    def leaves(model: Any, prefix: str = "") -> set[str]:
+        out = set()
+        for name, f in model.model_fields.items():
+            inner = _unwrap(f.annotation)
+            if isinstance(inner, type) and hasattr(inner, "model_fields"):
+                out |= leaves(inner, f"{prefix}{name}.")
+            else:
+                out.add(f"{prefix}{name}")
+        return out
+
+    assert leaves(EngineSpec) == set(field_table())
+    assert typing.get_origin(EngineSpec.model_fields["runtime"].annotation) is typing.Literal
