@@ -35,3 +35,11 @@ def cli():
         return runner.invoke(app, [str(a) for a in args], input=input)
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Llama + BPE tokenizer, built locally once per test session."""
+    from toolchain.quantize.tiny import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")

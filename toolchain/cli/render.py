@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -21,3 +22,15 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+class Stages:
+    """Progress narration on stderr: one timed line per stage."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.t0 = time.monotonic()
+        self.quiet = quiet
+
+    def __call__(self, stage: str) -> None:
+        if not self.quiet:
+            err.print(f"[dim][{time.monotonic() - self.t0:6.1f}s][/dim] {stage}", highlight=False)

@@ -1,0 +1,156 @@
+"""Real ModelOpt on CPU: every format × KV option, both exports, determinism, accuracy gate, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toolchain.errors import (
+    AccuracyGateError,
+    CheckpointError,
+    NeedsGPUError,
+    OutputExistsError,
+    UserInputError,
+)
+from toolchain.quantize.run import QUANT_ALGO, Recipe, quantize, verify_output
+
+pytestmark = pytest.mark.slow
+FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}
+
+
+@pytest.mark.parametrize("kv", ["none", "fp8"])
+@pytest.mark.parametrize("fmt", ["fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4"])
+def test_format_exports_both_checkpoints(tiny_checkpoint: Path, tmp_path: Path, fmt: str, kv: str) -> None:
+    res = quantize(tiny_checkpoint, Recipe(fmt, kv, **FAST), tmp_path / "out")
+    out = res.out
+    trt = json.loads((out / "trtllm" / "config.json").read_text())
+    q = trt["quantization"]
+    assert q["quant_algo"] == QUANT_ALGO[fmt]
+    assert q["kv_cache_quant_algo"] == ("FP8" if kv == "fp8" else None)
+    assert trt["architecture"] == "LlamaForCausalLM" and trt["mapping"]["world_size"] == 1
+    if fmt in ("int4_awq", "w4a8_awq"):
+        assert q["group_size"] == 128 and q["pre_quant_scale"] is True and q["has_zero_point"] is False
+    if fmt == "nvfp4":
+        assert q["group_size"] == 16
+    assert (out / "trtllm" / "rank0.safetensors").is_file()
+    hfq = json.loads((out / "hf" / "hf_quant_config.json").read_text())["quantization"]
+    assert hfq["quant_algo"] == QUANT_ALGO[fmt] and hfq["kv_cache_quant_algo"] == q["kv_cache_quant_algo"]
+    for d in ("trtllm", "hf"):
+        assert (out / d / "tokenizer.json").is_file(), f"tokenizer missing from {d}"
+    m = res.manifest
+    assert verify_output(out) == m
+    assert m["input_digest"].startswith("sha256:") and m["calibration_digest"].startswith("sha256:")
+    assert m["versions"]["nvidia-modelopt"] == "0.47.0"
+    assert m["accuracy"]["gate"] == ("dequant" if fmt == "nvfp4" else "fakequant")
+    assert 0 < m["accuracy"]["dequant"]["rel_logit_error"] < 0.3
+    if fmt == "nvfp4":
+        assert any("needs a GPU" in n for n in m["notes"])
+    assert not list(tmp_path.glob(".out.partial.*"))
+
+
+def test_two_runs_are_byte_identical(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    a = quantize(tiny_checkpoint, Recipe("int4_awq", "fp8", **FAST), tmp_path / "a").manifest
+    b = quantize(tiny_checkpoint, Recipe("int4_awq", "fp8", **FAST), tmp_path / "b").manifest
+    st = {k: v for k, v in a["files"].items() if k.endswith(".safetensors")}
+    assert st and st == {k: v for k, v in b["files"].items() if k.endswith(".safetensors")}
+    assert a["output_digest"] == b["output_digest"] and a["calibration_digest"] == b["calibration_digest"]
+
+
+def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from toolchain.quantize.accuracy import check_export, gate
+    from toolchain.spec.models import AccuracyGate
+
+    out = quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q").out
+    limits = AccuracyGate(max_rel_logit_error=0.2, min_top1_agreement=0.7, max_ppl_increase=0.1)
+    good = check_export(tiny_checkpoint, out / "hf")
+    gate(good, limits)
+    st = out / "hf" / "model.safetensors"
+    tensors = load_file(str(st))
+    name = next(k for k in tensors if k.endswith("mlp.down_proj.weight_scale"))
+    tensors[name] = tensors[name] * 40.0  # a broken per-tensor scale
+    save_file(tensors, str(st), metadata={"format": "pt"})
+    bad = check_export(tiny_checkpoint, out / "hf")
+    assert bad.rel_logit_error > good.rel_logit_error * 3
+    with pytest.raises(AccuracyGateError, match="accuracy gate failed"):
+        gate(bad, limits)
+    assert verify_output(out) is None  # the manifest's digests catch the edit too
+
+
+def test_gate_threshold_from_spec_fails_the_run_and_leaves_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from toolchain.spec.models import AccuracyGate
+
+    strict = AccuracyGate(max_rel_logit_error=0.001, min_top1_agreement=0.99, max_ppl_increase=0.0)
+    with pytest.raises(AccuracyGateError):
+        quantize(tiny_checkpoint, Recipe("int4_awq", "none", **FAST), tmp_path / "o", accuracy_limits=strict)
+    assert not (tmp_path / "o").exists() and not list(tmp_path.iterdir())
+
+
+def test_nvfp4_fakequant_on_cpu_says_gpu(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(NeedsGPUError, match="needs a GPU"):
+        quantize(tiny_checkpoint, Recipe("nvfp4", "none", **FAST), tmp_path / "o", gate_method="fakequant")
+
+
+def test_bad_inputs(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no config.json"):
+        quantize(tmp_path, Recipe("fp8"), tmp_path / "o")
+    pickle_only = tmp_path / "pk"
+    pickle_only.mkdir()
+    shutil.copy(tiny_checkpoint / "config.json", pickle_only)
+    (pickle_only / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(CheckpointError, match="pickle"):
+        quantize(pickle_only, Recipe("fp8"), tmp_path / "o")
+    odd = tmp_path / "odd"
+    shutil.copytree(tiny_checkpoint, odd)
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["architectures"] = ["FalconForCausalLM"]
+    (odd / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserInputError, match="FalconForCausalLM"):
+        quantize(odd, Recipe("fp8"), tmp_path / "o")
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(OutputExistsError):
+        quantize(tiny_checkpoint, Recipe("fp8"), tmp_path / "exists")
+
+
+def test_awq_names_the_layer_that_does_not_divide(tmp_path: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from toolchain.quantize.tiny import make_tiny_checkpoint
+
+    src = make_tiny_checkpoint(tmp_path / "t")
+    cfg = LlamaConfig.from_pretrained(src)
+    cfg.intermediate_size = 192  # down_proj input 192 is not a multiple of 128
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(src)
+    with pytest.raises(UserInputError, match=r"down_proj has input dimension 192"):
+        quantize(src, Recipe("int4_awq", **FAST), tmp_path / "o")
+
+
+def test_interrupt_mid_export_leaves_nothing(tiny_checkpoint: Path, tmp_path: Path, monkeypatch) -> None:
+    import modelopt.torch.export as mexport
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mexport, "export_tensorrt_llm_checkpoint", boom)
+    with pytest.raises(KeyboardInterrupt):
+        quantize(tiny_checkpoint, Recipe("fp8", **FAST), tmp_path / "o")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_from_flags_json_and_existing_output(cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "q"
+    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--kv-cache", "fp8", "--out", out,
+            "--samples", "8", "--seq-len", "32", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["manifest"]["recipe"]["weights"] == "fp8"
+    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--out", out)
+    assert r.exit_code == 2 and "already exists" in r.output and "--force" in r.output
+    r = cli("quantize", "--model", tiny_checkpoint, "--format", "int3", "--out", tmp_path / "x")
+    assert r.exit_code == 2 and "unknown format 'int3'" in r.output

@@ -1,0 +1,1 @@
+"""ModelOpt calibration and export: TRT-LLM checkpoint and unified HF checkpoint."""

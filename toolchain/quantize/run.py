@@ -1,0 +1,406 @@
+"""Quantize a Hugging Face checkpoint with ModelOpt and export both checkpoint formats.
+
+Output layout (written to a temp dir beside ``out`` and renamed into place only when complete):
+
+    out/
+      trtllm/     config.json + rank{N}.safetensors + tokenizer files   (for trtllm-build)
+      hf/         unified HF checkpoint + hf_quant_config.json + tokenizer (for the LLM API)
+      manifest.json   inputs, recipe, calibration digest, output digests, versions, accuracy, timing
+
+Each export comes from its own copy of the quantized model (ModelOpt's exporters mutate it): the
+quantizer state is saved once with ``mto.save`` and restored into a fresh model per export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain._deps import require
+from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text
+from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+
+FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
+KV_FORMATS = ("none", "fp8")
+_CFG = {
+    "fp8": "FP8_DEFAULT_CFG",
+    "int4_awq": "INT4_AWQ_CFG",
+    "w4a8_awq": "W4A8_AWQ_BETA_CFG",
+    "int8_sq": "INT8_SMOOTHQUANT_CFG",
+    "int8_wo": "INT8_WEIGHT_ONLY_CFG",
+    "nvfp4": "NVFP4_DEFAULT_CFG",
+}
+# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
+QUANT_ALGO = {"fp8": "FP8", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "int8_sq": "W8A8_SQ_PER_CHANNEL",
+              "int8_wo": "W8A16", "nvfp4": "NVFP4"}
+# HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
+DECODER_TYPE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
+                "Qwen2ForCausalLM": "qwen", "Qwen3ForCausalLM": "qwen", "GemmaForCausalLM": "gemma",
+                "Gemma2ForCausalLM": "gemma2", "Phi3ForCausalLM": "phi3"}
+AWQ_FORMATS = ("int4_awq", "w4a8_awq")
+NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
+
+
+@dataclass(frozen=True)
+class Recipe:
+    weights: str
+    kv_cache: str = "none"
+    awq_group_size: int = 128
+    dataset: str = "builtin"
+    samples: int = 64
+    seq_len: int = 256
+    batch_size: int = 4
+    seed: int = 1234
+    dtype: str = "bfloat16"
+    tp: int = 1
+    pp: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class QuantizeResult:
+    out: Path
+    manifest: dict[str, Any]
+    reused: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def recipe_from_spec(spec: Any, tp: int = 1, pp: int = 1) -> Recipe:
+    q = spec.quantization
+    c = q.calibration
+    return Recipe(q.weights, "fp8" if q.kv_cache == "fp8" else ("int8" if q.kv_cache == "int8" else "none"),
+                  q.awq_group_size, c.dataset, c.samples, c.seq_len, c.batch_size, c.seed, spec.model.dtype, tp, pp)
+
+
+def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir} is not a directory")
+    cfg_path = model_dir / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{model_dir} has no config.json; it is not a Hugging Face checkpoint")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from None
+    has_st = any(model_dir.glob("*.safetensors"))
+    has_pickle = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
+    if not has_st and has_pickle and not allow_pickle:
+        raise CheckpointError(
+            f"{model_dir} holds only pickle weights (*.bin), which can run code when loaded",
+            "convert them to safetensors, or pass --allow-pickle if you trust the source",
+        )
+    if not has_st and not has_pickle:
+        raise CheckpointError(f"{model_dir} has no weights (*.safetensors)")
+    archs = cfg.get("architectures") or []
+    if not archs or archs[0] not in DECODER_TYPE:
+        raise UserInputError(
+            f"architecture {archs[0] if archs else '(none)'} is not one ModelOpt's TensorRT-LLM exporter supports",
+            f"supported: {', '.join(DECODER_TYPE)}",
+        )
+    return dict(cfg)
+
+
+def check_awq_dims(model: Any, group: int) -> None:
+    import torch
+
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and not name.endswith("lm_head") and mod.in_features % group:
+            raise UserInputError(
+                f"layer {name} has input dimension {mod.in_features}, not divisible by the AWQ group size {group}",
+                "use awq_group_size 64 or 32, or fp8/int8_sq for this model",
+            )
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("nvidia-modelopt", "torch", "transformers", "safetensors"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def file_digests(root: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
+    return out
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    m = out / "manifest.json"
+    if not m.is_file():
+        return None
+    try:
+        data = json.loads(m.read_text())
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def verify_output(out: Path) -> dict[str, Any] | None:
+    """The manifest when every listed file is present with its digest; None otherwise."""
+    data = read_manifest(out)
+    if data is None:
+        return None
+    for rel, meta in data.get("files", {}).items():
+        p = out / rel
+        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
+            return None
+    return data
+
+
+def quantize(
+    model_dir: Path,
+    recipe: Recipe,
+    out: Path,
+    *,
+    device: str = "cpu",
+    force: bool = False,
+    allow_pickle: bool = False,
+    accuracy_limits: Any = None,
+    gate_method: str = "auto",
+    reuse: bool = False,
+    progress: Callable[[str], None] = lambda s: None,
+) -> QuantizeResult:
+    """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest."""
+    model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
+    if recipe.weights not in FORMATS:
+        raise UserInputError(f"unknown format '{recipe.weights}'", f"use one of {', '.join(FORMATS)}")
+    if recipe.kv_cache not in KV_FORMATS:
+        raise UserInputError(f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
+                             "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)")
+    cfg = check_checkpoint(model_dir, allow_pickle)
+    input_digest = dir_digest(model_dir)
+    if out.exists():
+        existing = verify_output(out) if reuse else None
+        if existing is not None and existing.get("input_digest") == input_digest \
+                and existing.get("recipe") == recipe.to_json():
+            return QuantizeResult(out, existing, reused=True)
+        if not force:
+            raise OutputExistsError(f"{out} already exists")
+    if device == "cuda":
+        torch = require("torch", "quantize")
+        if not torch.cuda.is_available():
+            raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
+    elif device != "cpu":
+        raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
+
+    torch = require("torch", "quantize")
+    transformers = require("transformers", "quantize")
+    mtq = require("modelopt.torch.quantization", "quantize")
+    mto = require("modelopt.torch.opt", "quantize")
+    mexport = require("modelopt.torch.export", "quantize")
+    from toolchain.quantize import accuracy as acc_mod
+    from toolchain.quantize.calib import load_texts, tokenize
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    t0 = time.time()
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}[recipe.dtype]
+    torch.manual_seed(recipe.seed)
+    notes: list[str] = []
+
+    def fresh() -> Any:
+        return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+
+    progress("loading checkpoint")
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = fresh()
+    if recipe.weights in AWQ_FORMATS:
+        check_awq_dims(model, recipe.awq_group_size)
+
+    with _quiet():
+        quant_cfg = _config(mtq, recipe)
+
+    texts = load_texts(recipe.dataset, Path.cwd(), recipe.seed, recipe.samples)
+    batches, calib_digest = tokenize(tok, texts, recipe.seq_len, recipe.batch_size)
+
+    def forward_loop(m: Any) -> None:
+        with torch.no_grad():
+            for b in batches:
+                m(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device))
+
+    eval_batch = acc_mod.held_out_batch(tok)
+    ref_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
+
+    progress(f"calibrating {recipe.weights} (kv {recipe.kv_cache}) on {recipe.samples} samples")
+    with _quiet():
+        try:
+            model = mtq.quantize(model, quant_cfg, forward_loop)
+        except AssertionError as e:
+            raise NeedsGPUError(f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}",
+                                "run on a GPU host (--device cuda)") from None
+
+    fake: Any = None
+    use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
+    if gate_method == "fakequant" and not use_fake:
+        raise NeedsGPUError(f"the {recipe.weights} fake-quant forward needs a GPU",
+                            "use --gate dequant (the default falls back to it)")
+    if recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu":
+        notes.append(f"{recipe.weights} fake-quant evaluation needs a GPU; checked the dequantized export instead")
+    if use_fake:
+        progress("evaluating fake-quantized model")
+        with _quiet():
+            q_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
+        fake = acc_mod.compare(ref_logits.cpu(), q_logits.cpu(), eval_batch, "fakequant")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial.", dir=out.parent))
+    try:
+        state = tmp / "modelopt_state.pth"
+        with _quiet():
+            mto.save(model, str(state))
+        del model
+        progress("exporting unified HF checkpoint")
+        with _quiet(), torch.inference_mode():
+            m_hf = mto.restore(fresh(), str(state))
+            mexport.export_hf_checkpoint(m_hf, export_dir=tmp / "hf")
+        del m_hf
+        tok.save_pretrained(tmp / "hf")
+        progress(f"exporting TensorRT-LLM checkpoint (tp={recipe.tp}, pp={recipe.pp})")
+        decoder = DECODER_TYPE[cfg["architectures"][0]]
+        with _quiet(), torch.inference_mode():
+            m_trt = mto.restore(fresh(), str(state))
+            mexport.export_tensorrt_llm_checkpoint(
+                m_trt, decoder_type=decoder, dtype=dtype, export_dir=tmp / "trtllm",
+                inference_tensor_parallel=recipe.tp, inference_pipeline_parallel=recipe.pp,
+            )
+        del m_trt
+        tok.save_pretrained(tmp / "trtllm")
+        state.unlink()
+        _check_trtllm_config(tmp / "trtllm", recipe)
+
+        progress("checking accuracy")
+        dq = acc_mod.check_export(model_dir, tmp / "hf")
+        primary = fake if fake is not None else dq
+        files = file_digests(tmp)
+        manifest = {
+            "kind": "toolchain.quantized-checkpoint",
+            "schema": 1,
+            "input": str(model_dir),
+            "input_digest": input_digest,
+            "recipe": recipe.to_json(),
+            "calibration_digest": calib_digest,
+            "versions": _versions(),
+            "device": device,
+            "files": files,
+            "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
+            "accuracy": {"gate": primary.method, "fakequant": fake.to_json() if fake else None,
+                         "dequant": dq.to_json()},
+            "notes": notes,
+            "wall_time_s": round(time.time() - t0, 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+        if accuracy_limits is not None:
+            acc_mod.gate(primary, accuracy_limits)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        _fsync_tree(tmp)
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, trash / "old")
+            shutil.rmtree(trash, ignore_errors=True)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return QuantizeResult(out, manifest, notes=notes)
+
+
+def _config(mtq: Any, recipe: Recipe) -> Any:
+    import copy
+
+    cfg = copy.deepcopy(getattr(mtq, _CFG[recipe.weights]))
+    if recipe.weights in AWQ_FORMATS and recipe.awq_group_size != 128:
+        for entry in cfg["quant_cfg"]:
+            if isinstance(entry, dict) and entry.get("quantizer_name", "").endswith("weight_quantizer"):
+                c = entry.get("cfg")
+                items = c if isinstance(c, list) else [c]
+                for item in items:
+                    if isinstance(item, dict) and isinstance(item.get("block_sizes"), dict):
+                        item["block_sizes"][-1] = recipe.awq_group_size
+    if recipe.kv_cache == "fp8":
+        from modelopt.torch.quantization.utils import update_quant_cfg_with_kv_cache_quant
+
+        cfg = update_quant_cfg_with_kv_cache_quant(cfg, mtq.FP8_KV_CFG["quant_cfg"])
+    return cfg
+
+
+def _check_trtllm_config(ckpt: Path, recipe: Recipe) -> None:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    q = cfg.get("quantization") or {}
+    want = QUANT_ALGO[recipe.weights]
+    if q.get("quant_algo") != want:
+        raise QuantizeError(f"ModelOpt wrote quant_algo {q.get('quant_algo')!r}, expected {want!r}")
+    want_kv = "FP8" if recipe.kv_cache == "fp8" else None
+    if q.get("kv_cache_quant_algo") != want_kv:
+        raise QuantizeError(f"ModelOpt wrote kv_cache_quant_algo {q.get('kv_cache_quant_algo')!r}, expected {want_kv!r}")
+    world = cfg.get("mapping", {}).get("world_size")
+    if world != recipe.tp * recipe.pp:
+        raise QuantizeError(f"checkpoint world_size {world} != tp×pp {recipe.tp * recipe.pp}")
+    for r in range(recipe.tp * recipe.pp):
+        if not (ckpt / f"rank{r}.safetensors").is_file():
+            raise QuantizeError(f"ModelOpt did not write rank{r}.safetensors")
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """Silence ModelOpt's known-harmless warnings (no tensorrt_llm module, lm_head notice)."""
+    import sys
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        warnings.filterwarnings("ignore", category=UserWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        yield
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def source_dir(spec: Any) -> Path:
+    """The local checkpoint a spec names; an hf:// source is fetched (config + safetensors) first."""
+    local = spec.local_source()
+    if local is not None:
+        return Path(local)
+    repo, rev = spec.model.hf_repo_revision()
+    hub = require("huggingface_hub", "hf")
+    try:
+        return Path(hub.snapshot_download(repo, revision=rev,
+                                          allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]))
+    except Exception as e:
+        raise CheckpointError(f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
+                              "check network and HF_TOKEN, or download it and point model.source at the directory"
+                              ) from None
+
+
+def default_out(spec: Any, recipe: Recipe) -> Path:
+    """Where a spec's quantized checkpoint lives: keyed by spec name, source and recipe."""
+    from toolchain.digest import cache_home
+
+    ident = sha256_text(canonical_json({"source": spec.model.source, "recipe": recipe.to_json()}))[:12]
+    return cache_home() / "quantized" / f"{spec.name}-{recipe.weights}-tp{recipe.tp}pp{recipe.pp}-{ident}"
