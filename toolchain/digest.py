@@ -27,9 +27,28 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def hash_file(path: Path) -> str:
-    """``sha256:<hex>`` of a file, read once in large chunks."""
-    h = hashlib.sha256()
+def new_hasher(algo: str) -> Any:
+    if algo == "sha256":
+        return hashlib.sha256()
+    if algo == "blake3":
+        import blake3
+
+        return blake3.blake3()
+    raise ValueError(f"unknown digest algorithm {algo!r}")
+
+
+def fastest_algo() -> str:
+    """blake3 when installed (about 2.3x sha256 on this machine, see benchmarks/), else sha256."""
+    try:
+        import blake3  # noqa: F401
+    except ImportError:
+        return "sha256"
+    return "blake3"
+
+
+def hash_file(path: Path, algo: str = ALGO) -> str:
+    """``<algo>:<hex>`` of a file, read once in large chunks."""
+    h = new_hasher(algo)
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
@@ -38,7 +57,7 @@ def hash_file(path: Path) -> str:
             if not n:
                 break
             h.update(view[:n])
-    return f"{ALGO}:{h.hexdigest()}"
+    return f"{algo}:{h.hexdigest()}"
 
 
 def iter_files(root: Path) -> Iterator[Path]:
@@ -52,8 +71,9 @@ def iter_files(root: Path) -> Iterator[Path]:
 class StatCache:
     """Maps (path, size, mtime_ns, inode) to a digest so unchanged files are not re-read."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, algo: str = ALGO) -> None:
         self.path = path
+        self.algo = algo
         self._data: dict[str, list[Any]] = {}
         self._dirty = False
         if path is not None and path.exists():
@@ -63,11 +83,11 @@ class StatCache:
     def digest(self, file: Path) -> str:
         st = file.stat()
         sig = [st.st_size, st.st_mtime_ns, st.st_ino]
-        key = str(file.resolve())
+        key = f"{self.algo}:{file.resolve()}"
         hit = self._data.get(key)
         if hit is not None and hit[:3] == sig:
             return str(hit[3])
-        d = hash_file(file)
+        d = hash_file(file, self.algo)
         self._data[key] = [*sig, d]
         self._dirty = True
         return d

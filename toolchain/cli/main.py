@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from toolchain.cli import gpus_cmd, plan_cmd, quantize_cmd, spec_cmd
+from toolchain.cli import cache_cmd, gpus_cmd, plan_cmd, quantize_cmd, spec_cmd
 
 
 def _fail(line: str, code: int) -> typer.Exit:
@@ -48,6 +48,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(spec_cmd.app, name="spec")
+app.add_typer(cache_cmd.app, name="cache")
 for mod in (gpus_cmd, plan_cmd, quantize_cmd):
     mod.register(app)
 

@@ -1,0 +1,118 @@
+"""Local-backend specifics: the documented layout, link restores, S3 errors, URL schemes, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import toolchain.registry as registry_pkg
+from toolchain.errors import RegistryUnavailableError, RegistryURLError
+from toolchain.registry import open_registry
+
+K1 = "a" * 64
+
+
+def test_layout_matches_module_docstring(tmp_path: Path, engine_dir: Path) -> None:
+    r = open_registry(str(tmp_path / "reg"))
+    m = r.put(K1, engine_dir)
+    r.tag(K1, "v1")
+    doc = registry_pkg.__doc__ or ""
+    for part in ("blobs/<algo>/<hh>/<hex>", "manifests/<key>.json", "refs/tags/<name>", "tmp/"):
+        assert part in doc
+    files = {p.relative_to(tmp_path / "reg").as_posix() for p in (tmp_path / "reg").rglob("*") if p.is_file()}
+    expected = {f"manifests/{K1}.json", "refs/tags/v1"}
+    for f in m.files.values():
+        algo, hexd = f.digest.split(":")
+        expected.add(f"blobs/{algo}/{hexd[:2]}/{hexd}")
+    assert files == expected
+    assert json.loads((tmp_path / "reg" / "manifests" / f"{K1}.json").read_text())["key"] == K1
+
+
+def test_local_restore_uses_links_not_copies(tmp_path: Path, engine_dir: Path) -> None:
+    r = open_registry(str(tmp_path / "reg"))
+    m = r.put(K1, engine_dir)
+    r.get(K1, tmp_path / "o")
+    assert r.backend.restore_methods <= {"reflink", "hardlink"} and r.backend.restore_methods
+    restored = tmp_path / "o" / "rank0.engine"
+    if r.backend.restore_methods == {"hardlink"}:
+        from toolchain.registry.store import blob_path
+
+        assert os.path.samefile(restored, r.backend.local_path(blob_path(m.files["rank0.engine"].digest)))
+    assert not (restored.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
+
+
+def test_unknown_scheme_and_bad_hf_url() -> None:
+    with pytest.raises(RegistryURLError, match="unknown registry scheme"):
+        open_registry("gs://bucket/x")
+    with pytest.raises(RegistryURLError):
+        open_registry("hf://just-one-part")
+
+
+def test_unreachable_s3_endpoint_fails_fast(monkeypatch, tmp_path: Path) -> None:
+    import time
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("TOOLCHAIN_S3_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: refused
+    r = open_registry("s3://nobucket/p")
+    t = time.monotonic()
+    with pytest.raises(RegistryUnavailableError, match="cannot reach the S3 endpoint"):
+        r.exists(K1)
+    assert time.monotonic() - t < 30
+
+
+def test_wrong_bucket_and_credentials(s3_env: str) -> None:
+    r = open_registry("s3://does-not-exist/p")
+    with pytest.raises(RegistryUnavailableError, match="does not exist"):
+        r.backend.write_bytes("x", b"1")
+
+
+def test_hf_backend_boundary(tmp_path: Path, engine_dir: Path) -> None:
+    """The Hub backend turns one entry into one commit (blobs + manifest), checked at the API boundary."""
+    from toolchain.registry.backends import HFBackend
+    from toolchain.registry.store import Registry
+
+    class FakeApi:
+        def __init__(self) -> None:
+            self.commits: list[list] = []
+            self.files: dict[str, bytes] = {}
+
+        def file_exists(self, repo, path):
+            return path in self.files
+
+        def create_commit(self, repo, operations, commit_message):
+            self.commits.append(operations)
+            for op in operations:
+                src = op.path_or_fileobj
+                self.files[op.path_in_repo] = src if isinstance(src, bytes) else Path(src).read_bytes()
+
+    api = FakeApi()
+    reg = Registry(HFBackend("org/engines", api=api))
+    reg.put(K1, engine_dir)
+    assert len(api.commits) == 1
+    paths = [op.path_in_repo for op in api.commits[0]]
+    assert paths[-1] == f"manifests/{K1}.json" and len(paths) == 4  # 3 unique blobs, manifest last
+
+
+def test_cache_cli(cli, tmp_path: Path, engine_dir: Path) -> None:
+    reg = str(tmp_path / "reg")
+    r = cli("cache", "push", engine_dir, "--key", K1, "--registry", reg)
+    assert r.exit_code == 0, r.output
+    r = cli("cache", "tag", K1[:12], "prod", "--registry", reg)
+    assert r.exit_code == 0, r.output
+    r = cli("cache", "ls", "--registry", reg, "--json")
+    assert json.loads(r.stdout)["entries"][0]["tags"] == ["prod"]
+    r = cli("cache", "pull", "prod", tmp_path / "o", "--registry", reg)
+    assert r.exit_code == 0 and (tmp_path / "o" / "rank0.engine").is_file()
+    r = cli("cache", "show", "b" * 64, "--registry", reg)
+    assert r.exit_code == 1 and f"no entry {'b' * 64} in registry" in r.output
+    r = cli("cache", "gc", "--registry", reg, "--yes")
+    assert r.exit_code == 0 and "frees 0 B" in r.output
+    r = cli("cache", "verify", "--registry", reg)
+    assert r.exit_code == 0 and "checked 1 entries, 0 corrupt" in r.output
+    r = cli("cache", "ls", "--registry", "ftp://x")
+    assert r.exit_code == 2 and "unknown registry scheme" in r.output

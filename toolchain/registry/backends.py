@@ -1,0 +1,364 @@
+"""Storage backends of the registry: a local directory, S3 (boto3), Hugging Face Hub.
+
+All speak the same small object-store interface with '/'-separated paths. Every write is
+visible only when complete: local writes go to a temp name and are renamed; S3 PUTs are atomic
+per object; the Hub commits a whole entry in one commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from toolchain.digest import CHUNK, new_hasher
+from toolchain.errors import (
+    CorruptArtifactError,
+    RegistryError,
+    RegistryUnavailableError,
+    RegistryURLError,
+)
+
+FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
+
+
+class Backend:
+    url: str
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def read_bytes(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def put_file(self, path: str, src: Path, digest: str) -> None:
+        raise NotImplementedError
+
+    def get_file(self, path: str, dest: Path) -> None:
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        raise NotImplementedError
+
+    def delete(self, path: str) -> None:
+        raise NotImplementedError
+
+    def local_path(self, path: str) -> Path | None:
+        return None
+
+    def put_entry(self, blobs: list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
+        """Blobs first (in parallel), the manifest last: the entry appears only when complete."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for f in [pool.submit(self.put_file, p, src, d) for p, src, d in blobs]:
+                f.result()
+        self.write_bytes(manifest_path, manifest)
+
+
+# --- local -------------------------------------------------------------------------------------
+
+
+def _copy_hashing(src: Path, dst_fd: int, algo: str) -> str:
+    h = new_hasher(algo)
+    with open(src, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+            os.write(dst_fd, view[:n])
+    return f"{algo}:{h.hexdigest()}"
+
+
+def link_or_copy(src: Path, dst: Path) -> str:
+    """Reflink, else hardlink, else copy; returns which was used."""
+    try:
+        with open(src, "rb") as s, open(dst, "wb") as d:
+            fcntl.ioctl(d.fileno(), FICLONE, s.fileno())
+        return "reflink"
+    except OSError:
+        with contextlib.suppress(OSError):
+            dst.unlink()
+    try:
+        os.link(src, dst)
+        return "hardlink"
+    except OSError:
+        shutil.copyfile(src, dst)
+        return "copy"
+
+
+class LocalBackend(Backend):
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().resolve()
+        self.url = str(self.root)
+        self.restore_methods: set[str] = set()  # how files were restored: reflink, hardlink or copy
+        try:
+            (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RegistryError(f"cannot create registry at {self.root}: {e.strerror}",
+                                "pass --registry with a writable directory") from None
+
+    def _p(self, path: str) -> Path:
+        return self.root / path
+
+    def local_path(self, path: str) -> Path:
+        return self._p(path)
+
+    def exists(self, path: str) -> bool:
+        return self._p(path).is_file()
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._p(path).read_bytes()
+
+    def _tmp(self) -> tuple[int, str]:
+        return tempfile.mkstemp(prefix="w.", dir=self.root / "tmp")
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        dst = self._p(path)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = self._tmp()
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+            os.close(fd)
+            os.replace(tmp, dst)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def put_file(self, path: str, src: Path, digest: str) -> None:
+        dst = self._p(path)
+        if dst.is_file():
+            return  # content-addressed: already there
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = self._tmp()
+        try:
+            got = _copy_hashing(src, fd, digest.split(":", 1)[0])
+            os.fsync(fd)
+            os.close(fd)
+            if got != digest:
+                raise CorruptArtifactError(f"{src} changed while it was being stored ({got} != {digest})",
+                                           "make sure nothing writes to the directory during push")
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, dst)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def get_file(self, path: str, dest: Path) -> None:
+        self.restore_methods.add(link_or_copy(self._p(path), dest))
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        base = self._p(prefix)
+        if not base.exists():
+            return
+        for dirpath, _, files in os.walk(base):
+            for name in files:
+                p = Path(dirpath) / name
+                with contextlib.suppress(FileNotFoundError):
+                    st = p.stat()
+                    yield p.relative_to(self.root).as_posix(), st.st_size, st.st_mtime
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._p(path).unlink()
+
+
+# --- S3 ----------------------------------------------------------------------------------------
+
+
+class S3Backend(Backend):
+    """s3://bucket/prefix; endpoint from TOOLCHAIN_S3_ENDPOINT_URL or AWS_ENDPOINT_URL (S3-compatible stores)."""
+
+    def __init__(self, bucket: str, prefix: str, endpoint_url: str | None = None) -> None:
+        from toolchain._deps import require
+
+        boto3 = require("boto3", "s3")
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        endpoint = endpoint_url or os.environ.get("TOOLCHAIN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        cfg = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60,
+                     max_pool_connections=16)
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, config=cfg)
+        from boto3.s3.transfer import TransferConfig
+
+        self.transfer = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20,
+                                       max_concurrency=8, use_threads=True)
+
+    def _k(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+        try:
+            return fn(*args, **kw)
+        except EndpointConnectionError as e:
+            raise RegistryUnavailableError(f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
+                                           ) from None
+        except NoCredentialsError:
+            raise RegistryUnavailableError(f"no AWS credentials for {self.url}",
+                                           "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from None
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                raise FileNotFoundError(args[0] if args else "") from None
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
+                raise RegistryUnavailableError(f"S3 refused the credentials for {self.url} ({code})",
+                                               "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+            if code == "NoSuchBucket":
+                raise RegistryUnavailableError(f"bucket {self.bucket} does not exist",
+                                               "create it or fix the registry URL") from None
+            raise RegistryError(f"S3 error on {self.url}: {code}") from None
+        except BotoCoreError as e:
+            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from None
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def read_bytes(self, path: str) -> bytes:
+        resp = self._call(self.s3.get_object, Bucket=self.bucket, Key=self._k(path))
+        return bytes(resp["Body"].read())
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self._call(self.s3.put_object, Bucket=self.bucket, Key=self._k(path), Body=data)
+
+    def put_file(self, path: str, src: Path, digest: str) -> None:
+        if self.exists(path):
+            return
+        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer)
+
+    def get_file(self, path: str, dest: Path) -> None:
+        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer)
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        pag = self.s3.get_paginator("list_objects_v2")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        pages = self._call(lambda: list(pag.paginate(Bucket=self.bucket, Prefix=self._k(prefix))))
+        for page in pages:
+            for obj in page.get("Contents", []):
+                yield obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp()
+
+    def delete(self, path: str) -> None:
+        self._call(self.s3.delete_object, Bucket=self.bucket, Key=self._k(path))
+
+
+# --- Hugging Face Hub --------------------------------------------------------------------------
+
+
+class HFBackend(Backend):
+    """hf://org/repo: a model repo on the Hub; an entry is one commit (blobs + manifest together)."""
+
+    def __init__(self, repo_id: str, api: Any = None) -> None:
+        if api is None:
+            from toolchain._deps import require
+
+            hub = require("huggingface_hub", "hf")
+            api = hub.HfApi()  # token from HF_TOKEN / the standard login, never printed
+        self.api = api
+        self.repo_id = repo_id
+        self.url = f"hf://{repo_id}"
+
+    def exists(self, path: str) -> bool:
+        return bool(self.api.file_exists(self.repo_id, path))
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            local = self.api.hf_hub_download(self.repo_id, path)
+        except Exception as e:
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                raise FileNotFoundError(path) from None
+            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from None
+        return Path(local).read_bytes()
+
+    def _commit(self, ops: list[Any], message: str) -> None:
+        try:
+            self.api.create_commit(self.repo_id, operations=ops, commit_message=message)
+        except Exception as e:
+            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        from huggingface_hub import CommitOperationAdd
+
+        self._commit([CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)], f"toolchain: write {path}")
+
+    def put_file(self, path: str, src: Path, digest: str) -> None:
+        from huggingface_hub import CommitOperationAdd
+
+        self._commit([CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(src))], f"toolchain: blob {digest}")
+
+    def put_entry(self, blobs: list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
+        from huggingface_hub import CommitOperationAdd
+
+        ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(src)) for p, src, _ in blobs
+               if not self.exists(p)]
+        ops.append(CommitOperationAdd(path_in_repo=manifest_path, path_or_fileobj=manifest))
+        self._commit(ops, f"toolchain: entry {manifest_path}")
+
+    def get_file(self, path: str, dest: Path) -> None:
+        local = self.api.hf_hub_download(self.repo_id, path)
+        shutil.copyfile(local, dest)
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        try:
+            items = self.api.list_repo_tree(self.repo_id, path_in_repo=prefix.rstrip("/"), recursive=True)
+            for it in items:
+                if hasattr(it, "size"):
+                    yield it.path, int(it.size or 0), time.time()
+        except Exception as e:
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                return
+            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from None
+
+    def delete(self, path: str) -> None:
+        from huggingface_hub import CommitOperationDelete
+
+        self._commit([CommitOperationDelete(path_in_repo=path)], f"toolchain: delete {path}")
+
+
+def open_backend(url: str | None) -> Backend:
+    """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://."""
+    from toolchain.digest import cache_home
+
+    if not url:
+        return LocalBackend(cache_home() / "registry")
+    if url.startswith("s3://"):
+        rest = url[5:]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise RegistryURLError(f"'{url}' names no bucket")
+        return S3Backend(bucket, prefix)
+    if url.startswith("hf://"):
+        repo = url[5:].strip("/")
+        if repo.count("/") != 1:
+            raise RegistryURLError(f"'{url}' is not hf://org/repo")
+        return HFBackend(repo)
+    if url.startswith("file://"):
+        url = url[7:]
+    if "://" in url:
+        raise RegistryURLError(f"unknown registry scheme in '{url}'")
+    return LocalBackend(Path(url))

@@ -1,0 +1,294 @@
+"""The registry API: put, get, exists, ls, show, tag/resolve, verify, gc (plan then execute)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file
+from toolchain.errors import (
+    ArtifactNotFoundError,
+    CorruptArtifactError,
+    ManifestError,
+    RegistryError,
+    UserInputError,
+)
+from toolchain.registry.backends import Backend, open_backend
+from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
+
+
+def blob_path(digest: str) -> str:
+    algo, hexd = digest.split(":", 1)
+    return f"blobs/{algo}/{hexd[:2]}/{hexd}"
+
+
+def manifest_path(key: str) -> str:
+    return f"manifests/{key}.json"
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    blobs: list[tuple[str, int]]
+    manifests: list[str]
+    tmp: list[tuple[str, int]]
+
+    @property
+    def bytes(self) -> int:
+        return sum(s for _, s in self.blobs) + sum(s for _, s in self.tmp)
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    corrupt: dict[str, str] = field(default_factory=dict)  # key -> reason
+    removed: list[str] = field(default_factory=list)
+
+
+class Registry:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.url = backend.url
+        self._verified = StatCache(cache_home() / "verified-blobs.json", "blake3")
+        self._src_cache = StatCache(cache_home() / "statcache-blake3.json", "blake3")
+
+    # --- lookup -------------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> str:
+        """A full key, a unique key prefix (>= 8 hex), or a tag -> the full key."""
+        if KEY_RE.match(ref):
+            return ref
+        if TAG_RE.match(ref) and self.backend.exists(f"refs/tags/{ref}"):
+            key = self.backend.read_bytes(f"refs/tags/{ref}").decode().strip()
+            if not KEY_RE.match(key):
+                raise ManifestError(f"tag {ref} in {self.url} holds an invalid key")
+            return key
+        if len(ref) >= 8 and all(c in "0123456789abcdef" for c in ref):
+            hits = [k for k in self.keys() if k.startswith(ref)]
+            if len(hits) == 1:
+                return hits[0]
+            if len(hits) > 1:
+                raise UserInputError(f"key prefix {ref} is ambiguous in {self.url}", "give more characters")
+        raise ArtifactNotFoundError(ref, self.url)
+
+    def exists(self, key: str) -> bool:
+        return self.backend.exists(manifest_path(key))
+
+    def show(self, ref: str) -> EntryManifest:
+        key = self.resolve(ref)
+        try:
+            raw = self.backend.read_bytes(manifest_path(key))
+        except FileNotFoundError:
+            raise ArtifactNotFoundError(key, self.url) from None
+        m = parse_manifest(raw, f"{self.url}/{manifest_path(key)}")
+        if m.key != key:
+            raise ManifestError(f"manifest {key} names key {m.key}")
+        return m
+
+    def keys(self) -> list[str]:
+        out = []
+        for path, _, _ in self.backend.list("manifests/"):
+            name = path.rsplit("/", 1)[-1]
+            if name.endswith(".json") and KEY_RE.match(name[:-5]):
+                out.append(name[:-5])
+        return sorted(out)
+
+    def tags(self) -> dict[str, str]:
+        out = {}
+        for path, _, _ in self.backend.list("refs/tags/"):
+            name = path.rsplit("/", 1)[-1]
+            with contextlib.suppress(FileNotFoundError):
+                out[name] = self.backend.read_bytes(path).decode().strip()
+        return out
+
+    def ls(self) -> list[EntryManifest]:
+        out = []
+        for k in self.keys():
+            with contextlib.suppress(ManifestError, ArtifactNotFoundError):
+                out.append(self.show(k))
+        return out
+
+    def tag(self, ref: str, name: str) -> str:
+        if not TAG_RE.match(name) or KEY_RE.match(name):
+            raise UserInputError(f"tag name {name!r} is not allowed", "use letters, digits, '.', '_' or '-'")
+        key = self.resolve(ref)
+        if not self.exists(key):
+            raise ArtifactNotFoundError(key, self.url)
+        self.backend.write_bytes(f"refs/tags/{name}", key.encode())
+        return key
+
+    # --- put ----------------------------------------------------------------------------------
+
+    def put(self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
+            ) -> EntryManifest:
+        """Store every regular file under ``src`` as entry ``key``; blobs first, manifest last."""
+        if not KEY_RE.match(key):
+            raise UserInputError(f"key {key!r} is not 64 lowercase hex characters")
+        src = Path(src)
+        if not src.is_dir():
+            raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
+        algo = fastest_algo()
+        files: dict[str, FileEntry] = {}
+        blobs: list[tuple[str, Path, str]] = []
+        for dirpath, dirnames, filenames in os.walk(src):
+            for d in dirnames:
+                if (Path(dirpath) / d).is_symlink():
+                    raise UserInputError(f"{Path(dirpath) / d} is a symlink", "the registry stores regular files only")
+            for name in sorted(filenames):
+                p = Path(dirpath) / name
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                    raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
+                rel = safe_relpath(p.relative_to(src).as_posix())
+                digest = self._src_cache.digest(p) if algo == "blake3" else hash_file(p, algo)
+                files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
+                blobs.append((blob_path(digest), p, digest))
+        if not files:
+            raise UserInputError(f"{src} holds no files")
+        self._src_cache.save()
+        m = EntryManifest(key=key, kind=kind, files=files, provenance=provenance or {},
+                          created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        unique = list({b[0]: b for b in blobs}.values())
+        self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
+        return m
+
+    # --- get ----------------------------------------------------------------------------------
+
+    def _verify_blob(self, digest: str, local: Path) -> bool:
+        """Hash ``local`` (or trust the stat cache for an unchanged, already verified blob)."""
+        algo = digest.split(":", 1)[0]
+        if algo == "blake3":
+            return self._verified.digest(local) == digest
+        return hash_file(local, algo) == digest
+
+    def get(self, ref: str, dest: Path, *, force: bool = False) -> EntryManifest:
+        """Restore an entry into ``dest`` (must not exist unless ``force``); every digest verified."""
+        m = self.show(ref)
+        dest = Path(dest).resolve()
+        if dest.exists() and not force:
+            if dest.is_dir() and not any(dest.iterdir()):
+                dest.rmdir()
+            else:
+                raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial.", dir=dest.parent))
+        try:
+            for rel, f in m.files.items():
+                target = (tmp / rel).resolve()
+                if tmp.resolve() not in target.parents:
+                    raise ManifestError(f"manifest {m.key} path {rel!r} leaves the destination")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                bp = blob_path(f.digest)
+                local = self.backend.local_path(bp)
+                if local is not None:
+                    if not local.is_file():
+                        raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})")
+                    if local.stat().st_size != f.size or not self._verify_blob(f.digest, local):
+                        raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
+                    self.backend.get_file(bp, target)
+                else:
+                    try:
+                        self.backend.get_file(bp, target)
+                    except FileNotFoundError:
+                        raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
+                                                   ) from None
+                    if target.stat().st_size != f.size or hash_file(target, f.digest.split(":")[0]) != f.digest:
+                        raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
+                if f.executable and local is None:
+                    target.chmod(0o755)
+            self._verified.save()
+            if dest.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+                os.replace(dest, old / "x")
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return m
+
+    # --- verify and gc ------------------------------------------------------------------------
+
+    def verify(self, *, repair: bool = False) -> VerifyReport:
+        """Re-hash every blob of every entry (no stat-cache shortcut); optionally remove bad entries."""
+        rep = VerifyReport()
+        for key in self.keys():
+            rep.checked += 1
+            try:
+                m = self.show(key)
+            except ManifestError as e:
+                rep.corrupt[key] = e.message
+                continue
+            for rel, f in m.files.items():
+                bp = blob_path(f.digest)
+                local = self.backend.local_path(bp)
+                try:
+                    if local is not None:
+                        ok = local.is_file() and hash_file(local, f.digest.split(":")[0]) == f.digest
+                    else:
+                        with tempfile.TemporaryDirectory() as td:
+                            self.backend.get_file(bp, Path(td) / "b")
+                            ok = hash_file(Path(td) / "b", f.digest.split(":")[0]) == f.digest
+                except FileNotFoundError:
+                    ok = False
+                if not ok:
+                    rep.corrupt[key] = f"{rel}: blob {f.digest} missing or corrupt"
+                    if local is not None and local.is_file():
+                        local.chmod(0o644)
+                        if repair:
+                            self.backend.delete(bp)
+                    elif repair:
+                        self.backend.delete(bp)
+                    break
+        if repair:
+            for key in rep.corrupt:
+                self.backend.delete(manifest_path(key))
+                rep.removed.append(key)
+        return rep
+
+    def gc_plan(self, *, tmp_age_s: float = 3600.0) -> GcPlan:
+        referenced: set[str] = set()
+        for key in self.keys():
+            with contextlib.suppress(ManifestError, ArtifactNotFoundError):
+                referenced |= {blob_path(f.digest) for f in self.show(key).files.values()}
+        blobs = [(p, s) for p, s, _ in self.backend.list("blobs/") if p not in referenced]
+        now = time.time()
+        tmp = [(p, s) for p, s, mt in self.backend.list("tmp/") if now - mt > tmp_age_s]
+        tags = self.tags()
+        dangling = [f"refs/tags/{t}" for t, k in tags.items() if not self.exists(k)]
+        return GcPlan(sorted(blobs), dangling, sorted(tmp))
+
+    def gc(self, plan: GcPlan) -> int:
+        for p, _ in [*plan.blobs, *plan.tmp]:
+            self.backend.delete(p)
+        for p in plan.manifests:
+            self.backend.delete(p)
+        return plan.bytes
+
+
+def open_registry(url: str | None) -> Registry:
+    return Registry(open_backend(url))
+
+
+def entry_summary(m: EntryManifest, tags: dict[str, str]) -> dict[str, Any]:
+    return {"key": m.key, "kind": m.kind, "files": len(m.files), "bytes": m.total_size, "created": m.created,
+            "tags": sorted(t for t, k in tags.items() if k == m.key),
+            "gpu": m.provenance.get("gpu", {}).get("name") if isinstance(m.provenance.get("gpu"), dict) else None}
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RegistryError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{path} is not a JSON object")
+    return data
