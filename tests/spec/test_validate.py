@@ -27,6 +27,7 @@ def test_every_shipped_spec_validates(cli) -> None:
         ("bad-nvfp4-on-h100.yaml", "NVFP4 needs SM >= 100"),
         ("bad-int4-on-b200.yaml", "rejects on SM >= 100"),
         ("bad-int8kv-prefix.yaml", "INT8 KV cache turns off paged context FMHA"),
+        ("bad-int4-fp8kv-prefix.yaml", "turns off paged context FMHA for an FP8 KV cache with int4_awq"),
         ("bad-input-len.yaml", "max_input_len 2048 exceeds max_seq_len 1024"),
         ("bad-streaming.yaml", "set serving.decoupled: true"),
         ("bad-tp-heads.yaml", "TP 3 does not divide the 32 attention heads"),

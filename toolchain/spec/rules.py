@@ -53,6 +53,12 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
                                  "prefill cannot work",
                            "use quantization.kv_cache: fp8 (SM>=89) or set serving.enable_prefix_caching and "
                            "serving.enable_chunked_prefill to false"))
+    if q.kv_cache == "fp8" and q.weights not in ("fp8", "w4a8_awq", "nvfp4") and wants_paged_ctx:
+        out.append(Problem(None, f"TensorRT-LLM turns off paged context FMHA for an FP8 KV cache with {q.weights} "
+                                 "weights (only FP8, W4A8_AWQ and NVFP4 keep it), so prefix caching and chunked "
+                                 "prefill cannot work",
+                           "use quantization.kv_cache: auto, or disable serving.enable_prefix_caching and "
+                           "serving.enable_chunked_prefill"))
     if b.use_paged_context_fmha is False and wants_paged_ctx:
         out.append(Problem(None, "prefix caching and chunked prefill need an engine built with "
                                  "--use_paged_context_fmha enable",

@@ -1,0 +1,77 @@
+"""The one subprocess helper: argument lists only, logged with shlex.join, output to a log file,
+exit code always checked, the log tail shown on failure, the whole process group stopped on
+Ctrl-C or timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM the process group, wait, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    seconds: float
+    log_path: Path
+
+
+def run_logged(cmd: list[str], log_path: Path, *, cwd: Path | None = None, env: dict[str, str] | None = None,
+               timeout: float | None = None, on_line: Callable[[str], None] | None = None) -> RunResult:
+    """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                start_new_session=True)
+        assert proc.stdout is not None
+        try:
+            deadline = t0 + timeout if timeout else None
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                if on_line is not None:
+                    on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+                if deadline and time.monotonic() > deadline:
+                    stop_group(proc)
+                    log.write(f"[toolchain] killed after {timeout:.0f} s timeout\n".encode())
+                    return RunResult(-9, time.monotonic() - t0, log_path)
+            rc = proc.wait()
+        except BaseException:
+            stop_group(proc)
+            raise
+    return RunResult(rc, time.monotonic() - t0, log_path)
