@@ -223,6 +223,10 @@ class Serving(_Strict):
     exclude_input_in_output: bool = Field(True, description="Return only generated tokens",
                                           json_schema_extra=RUNTIME)
     instances: Instances = Field(default_factory=Instances)
+    gpu_device_ids: list[list[int]] | None = Field(
+        None, description="GPUs per tensorrt_llm instance, e.g. [[0,1],[2,3]] (Triton gpu_device_ids)",
+        json_schema_extra=RUNTIME,
+    )
 
 
 class Percentiles(_Strict):

@@ -1,0 +1,1 @@
+"""Triton model repositories: emission (protobuf ModelConfig), lint, server launch."""

@@ -1,0 +1,239 @@
+"""Emit an `inflight_batcher_llm` Triton model repository, every config.pbtxt built as a
+``ModelConfig`` protobuf message and serialised (no text templates, no ``${...}`` can survive).
+
+Models: preprocessing, tensorrt_llm, postprocessing, ensemble, tensorrt_llm_bls. With
+``reference=True`` the ``tensorrt_llm`` model is the CPU reference model (Python backend,
+PyTorch), with the same inputs and outputs as TensorRT-LLM's C++ backend; it says so in its
+parameters, its log and the repository's ``toolchain-repo.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.spec.matrix import Cell
+from toolchain.triton import tensors as T
+
+REFERENCE_NOTE = "CPU reference model (PyTorch + transformers), not TensorRT-LLM: same tensors, not the same engine"
+MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+SOURCES = Path(__file__).resolve().parents[2] / "triton_repo"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the repository must agree with: read from an engine's config.json, or predicted."""
+
+    engine_dir: str | None
+    max_batch_size: int
+    max_beam_width: int
+    max_input_len: int
+    max_seq_len: int
+    world_size: int
+    paged_context_fmha: bool
+    tokens_per_block: int
+    logits_dtype: str
+    source: str
+
+    @classmethod
+    def from_engine_dir(cls, d: Path) -> EngineInfo:
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+            bc, pc = cfg["build_config"], cfg["pretrained_config"]
+            plug = bc.get("plugin_config") or {}
+            return cls(str(d.resolve()), int(bc["max_batch_size"]), int(bc.get("max_beam_width", 1)),
+                       int(bc["max_input_len"]), int(bc["max_seq_len"]), int(pc["mapping"]["world_size"]),
+                       bool(plug.get("use_paged_context_fmha", False)), int(plug.get("tokens_per_block", 32)),
+                       str(pc.get("logits_dtype") or "float32"), f"{d}/config.json")
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise TritonRepoError(f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
+                                  "give --engine a registry key or a directory with config.json and rank*.engine") from None
+
+    @classmethod
+    def predicted(cls, cell: Cell) -> EngineInfo:
+        from toolchain.build.synth import resolve
+
+        r = resolve(cell)
+        return cls(None, cell.max_batch_size, cell.spec.build.max_beam_width, cell.max_input_len, cell.max_seq_len,
+                   cell.world_size, r.use_paged_context_fmha, r.tokens_per_block, cell.spec.build.logits_dtype,
+                   "predicted from the spec (no engine: CPU reference)")
+
+
+def _pb() -> Any:
+    from toolchain._deps import require
+
+    return require("tritonclient.grpc.model_config_pb2", "triton")
+
+
+def _io(pb: Any, rows: list[T.T], logits: str, *, output: bool = False, reshape: set[str] | None = None) -> list[Any]:
+    out = []
+    for name, dtype, dims, optional, ragged in rows:
+        dt = logits if dtype == T.LOGITS else dtype
+        if output:
+            msg = pb.ModelOutput(name=name, data_type=pb.DataType.Value(dt), dims=list(dims))
+        else:
+            msg = pb.ModelInput(name=name, data_type=pb.DataType.Value(dt), dims=list(dims), optional=optional,
+                                allow_ragged_batch=ragged)
+            if reshape and name in reshape:
+                msg.reshape.shape[:] = []
+                msg.reshape.SetInParent()
+        out.append(msg)
+    return out
+
+
+def _params(cfg: Any, values: dict[str, Any]) -> None:
+    for k, v in values.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        cfg.parameters[k].string_value = str(v)
+
+
+def _cpu_group(pb: Any, count: int) -> Any:
+    return pb.ModelInstanceGroup(count=count, kind=pb.ModelInstanceGroup.KIND_CPU)
+
+
+def build_configs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, reference: bool,
+                  reference_model_dir: Path | None = None) -> dict[str, Any]:
+    """The five ModelConfig messages, by model name."""
+    pb = _pb()
+    s = cell.spec.serving
+    logits = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
+    tmbs = engine.max_batch_size
+    tok = str(tokenizer_dir.resolve())
+
+    def batching(cfg: Any) -> None:
+        cfg.dynamic_batching.max_queue_delay_microseconds = s.max_queue_delay_us
+        cfg.dynamic_batching.default_queue_policy.max_queue_size = s.max_queue_size
+
+    pre = pb.ModelConfig(name="preprocessing", backend="python", max_batch_size=tmbs)
+    pre.input.extend(_io(pb, T.PRE_INPUTS, logits))
+    pre.output.extend(_io(pb, T.PRE_OUTPUTS, logits, output=True))
+    batching(pre)
+    pre.instance_group.append(_cpu_group(pb, s.instances.preprocessing))
+    _params(pre, {"tokenizer_dir": tok, "add_special_tokens": True})
+
+    llm = pb.ModelConfig(name="tensorrt_llm", backend="python" if reference else "tensorrtllm", max_batch_size=tmbs)
+    llm.model_transaction_policy.decoupled = s.decoupled
+    llm.input.extend(_io(pb, T.TRTLLM_INPUTS, logits, reshape=T.SCALARS_RESHAPED))
+    llm.output.extend(_io(pb, T.TRTLLM_OUTPUTS, logits, output=True))
+    batching(llm)
+    llm.instance_group.append(_cpu_group(pb, 1))
+    cg = s.cuda_graphs
+    graph_cache = cg.cache_size or (len(cg.batch_sizes) if cg.batch_sizes else 0)
+    p: dict[str, Any] = {
+        "gpt_model_type": s.batching,
+        "gpt_model_path": engine.engine_dir or "",
+        "max_beam_width": cell.spec.build.max_beam_width,
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction,
+        "enable_kv_cache_reuse": s.enable_prefix_caching,
+        "enable_chunked_context": s.enable_chunked_prefill,
+        "batch_scheduler_policy": s.scheduler_policy,
+        "cuda_graph_mode": cg.enabled,
+        "cuda_graph_cache_size": graph_cache if cg.enabled else 0,
+        "exclude_input_in_output": s.exclude_input_in_output,
+        "normalize_log_probs": True,
+        "enable_trt_overlap": False,
+    }
+    if s.max_tokens_in_paged_kv_cache is not None:
+        p["max_tokens_in_paged_kv_cache"] = s.max_tokens_in_paged_kv_cache
+    if reference:
+        p.update({"toolchain_reference": REFERENCE_NOTE, "hf_model_dir": str(reference_model_dir or ""),
+                  "tokens_per_block": engine.tokens_per_block})
+    _params(llm, p)
+
+    post = pb.ModelConfig(name="postprocessing", backend="python", max_batch_size=tmbs)
+    post.input.extend(_io(pb, T.POST_INPUTS, logits))
+    post.output.extend(_io(pb, T.POST_OUTPUTS, logits, output=True))
+    post.dynamic_batching.SetInParent()
+    post.instance_group.append(_cpu_group(pb, s.instances.postprocessing))
+    _params(post, {"tokenizer_dir": tok, "skip_special_tokens": True})
+
+    ens = pb.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=tmbs)
+    ens.input.extend(_io(pb, T.ENSEMBLE_INPUTS, logits))
+    ens.output.extend(_io(pb, T.ENSEMBLE_OUTPUTS, logits, output=True))
+    for model, mi, mo in (("preprocessing", T.PRE_MAP_IN, T.PRE_MAP_OUT), ("tensorrt_llm", T.LLM_MAP_IN, T.LLM_MAP_OUT),
+                          ("postprocessing", T.POST_MAP_IN, T.POST_MAP_OUT)):
+        step = ens.ensemble_scheduling.step.add(model_name=model, model_version=-1)
+        for k, v in mi.items():
+            step.input_map[k] = v
+        for k, v in mo.items():
+            step.output_map[k] = v
+
+    bls = pb.ModelConfig(name="tensorrt_llm_bls", backend="python", max_batch_size=tmbs)
+    bls.model_transaction_policy.decoupled = s.decoupled
+    bls.input.extend(_io(pb, T.BLS_INPUTS, logits))
+    bls.output.extend(_io(pb, T.BLS_OUTPUTS, logits, output=True))
+    bls.instance_group.append(_cpu_group(pb, s.instances.bls))
+    _params(bls, {"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm",
+                  "tensorrt_llm_draft_model_name": ""})
+    if s.gpu_device_ids:
+        llm.parameters["gpu_device_ids"].string_value = ";".join(",".join(map(str, g)) for g in s.gpu_device_ids)
+    return {"preprocessing": pre, "tensorrt_llm": llm, "postprocessing": post, "ensemble": ens,
+            "tensorrt_llm_bls": bls}
+
+
+def to_pbtxt(cfg: Any) -> str:
+    from google.protobuf import text_format
+
+    return str(text_format.MessageToString(cfg))
+
+
+def emit_repository(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, out: Path, *, identity: dict[str, Any],
+                    reference: bool, reference_model_dir: Path | None = None, force: bool = False) -> Path:
+    """Write the repository to a temp dir beside ``out`` and rename it into place."""
+    out = Path(out).resolve()
+    if not (tokenizer_dir / "tokenizer_config.json").is_file() and not (tokenizer_dir / "tokenizer.json").is_file():
+        raise TritonRepoError(f"no tokenizer in {tokenizer_dir}",
+                              "the checkpoint directory must hold tokenizer.json/tokenizer_config.json")
+    if cell.spec.serving.streaming and not cell.spec.serving.decoupled:
+        raise TritonRepoError("streaming needs decoupled mode", "set serving.decoupled: true")
+    wants = cell.spec.serving.enable_prefix_caching or cell.spec.serving.enable_chunked_prefill
+    if wants and not engine.paged_context_fmha:
+        raise TritonRepoError(
+            f"the engine ({engine.source}) was built without paged context FMHA, so KV-cache reuse and chunked "
+            "context cannot work", "rebuild with `trtllm-build --use_paged_context_fmha enable` "
+                                   "or disable serving.enable_prefix_caching/enable_chunked_prefill")
+    if out.exists():
+        marker = out / "toolchain-repo.json"
+        same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
+        if not same and not force and any(out.iterdir()):
+            raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
+    configs = build_configs(cell, engine, tokenizer_dir, reference=reference, reference_model_dir=reference_model_dir)
+    if not SOURCES.is_dir():
+        raise TritonRepoError(f"model sources not found at {SOURCES}", "reinstall the toolchain from its repository")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial.", dir=out.parent))
+    try:
+        for name, cfg in configs.items():
+            d = tmp / name
+            (d / "1").mkdir(parents=True)
+            (d / "config.pbtxt").write_text(to_pbtxt(cfg))
+        for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
+            shutil.copyfile(SOURCES / name / "1" / "model.py", tmp / name / "1" / "model.py")
+        if reference:
+            shutil.copyfile(SOURCES / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py")
+        (tmp / "ensemble" / "1" / ".keep").write_text("")
+        meta = {**identity, "reference": reference, "reference_note": REFERENCE_NOTE if reference else None,
+                "engine": asdict(engine), "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / "x")
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("spec", "cell", "engine_key", "profile_id"))

@@ -1,0 +1,234 @@
+"""Start and stop `tritonserver` on a model repository.
+
+On a CPU machine: the Triton 2.51 binary from the `nvidia-pytriton` wheel with its Python backend
+(backend dir with the stub for this Python, venv first on PATH, numpy < 2; facts/triton-on-cpu.md).
+On a GPU host: `/opt/tritonserver/bin/tritonserver` from NVIDIA's container, and `mpirun` with
+one rank per GPU when the engine's world size is > 1 (the command launch_triton_server.py builds).
+Bound to 127.0.0.1 unless told otherwise; readiness has its own deadline (a stub that cannot start
+makes tritonserver hang in "loading" forever); stop removes the shared-memory regions it made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolchain.digest import cache_home
+from toolchain.errors import ServerError, UserInputError
+from toolchain.proc import stop_group, tail
+
+CONTAINER_TRITON = Path("/opt/tritonserver/bin/tritonserver")
+STUB_FAILURES = ("error while loading shared libraries", "triton_python_backend_stub is not found")
+
+
+@dataclass
+class Ports:
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    repo: Path
+    host: str
+    ports: Ports
+    log_path: Path
+    shm_prefix: str
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.ports.metrics}/metrics"
+
+    def stop(self, grace: float = 15.0) -> None:
+        stop_group(self.proc, grace)
+        for f in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
+            with contextlib.suppress(OSError):
+                os.unlink(f)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def check_port(host: str, port: int, what: str) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise UserInputError(f"{what} port {port} on {host} is already in use",
+                                 f"stop what listens there or pass another --{what}-port") from None
+
+
+def pytriton_dir() -> Path:
+    try:
+        import pytriton
+    except ImportError:
+        from toolchain.errors import MissingDependencyError
+
+        raise MissingDependencyError("pytriton", "triton") from None
+    return Path(pytriton.__file__).resolve().parent / "tritonserver"
+
+
+def _check_python_env() -> None:
+    import numpy
+
+    if int(numpy.__version__.split(".")[0]) >= 2:
+        raise ServerError(f"numpy {numpy.__version__} is installed; Triton's Python backend needs numpy < 2",
+                          hint="pip install 'numpy<2' in the serving environment")
+
+
+def prepare_backends(ts: Path) -> Path:
+    """A backend dir whose python/ holds the stub for this interpreter's minor version."""
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    stub = ts / "python_backend_stubs" / minor / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServerError(f"the Triton wheel has no Python backend stub for Python {minor}",
+                          hint="use Python 3.8-3.13 for the serving environment")
+    ldd = subprocess.run(["ldd", str(stub)], capture_output=True, text=True)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    missing = [ln.split()[0] for ln in ldd.stdout.splitlines() if "not found" in ln]
+    if missing and not any(Path(libdir, m).exists() for m in missing):
+        raise ServerError(
+            f"the Python {minor} backend stub cannot load {', '.join(missing)} (tritonserver would hang)",
+            hint=f"install libpython{minor} (Debian: apt install libpython{minor}) or use a Python with a shared lib")
+    bk = cache_home() / "triton-backends" / minor
+    (bk / "python").mkdir(parents=True, exist_ok=True)
+    for src in (ts / "backends" / "python" / "libtriton_python.so",
+                ts / "backends" / "python" / "triton_python_backend_utils.py", stub):
+        dst = bk / "python" / src.name
+        if dst.is_symlink() and dst.resolve() == src.resolve():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            dst.unlink()
+        dst.symlink_to(src)
+    return bk
+
+
+def _failed_models(log: str) -> list[str]:
+    return sorted(set(re.findall(r"failed to load '([^']+)'", log)))
+
+
+def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, log_path: Path | None = None,
+          ready_timeout: float = 120.0, world_size: int = 1, extra_args: list[str] | None = None) -> Server:
+    """Start tritonserver on ``repo`` and wait until every model is ready (or fail with the log tail)."""
+    repo = Path(repo).resolve()
+    if not repo.is_dir():
+        raise UserInputError(f"{repo} is not a model repository directory", "emit one with `toolchain triton emit`")
+    ports = ports or Ports()
+    for what, port in (("http", ports.http), ("grpc", ports.grpc), ("metrics", ports.metrics)):
+        check_port(host, port, what)
+    log_path = log_path or cache_home() / "logs" / f"tritonserver-{int(time.time())}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    shm_prefix = f"tc{os.getpid()}x{ports.grpc}_"
+    env = dict(os.environ)
+    net = [f"--http-address={host}", f"--http-port={ports.http}", f"--grpc-address={host}",
+           f"--grpc-port={ports.grpc}", f"--metrics-address={host}", f"--metrics-port={ports.metrics}"]
+    if CONTAINER_TRITON.is_file():
+        base = [str(CONTAINER_TRITON), f"--model-repository={repo}", *net, "--disable-auto-complete-config",
+                f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+        if world_size > 1:
+            cmd = ["mpirun", "--allow-run-as-root"]
+            for rank in range(world_size):
+                rank_args = list(base)
+                rank_args[-1] = f"--backend-config=python,shm-region-prefix-name={shm_prefix}r{rank}_"
+                if rank:
+                    rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+                cmd += ["-n", "1", *rank_args, ":"]
+            cmd = cmd[:-1]
+        else:
+            cmd = base
+    else:
+        if world_size > 1:
+            raise ServerError(f"the engine has {world_size} ranks; serving it needs NVIDIA's Triton container on "
+                              f"{world_size} GPUs", hint="run `toolchain serve` on the GPU host")
+        _check_python_env()
+        ts = pytriton_dir()
+        bk = prepare_backends(ts)
+        venv_bin = str(Path(sys.executable).parent)
+        env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+        libs = [str(ts.parent / "nvidia_pytriton.libs")]
+        # The stub embeds libpython; it must be this interpreter's own (a distro libpython of another
+        # patch release mixes with this stdlib and fails to import extension modules such as _ssl).
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        if glob.glob(f"{libdir}/libpython{sys.version_info[0]}.{sys.version_info[1]}*.so*"):
+            libs.insert(0, libdir)
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = ":".join(libs)
+        cmd = [str(ts / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={bk}",
+               f"--cache-directory={ts / 'caches'}", *net, "--allow-gpu-metrics=false",
+               f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+    cmd += extra_args or []
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
+    deadline = time.monotonic() + ready_timeout
+    try:
+        while True:
+            if proc.poll() is not None:
+                text = log_path.read_text(errors="replace")
+                failed = _failed_models(text)
+                which = f" (model{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed to load)" if failed else ""
+                raise ServerError(f"tritonserver exited with code {proc.returncode}{which}:\n{tail(log_path, 12)}",
+                                  log_path=log_path)
+            text = log_path.read_text(errors="replace")
+            if any(s in text for s in STUB_FAILURES):
+                raise ServerError(f"the Python backend stub could not start:\n{tail(log_path, 8)}", log_path=log_path)
+            try:
+                with urllib.request.urlopen(f"{server.http_url}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return server
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}",
+                                  log_path=log_path)
+            time.sleep(0.2)
+    except BaseException:
+        server.stop(5)
+        raise
+
+
+def repository_index(server: Server) -> list[dict[str, object]]:
+    req = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return list(json.loads(r.read()))
+
+
+def which_tritonserver() -> str:
+    return str(CONTAINER_TRITON) if CONTAINER_TRITON.is_file() else str(shutil.which("tritonserver") or "pytriton")
