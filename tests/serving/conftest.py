@@ -1,0 +1,36 @@
+"""A tiny spec + quantized checkpoint + emitted repository, shared by the Triton tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import SPECS
+
+
+def write_tiny_spec(dest: Path, ckpt: Path, **serving) -> Path:
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(ckpt)
+    d["quantization"]["calibration"].update(samples=8, seq_len=32)
+    d["serving"].update(serving)
+    dest.write_text(yaml.safe_dump(d))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_spec(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_spec(tmp_path_factory.mktemp("spec") / "tiny.yaml", tiny_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def reference_repo(tiny_spec: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from toolchain.spec.loader import load_spec
+    from toolchain.spec.matrix import expand
+    from toolchain.triton.deploy import emit_for_cell
+
+    cell = expand(load_spec(tiny_spec))[0]
+    out = tmp_path_factory.mktemp("repo") / "repo"
+    emit_for_cell(cell, "reference", out)
+    return out

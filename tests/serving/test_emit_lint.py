@@ -1,0 +1,167 @@
+"""Emission builds every config as a ModelConfig; lint catches each broken repository."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
+from tests.serving.conftest import write_tiny_spec
+from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.spec.loader import load_spec
+from toolchain.spec.matrix import expand
+from toolchain.triton.deploy import emit_for_cell
+from toolchain.triton.emit import EngineInfo, emit_repository
+from toolchain.triton.lint import lint_repository
+
+
+def _cfg(repo: Path, model: str):
+    return text_format.Parse((repo / model / "config.pbtxt").read_text(), pb.ModelConfig())
+
+
+def test_every_config_parses_back_with_no_placeholder(reference_repo: Path) -> None:
+    names = sorted(p.parent.name for p in reference_repo.glob("*/config.pbtxt"))
+    assert names == ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
+    for n in names:
+        text = (reference_repo / n / "config.pbtxt").read_text()
+        assert "${" not in text
+        assert _cfg(reference_repo, n).name == n
+
+
+def test_tensorrt_llm_parameters_and_tensors_follow_the_facts(reference_repo: Path) -> None:
+    llm = _cfg(reference_repo, "tensorrt_llm")
+    p = {k: v.string_value for k, v in llm.parameters.items()}
+    assert p["gpt_model_type"] == "inflight_fused_batching"
+    assert p["enable_kv_cache_reuse"] == "true" and p["enable_chunked_context"] == "true"
+    assert p["batch_scheduler_policy"] == "guaranteed_no_evict" and p["kv_cache_free_gpu_mem_fraction"] == "0.9"
+    assert p["cuda_graph_mode"] == "true" and p["cuda_graph_cache_size"] == "4"
+    assert p["exclude_input_in_output"] == "true" and p["max_beam_width"] == "1"
+    assert "CPU reference model" in p["toolchain_reference"]
+    assert llm.model_transaction_policy.decoupled and llm.max_batch_size == 8
+    inputs = {i.name: i for i in llm.input}
+    assert not inputs["input_lengths"].optional and not inputs["request_output_len"].optional
+    assert inputs["input_ids"].allow_ragged_batch and list(inputs["stop_words_list"].dims) == [2, -1]
+    assert inputs["streaming"].data_type == pb.TYPE_BOOL and inputs["seed"].data_type == pb.TYPE_UINT64
+    outs = {o.name: o for o in llm.output}
+    assert list(outs["output_ids"].dims) == [-1, -1] and outs["context_logits"].data_type == pb.TYPE_FP32
+    assert {"kv_cache_reused_blocks", "num_output_tokens", "first_token_time_ns"} <= set(outs)
+    ens = _cfg(reference_repo, "ensemble")
+    steps = {s.model_name: s for s in ens.ensemble_scheduling.step}
+    assert steps["tensorrt_llm"].input_map["streaming"] == "stream"
+    assert steps["postprocessing"].output_map["OUTPUT"] == "text_output"
+    pre = {k: v.string_value for k, v in _cfg(reference_repo, "preprocessing").parameters.items()}
+    assert Path(pre["tokenizer_dir"], "tokenizer.json").is_file()
+    meta = json.loads((reference_repo / "toolchain-repo.json").read_text())
+    assert meta["reference"] is True and "not TensorRT-LLM" in meta["reference_note"]
+
+
+def test_good_repository_lints_clean(reference_repo: Path) -> None:
+    assert [f for f in lint_repository(reference_repo) if f.severity == "error"] == []
+
+
+def _broken(reference_repo: Path, tmp_path: Path, model: str, edit) -> Path:
+    repo = tmp_path / "broken"
+    shutil.copytree(reference_repo, repo)
+    p = repo / model / "config.pbtxt"
+    p.write_text(edit(p.read_text()))
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("model", "edit", "expected"),
+    [
+        ("tensorrt_llm", lambda t: t.replace('string_value: "0.9"', 'string_value: "${kv_cache_free_gpu_mem_fraction}"'),
+         "unfilled placeholder ${kv_cache_free_gpu_mem_fraction}"),
+        ("tensorrt_llm", lambda t: t.replace("decoupled: true", "decoupled: false"), "model_transaction_policy.decoupled"),
+        ("tensorrt_llm", lambda t: t.replace("max_batch_size: 8", "max_batch_size: 64", 1), "64 > engine max_batch_size 8"),
+        ("tensorrt_llm", lambda t: t.replace('"inflight_fused_batching"', '"inflight"'), "gpt_model_type"),
+        ("tensorrt_llm", lambda t: t.replace('"guaranteed_no_evict"', '"fifo"'), "batch_scheduler_policy"),
+        ("tensorrt_llm", lambda t: re.sub(r'(key: "enable_kv_cache_reuse"\s+value \{\s+string_value: )"true"',
+                                          r'\1"yes"', t), "is not a boolean"),
+        ("ensemble", lambda t: t.replace('key: "streaming"', 'key: "streeming"'), "has no input streeming"),
+        ("preprocessing", lambda t: re.sub(r'(key: "tokenizer_dir"\s+value \{\s+string_value: )"[^"]*"',
+                                           r'\1"/nonexistent"', t), "no tokenizer at /nonexistent"),
+        ("tensorrt_llm", lambda t: t.replace('name: "context_logits"\n  data_type: TYPE_FP32',
+                                             'name: "context_logits"\n  data_type: TYPE_FP16'),
+         "context_logits.data_type"),
+        ("postprocessing", lambda t: t.replace("name:", "nmae:", 1), "does not parse"),
+    ],
+)
+def test_lint_catches_broken_repositories(reference_repo, tmp_path, model, edit, expected) -> None:
+    repo = _broken(reference_repo, tmp_path, model, edit)
+    lines = [f.line() for f in lint_repository(repo) if f.severity == "error"]
+    assert any(expected in ln for ln in lines), lines
+
+
+def test_kv_reuse_on_engine_without_paged_context_fmha(reference_repo, tmp_path) -> None:
+    repo = tmp_path / "r"
+    shutil.copytree(reference_repo, repo)
+    meta = json.loads((repo / "toolchain-repo.json").read_text())
+    meta["engine"]["paged_context_fmha"] = False
+    (repo / "toolchain-repo.json").write_text(json.dumps(meta))
+    lines = [f.line() for f in lint_repository(repo)]
+    assert any("--use_paged_context_fmha enable" in ln for ln in lines)
+
+
+def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
+    cell = expand(load_spec(tiny_spec))[0]
+    info = EngineInfo.predicted(cell)
+    no_paged = EngineInfo(**{**info.__dict__, "paged_context_fmha": False})
+    with pytest.raises(TritonRepoError, match="built without paged context FMHA") as e:
+        emit_repository(cell, no_paged, cell.spec.local_source(), tmp_path / "a", identity={}, reference=True)
+    assert "trtllm-build --use_paged_context_fmha enable" in e.value.hint
+    with pytest.raises(TritonRepoError, match="no tokenizer"):
+        emit_repository(cell, info, tmp_path, tmp_path / "b", identity={}, reference=True)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "other.txt").write_text("x")
+    with pytest.raises(OutputExistsError):
+        emit_for_cell(cell, "reference", tmp_path / "c")
+    emit_for_cell(cell, "reference", tmp_path / "c", force=True)
+    emit_for_cell(cell, "reference", tmp_path / "c")  # same identity: re-emitting is fine
+
+
+def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
+    cell = expand(load_spec(tiny_spec))[0]
+    eng = tmp_path / "engine"
+    eng.mkdir()
+    (eng / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"world_size": 2},
+                                                                       "logits_dtype": "float32"},
+                                                 "build_config": {"max_batch_size": 8, "max_input_len": 128,
+                                                                  "max_seq_len": 256, "max_beam_width": 1,
+                                                                  "plugin_config": {"use_paged_context_fmha": True}}}))
+    (eng / "rank0.engine").write_bytes(b"x")
+    repo = emit_for_cell(cell, str(eng), tmp_path / "repo")["repository"]
+    llm = _cfg(Path(repo), "tensorrt_llm")
+    assert llm.backend == "tensorrtllm" and llm.parameters["gpt_model_path"].string_value == str(eng)
+    lines = [f.line() for f in lint_repository(Path(repo), world_size=1)]
+    assert any("1 rank*.engine files for world size 2" in ln for ln in lines)
+    assert any("launch world size 1 != engine world size 2" in ln for ln in lines)
+
+
+def test_pytorch_runtime_emits_llmapi_layout(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import yaml
+
+    spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint)
+    d = yaml.safe_load(spec.read_text())
+    d["runtime"] = "pytorch"
+    spec.write_text(yaml.safe_dump(d))
+    cell = expand(load_spec(spec))[0]
+    res = emit_for_cell(cell, "reference", tmp_path / "repo")
+    assert res["layout"] == "llmapi"
+    cfg = _cfg(tmp_path / "repo", "tensorrt_llm")
+    assert cfg.backend == "python" and cfg.max_batch_size == 0
+    my = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert my["triton_config"] == {"max_batch_size": 0, "decoupled": True} and my["backend"] == "pytorch"
+
+
+def test_cli_lint_exit_codes(cli, reference_repo, tmp_path) -> None:
+    r = cli("triton", "lint", reference_repo)
+    assert r.exit_code == 0, r.output
+    repo = _broken(reference_repo, tmp_path, "tensorrt_llm", lambda t: t.replace("decoupled: true", "decoupled: false"))
+    r = cli("triton", "lint", repo)
+    assert r.exit_code == 2 and "set decoupled: true" in r.output

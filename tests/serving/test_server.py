@@ -1,0 +1,104 @@
+"""A real Triton 2.51 (nvidia-pytriton wheel) on 127.0.0.1 serving the emitted repository."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolchain.errors import ServerError, UserInputError
+from toolchain.triton import server as S
+from toolchain.triton.client import stream_generate
+
+pytestmark = pytest.mark.slow
+PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def served(reference_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S.Server]:
+    ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
+    srv = S.start(reference_repo, ports=ports, log_path=tmp_path_factory.mktemp("log") / "triton.log",
+                  ready_timeout=180)
+    yield srv
+    srv.stop()
+    assert not glob.glob(f"/dev/shm/{srv.shm_prefix}*"), "shared-memory regions left behind"
+
+
+@pytest.fixture(scope="module")
+def greedy(tiny_checkpoint: Path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+
+    def run(prompt: str, n: int) -> list[int]:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=tok.eos_token_id)
+        return out[0, ids.shape[1]:].tolist()
+
+    return tok, run
+
+
+def test_streaming_through_ensemble_matches_transformers(served: S.Server, greedy) -> None:
+    tok, run = greedy
+    want = run(PROMPT, 12)
+    res = stream_generate(served.grpc_url, "ensemble", PROMPT, 12, stream=True)
+    assert res.error is None
+    assert len(res.chunks) == len(want)  # one streamed response per token
+    assert res.chunks == [tok.decode([t], skip_special_tokens=True) for t in want]
+    assert res.perf["num_output_tokens"] == len(want)
+    assert all(b >= a for a, b in zip(res.times, res.times[1:]))
+
+
+def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy) -> None:
+    tok, run = greedy
+    want = run(PROMPT, 10)
+    res = stream_generate(served.grpc_url, "tensorrt_llm_bls", PROMPT, 10, stream=False)
+    assert res.error is None and len(res.chunks) == 1
+    assert res.chunks[0] == tok.decode(want, skip_special_tokens=True)
+
+
+def test_prefix_cache_is_reused_and_reported(served: S.Server) -> None:
+    long = " ".join([PROMPT] * 8)  # several full 32-token blocks
+    first = stream_generate(served.grpc_url, "ensemble", long, 4)
+    second = stream_generate(served.grpc_url, "ensemble", long, 4)
+    assert first.perf["kv_cache_reused_blocks"] == 0 or first.perf["kv_cache_reused_blocks"] < \
+        second.perf["kv_cache_reused_blocks"]
+    assert second.perf["kv_cache_reused_blocks"] >= 2
+    assert second.chunks == first.chunks  # reuse must not change the output
+    text = urllib.request.urlopen(served.metrics_url, timeout=5).read().decode()
+    assert 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused"' in text
+    assert "nv_inference_request_success" in text
+
+
+def test_ports_in_use_are_named(reference_repo: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        with pytest.raises(UserInputError, match=f"grpc port {busy} on 127.0.0.1 is already in use"):
+            S.start(reference_repo, ports=S.Ports(S.free_port(), busy, S.free_port()))
+
+
+def test_missing_stub_is_detected_before_starting(tmp_path: Path, monkeypatch) -> None:
+    fake = tmp_path / "tritonserver"
+    (fake / "python_backend_stubs").mkdir(parents=True)
+    with pytest.raises(ServerError, match="no Python backend stub for Python"):
+        S.prepare_backends(fake)
+
+
+def test_failed_model_is_named_with_log_tail(reference_repo: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(reference_repo, repo)
+    (repo / "postprocessing" / "1" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
+    with pytest.raises(ServerError, match="postprocessing") as e:
+        S.start(repo, ports=S.Ports(S.free_port(), S.free_port(), S.free_port()), log_path=tmp_path / "t.log",
+                ready_timeout=120)
+    assert e.value.log_path == tmp_path / "t.log"

@@ -1,0 +1,75 @@
+"""`toolchain triton emit|lint`: model repositories that load the first time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg
+
+app = typer.Typer(help="Emit and lint Triton TensorRT-LLM model repositories.", no_args_is_help=True)
+
+
+@app.command()
+def emit(
+    spec: SpecArg,
+    engine: Annotated[str, typer.Option("--engine", help="Registry key/tag, an engine directory, or 'reference'")],
+    out: Annotated[Path, typer.Option("--out", help="Repository directory to write")],
+    cell: CellOpt = None,
+    registry: RegistryOpt = None,
+    force: ForceOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Emit the inflight_batcher_llm repository (or the llmapi layout for runtime pytorch).
+
+    `--engine reference` uses the CPU reference model in place of the tensorrtllm backend (no GPU needed).
+
+    Examples:
+      toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
+      toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 --engine 3f2a9c1d --out ./repo
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.spec.loader import load_spec
+    from toolchain.spec.matrix import expand, find_cell
+    from toolchain.triton.deploy import emit_for_cell
+
+    s = load_spec(spec)
+    c = find_cell(s, cell) if cell else expand(s)[0]
+    res = emit_for_cell(c, engine, out, registry=registry, force=force)
+    if json_out:
+        print_json(res)
+    else:
+        note = " with the CPU reference model (not TensorRT-LLM)" if res["reference"] else ""
+        err.print(f"wrote {res['repository']} for cell {c.id}{note}", highlight=False, markup=False)
+
+
+@app.command()
+def lint(
+    repo: Annotated[Path, typer.Argument(help="Model repository directory")],
+    world_size: Annotated[int | None, typer.Option("--world-size", help="Ranks you will launch with")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a repository against its engine and the TensorRT-LLM backend facts; exit 2 on errors.
+
+    Examples: toolchain triton lint ./repo
+    """
+    from dataclasses import asdict
+
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import TritonRepoError
+    from toolchain.triton.lint import lint_repository
+
+    findings = lint_repository(repo, world_size=world_size)
+    if json_out:
+        print_json([asdict(f) for f in findings])
+    else:
+        for f in findings:
+            err.print(f.line(), highlight=False, markup=False)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise TritonRepoError(f"{len(errors)} error(s) in {repo}; first: {errors[0].file}: {errors[0].field}: "
+                              f"{errors[0].message}", errors[0].fix)
+    if not json_out:
+        err.print(f"ok: {repo} ({len(findings)} warning(s))")
