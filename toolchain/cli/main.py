@@ -9,7 +9,18 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from toolchain.cli import build_cmd, cache_cmd, gpus_cmd, plan_cmd, quantize_cmd, serve_cmd, spec_cmd, triton_cmd
+from toolchain.cli import (
+    bench_cmd,
+    build_cmd,
+    cache_cmd,
+    diagnose_cmd,
+    gpus_cmd,
+    plan_cmd,
+    quantize_cmd,
+    serve_cmd,
+    spec_cmd,
+    triton_cmd,
+)
 
 
 def _fail(line: str, code: int) -> typer.Exit:
@@ -50,7 +61,8 @@ app = typer.Typer(
 app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(cache_cmd.app, name="cache")
 app.add_typer(triton_cmd.app, name="triton")
-for mod in (gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd):
+app.add_typer(bench_cmd.app, name="bench")
+for mod in (gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, diagnose_cmd):
     mod.register(app)
 
 

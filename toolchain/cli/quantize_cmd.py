@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
         """
         from toolchain.cli.render import Stages, err, print_json
         from toolchain.errors import UserInputError
-        from toolchain.quantize.run import Recipe, default_out, quantize as run_quantize, recipe_from_spec, source_dir
+        from toolchain.quantize.run import Recipe, default_out, recipe_from_spec, source_dir
+        from toolchain.quantize.run import quantize as run_quantize
 
         stages = Stages()
         jobs = []

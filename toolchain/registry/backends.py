@@ -209,7 +209,12 @@ class S3Backend(Backend):
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+        )
 
         try:
             return fn(*args, **kw)

@@ -13,9 +13,8 @@ field has one and that keys and profile ids follow them.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
-
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 

@@ -1,0 +1,157 @@
+"""Metric definitions, arrival processes, workloads, SSE client, report and diagnose rules."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.metrics import RequestRecord, aggregate, summarize
+from toolchain.bench.workload import Dist, PromptMaker, Request, arrivals, shared_prefix
+from toolchain.diagnose.rules import Observations, diagnose
+
+
+def test_percentiles_agree_with_numpy() -> None:
+    rng = random.Random(3)
+    data = [rng.lognormvariate(3, 1) for _ in range(999)]
+    s = summarize(data)
+    assert s is not None
+    for p in (50, 90, 95, 99):
+        assert s[f"p{p}"] == pytest.approx(float(np.percentile(data, p)))
+    assert s["min"] == min(data) and s["max"] == max(data) and s["mean"] == pytest.approx(sum(data) / len(data))
+
+
+def test_record_definitions() -> None:
+    r = RequestRecord(0, 10, 5, sent=1.0, chunk_times=[1.2, 1.25, 1.3, 1.4], output_tokens=5)
+    assert r.ttft == pytest.approx(0.2) and r.e2e == pytest.approx(0.4)
+    assert r.tpot == pytest.approx(0.2 / 4)  # (E2E - TTFT) / (tokens - 1): server says 5 tokens in 4 chunks
+    assert [round(x, 3) for x in r.itls] == [0.05, 0.05, 0.1]
+    one = RequestRecord(1, 10, 1, sent=0.0, chunk_times=[0.1], output_tokens=1)
+    assert one.tpot is None
+    agg = aggregate([r, one, RequestRecord(2, 1, 1, 0.0, error="boom")], wall_s=2.0, slo={"ttft_ms": 150})
+    assert agg["completed"] == 2 and agg["errors"] == 1 and agg["goodput_rps"] == 0.5
+
+
+def test_poisson_arrivals_have_the_right_mean_and_constant_is_exact() -> None:
+    offs = arrivals(20000, 5.0, poisson=True, seed=7)
+    gaps = np.diff(offs)
+    assert gaps.mean() == pytest.approx(0.2, rel=0.03)
+    assert gaps.std() == pytest.approx(0.2, rel=0.05)  # exponential: std == mean
+    assert arrivals(20000, 5.0, poisson=True, seed=7) == offs  # seeded
+    const = np.diff(arrivals(100, 4.0, poisson=False, seed=0))
+    assert np.allclose(const, 0.25)
+
+
+def test_prompts_have_exactly_n_tokens(tiny_checkpoint: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    pm = PromptMaker(tok, 0)
+    for n in (1, 7, 64, 200):
+        assert pm.count(pm.make(n)) == n
+    reqs = shared_prefix(tok, 40, 2, 32, 0.5, Dist.parse("8"), Dist.parse("4"), 1)
+    shared = [r for r in reqs if r.shared_prefix]
+    assert 10 < len(shared) < 30
+    assert len({r.prompt[:20] for r in shared}) <= 2
+
+
+def test_dist_parsing_and_bad_forms() -> None:
+    from toolchain.errors import UserInputError
+
+    rng = random.Random(0)
+    assert Dist.parse("12").sample(rng) == 12
+    assert 100 <= Dist.parse("uniform:100:200").sample(rng) <= 200
+    with pytest.raises(UserInputError):
+        Dist.parse("gamma:1")
+
+
+class _SSE(BaseHTTPRequestHandler):
+    def log_message(self, *a):  # quiet
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        time.sleep(0.06)
+        for i in range(body["max_tokens"]):
+            if i:
+                time.sleep(0.02)
+            self.wfile.write(f'data: {json.dumps({"choices": [{"text": f"w{i}"}]})}\n\n'.encode())
+            self.wfile.flush()
+        usage = {"choices": [], "usage": {"completion_tokens": body["max_tokens"], "prompt_tokens": 3}}
+        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+
+
+def test_openai_sse_client_measures_ttft_and_reads_usage() -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _SSE)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        out = run_load("openai", url, "m", [Request("hi", 1, 5) for _ in range(4)], Load(concurrency=2), warmup=0)
+    finally:
+        httpd.shutdown()
+    s = aggregate(out.records, out.wall_s)
+    assert s["completed"] == 4
+    assert all(r.output_tokens == 5 and r.token_source == "server" for r in out.records)
+    assert 40 < s["ttft_ms"]["p50"] < 200 and 10 < s["itl_ms"]["p50"] < 60
+
+
+@pytest.mark.parametrize(
+    ("obs", "rule"),
+    [
+        (Observations(ttft_p50_ms=100, ttft_p99_ms=900, queue_p99_ms=50), "prefill-decode-interference"),
+        (Observations(queue_p99_ms=450), "undersized"),
+        (Observations(kv_usage_max=0.91), "kv-preemption-risk"),
+        (Observations(gpu_util_mean=0.45), "gpu-underutilised"),
+        (Observations(tpot_p50_ms=20, tpot_p99_ms=140), "prefill-spikes"),
+        (Observations(prefix_caching_configured=True, reused_blocks=0), "prefix-cache-unused"),
+    ],
+)
+def test_each_rule_fires(obs: Observations, rule: str) -> None:
+    found = diagnose(obs)
+    assert [f.rule for f in found] == [rule]
+    assert found[0].evidence and found[0].action
+
+
+def test_healthy_metrics_are_silent() -> None:
+    healthy = Observations(ttft_p50_ms=100, ttft_p99_ms=250, tpot_p50_ms=20, tpot_p99_ms=30, queue_p99_ms=20,
+                           kv_usage_max=0.5, gpu_util_mean=0.85, prefix_caching_configured=True, reused_blocks=120)
+    assert diagnose(healthy) == []
+    assert diagnose(Observations()) == []
+
+
+def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
+    recs = [RequestRecord(i, 8, 4, sent=0.0, chunk_times=[0.1 + i * 0.01, 0.12 + i * 0.01, 0.2 + i * 0.01],
+                          output_tokens=3) for i in range(20)]
+    recs.append(RequestRecord(20, 8, 4, sent=0.0, chunk_times=[3.0, 3.02], output_tokens=2))
+    res = {"kind": "toolchain.bench-result", "schema": 1, "provenance": {"model": "ensemble", "url": "x"},
+           "runs": [{"label": "concurrency=1", "load": {}, "summary": aggregate(recs, 2.0), "server":
+                     {"queue_ms_mean": 5.0, "kv_usage_max": 0.3}, "client": {}, "prefix": None,
+                     "records": [r.to_json() for r in recs]}], "interrupted": None}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(res))
+    r = cli("bench", "report", p, "--out", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "rep" / "report.md").read_text().count("concurrency=1") == 1
+    assert (tmp_path / "rep" / "latency_cdf.png").stat().st_size > 1000
+    r = cli("diagnose", "--bench", p, "--json")
+    assert r.exit_code == 0, r.output
+    rules = [f["rule"] for f in json.loads(r.stdout)["findings"]]
+    assert "prefill-decode-interference" in rules
+    r = cli("diagnose")
+    assert r.exit_code == 2

@@ -1,0 +1,1 @@
+"""Load generator, metric definitions, Prometheus scrape, reports and plots."""

@@ -1,0 +1,301 @@
+"""Asyncio load generator: Triton gRPC bidirectional streaming (tritonclient.grpc.aio) and
+OpenAI-compatible HTTP SSE; fixed concurrency or constant/Poisson rate; warm-up excluded; bounded
+by count or duration; Ctrl-C or a dead server keeps what was measured."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolchain.bench.metrics import RequestRecord
+from toolchain.bench.workload import Request
+from toolchain.errors import BenchError
+
+PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks")
+
+
+@dataclass
+class Load:
+    concurrency: int | None = None
+    rate: float | None = None
+    poisson: bool = False
+    duration_s: float | None = None
+
+    def label(self) -> str:
+        if self.concurrency is not None:
+            return f"concurrency={self.concurrency}"
+        return f"rate={self.rate:g}/s{' poisson' if self.poisson else ''}"
+
+
+@dataclass
+class RunOutcome:
+    records: list[RequestRecord]
+    wall_s: float
+    interrupted: str | None = None
+    client_cpu_s: float = 0.0
+    lag_s: list[float] = field(default_factory=list)
+
+
+class TritonTarget:
+    def __init__(self, url: str, model: str, stream: bool, timeout: float) -> None:
+        import tritonclient.grpc.aio as grpcaio
+
+        self.g = grpcaio
+        self.url, self.model, self.stream, self.timeout = url, model, stream, timeout
+        self.client = grpcaio.InferenceServerClient(url)
+        self.inputs: set[str] = set()
+        self.outputs: list[str] = list(PERF_OUT)
+
+    async def check(self) -> None:
+        try:
+            live = await asyncio.wait_for(self.client.is_server_live(), 5)
+        except Exception as e:
+            raise BenchError(f"cannot reach Triton at {self.url} ({type(e).__name__})",
+                             "start it with `toolchain serve DIR` or fix --url (host:grpc_port)") from None
+        if not live:
+            raise BenchError(f"Triton at {self.url} is not live")
+        try:
+            cfg = (await self.client.get_model_config(self.model, as_json=True))["config"]
+        except Exception as e:
+            raise BenchError(f"model {self.model!r} is not available at {self.url}: {e}",
+                             "check --model (ensemble, tensorrt_llm_bls, ...)") from None
+        self.inputs = {i["name"] for i in cfg.get("input", [])}
+        self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
+        missing = {"text_input", "max_tokens"} - self.inputs
+        if missing or "text_output" not in self.outputs:
+            raise BenchError(f"model {self.model!r} does not take text_input/max_tokens and return text_output",
+                             "benchmark the ensemble or tensorrt_llm_bls model")
+        if self.stream and "stream" not in self.inputs:
+            raise BenchError(f"model {self.model!r} has no 'stream' input", "pass --no-stream or pick another model")
+        if self.stream:
+            decoupled = bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
+            if cfg.get("platform") == "ensemble":
+                for step in cfg.get("ensemble_scheduling", {}).get("step", []):
+                    sub = (await self.client.get_model_config(step["model_name"], as_json=True))["config"]
+                    decoupled |= bool(sub.get("model_transaction_policy", {}).get("decoupled"))
+            if not decoupled:
+                raise BenchError(f"model {self.model!r} is not decoupled, so it cannot stream tokens",
+                                 "serve it with decoupled mode (serving.decoupled: true) or pass --no-stream")
+
+    def _inputs(self, req: Request) -> list[Any]:
+        def inp(name: str, arr: Any, dt: str) -> Any:
+            i = self.g.InferInput(name, list(arr.shape), dt)
+            i.set_data_from_numpy(arr)
+            return i
+
+        out = [inp("text_input", np.array([[req.prompt]], dtype=object), "BYTES"),
+               inp("max_tokens", np.array([[req.max_tokens]], dtype=np.int32), "INT32")]
+        for name, value in (("stream", self.stream), ("return_perf_metrics", True), ("return_num_output_tokens", True)):
+            if name in self.inputs:
+                out.append(inp(name, np.array([[value]], dtype=bool), "BOOL"))
+        return out
+
+    async def one(self, req: Request, rec: RequestRecord) -> None:
+        outputs = [self.g.InferRequestedOutput(n) for n in self.outputs]
+        inputs = self._inputs(req)
+
+        async def gen() -> Any:
+            yield {"model_name": self.model, "inputs": inputs, "outputs": outputs, "request_id": str(rec.index),
+                   "enable_empty_final_response": True}
+
+        rec.sent = time.perf_counter()
+        server_tokens = None
+        async for result, error in self.client.stream_infer(gen(), stream_timeout=self.timeout):
+            now = time.perf_counter()
+            if error is not None:
+                rec.error = str(error)
+                break
+            text = result.as_numpy("text_output")
+            if text is not None and text.size:
+                rec.chunk_times.append(now)
+            n = result.as_numpy("num_output_tokens")
+            if n is not None and n.size:
+                server_tokens = max(server_tokens or 0, int(n.reshape(-1)[0]))
+            reused = result.as_numpy("kv_cache_reused_blocks")
+            if reused is not None and reused.size:
+                rec.perf["kv_cache_reused_blocks"] = int(reused.reshape(-1)[0])
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        if server_tokens is not None:
+            rec.output_tokens = server_tokens
+        else:
+            rec.token_source = "chunks (server sent no token count)"
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class OpenAITarget:
+    """/v1/completions or /v1/chat/completions with stream=true; tokens from `usage` when sent."""
+
+    def __init__(self, url: str, model: str, chat: bool, timeout: float) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.model, self.chat = model, chat
+        self.http = httpx.AsyncClient(timeout=timeout)
+
+    async def check(self) -> None:
+        try:
+            r = await self.http.get(f"{self.url}/v1/models", timeout=5)
+        except Exception as e:
+            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from None
+        if r.status_code >= 500:
+            raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
+
+    async def one(self, req: Request, rec: RequestRecord) -> None:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": req.max_tokens, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": req.prompt}]
+            path = "/v1/chat/completions"
+        else:
+            body["prompt"] = req.prompt
+            path = "/v1/completions"
+        rec.sent = time.perf_counter()
+        async with self.http.stream("POST", self.url + path, json=body) as r:
+            if r.status_code != 200:
+                rec.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+                return
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                obj = json.loads(data)
+                for ch in obj.get("choices") or []:
+                    piece = ch.get("text") if not self.chat else (ch.get("delta") or {}).get("content")
+                    if piece:
+                        rec.chunk_times.append(now)
+                        break
+                usage = obj.get("usage")
+                if usage and usage.get("completion_tokens") is not None:
+                    rec.output_tokens = int(usage["completion_tokens"])
+        if rec.output_tokens is None:
+            rec.token_source = "chunks (server sent no usage)"
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+GONE = ("unavailable", "connect", "no available versions", "socket closed", "stream removed", "shutting down",
+        "connection reset", "broken pipe")
+
+
+def _server_gone(error: str) -> bool:
+    """Errors that mean the server (or the model) went away, as opposed to a failed request."""
+    e = error.lower()
+    return any(g in e for g in GONE)
+
+
+async def _run(target: Any, reqs: list[Request], load: Load, warmup: int, seed: int, stop_on_error: bool,
+               max_conn_errors: int, holder: dict[str, RunOutcome]) -> RunOutcome:
+    from toolchain.bench.workload import arrivals
+
+    records: list[RequestRecord] = []
+    outcome = RunOutcome(records, 0.0)
+    holder["outcome"] = outcome
+    for i, r in enumerate(reqs[:warmup]):
+        rec = RequestRecord(i, r.prompt_tokens, r.max_tokens, 0.0, warmup=True, shared_prefix=r.shared_prefix)
+        with contextlib.suppress(Exception):
+            await target.one(r, rec)
+        records.append(rec)
+    todo = reqs[warmup:]
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    deadline = t0 + load.duration_s if load.duration_s else None
+    stop = asyncio.Event()
+    consecutive = {"conn": 0}
+
+    async def fire(i: int, r: Request) -> None:
+        rec = RequestRecord(warmup + i, r.prompt_tokens, r.max_tokens, time.perf_counter(),
+                            shared_prefix=r.shared_prefix)
+        records.append(rec)
+        try:
+            await target.one(r, rec)
+        except asyncio.CancelledError:
+            rec.error = rec.error or "cancelled"
+            raise
+        except Exception as e:
+            rec.error = f"{type(e).__name__}: {e}"
+        if rec.error:
+            if _server_gone(rec.error):
+                consecutive["conn"] += 1
+                if consecutive["conn"] >= max_conn_errors:
+                    outcome.interrupted = f"server unreachable during the run: {rec.error[:200]}"
+                    stop.set()
+            if stop_on_error:
+                outcome.interrupted = f"stopped on error: {rec.error[:200]}"
+                stop.set()
+        else:
+            consecutive["conn"] = 0
+
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        if load.concurrency is not None:
+            it = iter(enumerate(todo))
+
+            async def worker() -> None:
+                for i, r in it:
+                    if stop.is_set() or (deadline and time.perf_counter() > deadline):
+                        return
+                    await fire(i, r)
+
+            tasks = [asyncio.create_task(worker()) for _ in range(load.concurrency)]
+        else:
+            assert load.rate is not None
+            offsets = arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)
+            for (i, r), off in zip(enumerate(todo), offsets):
+                wait = t0 + off - time.perf_counter()
+                if wait > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), wait)
+                    except asyncio.TimeoutError:
+                        pass
+                if stop.is_set() or (deadline and time.perf_counter() > deadline):
+                    break
+                outcome.lag_s.append(max(0.0, time.perf_counter() - (t0 + off)))
+                tasks.append(asyncio.create_task(fire(i, r)))
+        await asyncio.gather(*tasks)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        outcome.interrupted = "interrupted (Ctrl-C); results so far were kept"
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        outcome.wall_s = time.perf_counter() - t0
+        outcome.client_cpu_s = time.process_time() - cpu0
+    return outcome
+
+
+def run_load(target_kind: str, url: str, model: str, reqs: list[Request], load: Load, *, stream: bool = True,
+             warmup: int = 1, seed: int = 0, timeout: float = 300.0, stop_on_error: bool = False,
+             chat: bool = False, max_conn_errors: int = 3) -> RunOutcome:
+    holder: dict[str, RunOutcome] = {}
+
+    async def main() -> RunOutcome:
+        target: Any = TritonTarget(url, model, stream, timeout) if target_kind == "triton" else \
+            OpenAITarget(url, model, chat, timeout)
+        try:
+            await target.check()
+            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder)
+        finally:
+            with contextlib.suppress(Exception):
+                await target.close()
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        if "outcome" not in holder:
+            raise
+        out = holder["outcome"]
+        out.interrupted = "interrupted (Ctrl-C); results so far were kept"
+        return out

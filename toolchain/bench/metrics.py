@@ -1,0 +1,125 @@
+"""Metric definitions, once, for code and report alike.
+
+- TTFT: request sent -> first streamed token chunk received (client clock).
+- E2E: request sent -> last chunk received.
+- TPOT (per request): (E2E - TTFT) / (output tokens - 1); undefined for one-token outputs.
+- ITL: every gap between consecutive streamed chunks, pooled over requests.
+- Request throughput: completed requests / measured wall time; output-token throughput likewise.
+- Goodput: requests per second that met every SLO in the spec (TTFT and TPOT targets).
+Output tokens come from the server (`num_output_tokens`, `sequence_length`, OpenAI `usage`) when it
+reports them; otherwise the chunk count is used and the result says so (``token_source``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+PCTS = (50, 90, 95, 99)
+DEFINITIONS = {
+    "ttft_ms": "request sent -> first streamed token (client clock)",
+    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), per request",
+    "itl_ms": "every gap between consecutive streamed chunks",
+    "e2e_ms": "request sent -> last chunk",
+    "goodput_rps": "completed requests per second that met every SLO",
+}
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    prompt_tokens: int
+    max_tokens: int
+    sent: float  # perf_counter seconds
+    chunk_times: list[float] = field(default_factory=list)
+    output_tokens: int | None = None
+    token_source: str = "server"
+    error: str | None = None
+    shared_prefix: bool | None = None
+    perf: dict[str, int] = field(default_factory=dict)
+    warmup: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.chunk_times)
+
+    @property
+    def ttft(self) -> float | None:
+        return (self.chunk_times[0] - self.sent) if self.chunk_times else None
+
+    @property
+    def e2e(self) -> float | None:
+        return (self.chunk_times[-1] - self.sent) if self.chunk_times else None
+
+    @property
+    def n_tokens(self) -> int:
+        return self.output_tokens if self.output_tokens is not None else len(self.chunk_times)
+
+    @property
+    def tpot(self) -> float | None:
+        n = self.n_tokens
+        if not self.ok or n < 2:
+            return None
+        return (self.e2e - self.ttft) / (n - 1)  # type: ignore[operator]
+
+    @property
+    def itls(self) -> list[float]:
+        t = self.chunk_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(ttft_ms=_ms(self.ttft), e2e_ms=_ms(self.e2e), tpot_ms=_ms(self.tpot))
+        return d
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000.0
+
+
+def summarize(values: list[float]) -> dict[str, float] | None:
+    """P50/P90/P95/P99 (numpy, linear interpolation), min, max, mean; None for no data."""
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float)
+    out = {f"p{p}": float(np.percentile(a, p)) for p in PCTS}
+    out.update(min=float(a.min()), max=float(a.max()), mean=float(a.mean()), count=int(a.size))
+    return out
+
+
+def meets(r: RequestRecord, slo: dict[str, float | None]) -> bool:
+    if not r.ok:
+        return False
+    ttft, tpot = slo.get("ttft_ms"), slo.get("tpot_ms")
+    if ttft is not None and (r.ttft or 0) * 1000 > ttft:
+        return False
+    return not (tpot is not None and r.tpot is not None and r.tpot * 1000 > tpot)
+
+
+def aggregate(records: list[RequestRecord], wall_s: float, slo: dict[str, float | None] | None = None
+              ) -> dict[str, Any]:
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    toks = sum(r.n_tokens for r in ok)
+    slo = slo or {}
+    good = [r for r in ok if meets(r, slo)]
+    sources = sorted({r.token_source for r in ok})
+    return {
+        "requests": len(measured),
+        "completed": len(ok),
+        "errors": len(measured) - len(ok),
+        "wall_s": wall_s,
+        "request_throughput_rps": len(ok) / wall_s if wall_s > 0 else 0.0,
+        "output_token_throughput_tps": toks / wall_s if wall_s > 0 else 0.0,
+        "goodput_rps": len(good) / wall_s if wall_s > 0 else 0.0,
+        "slo": slo,
+        "ttft_ms": summarize([r.ttft * 1000 for r in ok if r.ttft is not None]),
+        "tpot_ms": summarize([r.tpot * 1000 for r in ok if r.tpot is not None]),
+        "itl_ms": summarize([g * 1000 for r in ok for g in r.itls]),
+        "e2e_ms": summarize([r.e2e * 1000 for r in ok if r.e2e is not None]),
+        "output_tokens": summarize([float(r.n_tokens) for r in ok]),
+        "token_source": sources,
+        "definitions": DEFINITIONS,
+    }

@@ -1,0 +1,92 @@
+"""Prometheus text scraping and the server-side numbers a benchmark reports."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolchain.errors import BenchError
+
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass
+class Snapshot:
+    samples: list[Sample] = field(default_factory=list)
+
+    def get(self, name: str, **labels: str) -> list[Sample]:
+        return [s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+    def total(self, name: str, **labels: str) -> float:
+        return sum(s.value for s in self.get(name, **labels))
+
+    def value(self, name: str, **labels: str) -> float | None:
+        got = self.get(name, **labels)
+        return got[0].value if got else None
+
+
+def parse(text: str) -> Snapshot:
+    snap = Snapshot()
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(3) or ""))
+        try:
+            snap.samples.append(Sample(m.group(1), labels, float(m.group(4))))
+        except ValueError:
+            continue
+    return snap
+
+
+def scrape(url: str, timeout: float = 5.0) -> Snapshot:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return parse(r.read().decode("utf-8", "replace"))
+    except OSError as e:
+        raise BenchError(f"cannot scrape metrics at {url}: {e}", "check --metrics-url (Triton serves /metrics on 8002)"
+                         ) from None
+
+
+def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:
+    """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run."""
+    def delta(name: str, **lb: str) -> float:
+        return after.total(name, **lb) - before.total(name, **lb)
+
+    out: dict[str, Any] = {"model": model}
+    n = delta("nv_inference_request_success", model=model)
+    out["requests_success"] = n
+    out["requests_failure"] = delta("nv_inference_request_failure", model=model)
+    if n > 0:
+        out["queue_ms_mean"] = delta("nv_inference_queue_duration_us", model=model) / n / 1000
+        out["compute_infer_ms_mean"] = delta("nv_inference_compute_infer_duration_us", model=model) / n / 1000
+    q99 = after.value("nv_inference_queue_summary_us", model=model, quantile="0.99")
+    if q99 is not None:
+        out["queue_ms_p99"] = q99 / 1000
+    fractions = [v for s in during for v in [s.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction")]
+                 if v is not None]
+    if fractions:
+        out["kv_usage_max"] = max(fractions)
+        out["kv_usage_mean"] = sum(fractions) / len(fractions)
+    rb, ra = (before.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"),
+              after.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"))
+    if ra is not None:
+        out["kv_reused_blocks"] = ra - (rb or 0)
+    gpu = [s.total("nv_gpu_utilization") / max(1, len(s.get("nv_gpu_utilization"))) for s in during
+           if s.get("nv_gpu_utilization")]
+    if gpu:
+        out["gpu_util_max"] = max(gpu)
+        out["gpu_util_mean"] = sum(gpu) / len(gpu)
+    return out

@@ -1,0 +1,130 @@
+"""One benchmark invocation: workload, load points (a sweep), metrics scrape, result document."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from toolchain import __version__
+from toolchain.bench import prom
+from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.metrics import aggregate
+from toolchain.bench.workload import Request
+from toolchain.digest import atomic_write_text
+
+
+@dataclass
+class BenchConfig:
+    protocol: str  # triton | openai
+    url: str
+    model: str
+    loads: list[Load]
+    requests: list[Request]
+    stream: bool = True
+    warmup: int = 1
+    seed: int = 0
+    metrics_url: str | None = None
+    llm_model: str = "tensorrt_llm"
+    slo: dict[str, float | None] = field(default_factory=dict)
+    chat: bool = False
+    stop_on_error: bool = False
+    timeout: float = 300.0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+class _Sampler:
+    def __init__(self, url: str | None, period: float = 1.0) -> None:
+        self.url, self.period = url, period
+        self.snaps: list[prom.Snapshot] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.snaps.append(prom.scrape(self.url or "", timeout=2))
+            except Exception:
+                continue
+
+    def __enter__(self) -> _Sampler:
+        if self.url:
+            self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.url:
+            self._t.join(3)
+
+
+def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any]:
+    runs = []
+    interrupted = None
+    for load in cfg.loads:
+        progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
+        before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+        with _Sampler(cfg.metrics_url) as sampler:
+            out = run_load(cfg.protocol, cfg.url, cfg.model, cfg.requests, load, stream=cfg.stream,
+                           warmup=cfg.warmup, seed=cfg.seed, timeout=cfg.timeout, stop_on_error=cfg.stop_on_error,
+                           chat=cfg.chat)
+        server: dict[str, Any] | None = None
+        if cfg.metrics_url and before is not None:
+            try:
+                after = prom.scrape(cfg.metrics_url)
+                server = prom.server_side(before, after, [*sampler.snaps, after], cfg.llm_model)
+            except Exception as e:  # the server may be gone; keep the client side
+                server = {"error": str(e)}
+        summary = aggregate(out.records, out.wall_s, cfg.slo)
+        measured = [r for r in out.records if not r.warmup]
+        chunks = sum(len(r.chunk_times) for r in measured)
+        client = {"cpu_s": out.client_cpu_s, "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
+                  "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks)}
+        if out.lag_s:
+            late = [x for x in out.lag_s if x > 0.05]
+            client["send_lag_ms_p99"] = sorted(out.lag_s)[int(0.99 * (len(out.lag_s) - 1))] * 1000
+            client["late_sends"] = len(late)
+            if len(late) > 0.05 * len(out.lag_s):
+                client["warning"] = (f"the client could not keep the requested rate: {len(late)} of "
+                                     f"{len(out.lag_s)} sends were more than 50 ms late")
+        runs.append({"load": load.__dict__, "label": load.label(), "summary": summary, "server": server,
+                     "client": client, "records": [r.to_json() for r in out.records],
+                     "prefix": _prefix_proof(out.records), "interrupted": out.interrupted})
+        if out.interrupted:
+            interrupted = out.interrupted
+            break
+    return {
+        "kind": "toolchain.bench-result", "schema": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "provenance": {**cfg.provenance, "url": cfg.url, "model": cfg.model, "protocol": cfg.protocol,
+                       "stream": cfg.stream, "command": sys.argv, "toolchain": __version__, "host": platform.node()},
+        "runs": runs, "interrupted": interrupted,
+    }
+
+
+def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:
+    """TTFT of shared-prefix vs unique prompts, next to the blocks the server says it reused."""
+    shared = [r for r in records if r.shared_prefix is True and r.ok and not r.warmup]
+    unique = [r for r in records if r.shared_prefix is False and r.ok and not r.warmup]
+    if not shared and not unique:
+        return None
+
+    def med(xs: list[float]) -> float | None:
+        xs = sorted(xs)
+        return xs[len(xs) // 2] * 1000 if xs else None
+
+    return {"shared_requests": len(shared), "unique_requests": len(unique),
+            "shared_ttft_ms_p50": med([r.ttft for r in shared]), "unique_ttft_ms_p50": med([r.ttft for r in unique]),
+            "shared_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in shared) / len(shared))
+            if shared else None,
+            "unique_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in unique) / len(unique))
+            if unique else None}
+
+
+def save(result: dict[str, Any], path: Path) -> None:
+    atomic_write_text(path, json.dumps(result, indent=1, default=str))

@@ -1,0 +1,92 @@
+"""Turn CLI choices into a BenchConfig: tokenizer, workload, loads, SLOs and provenance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from toolchain.bench.loadgen import Load
+from toolchain.bench.run import BenchConfig
+from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
+from toolchain.errors import UserInputError
+
+
+def parse_list(text: str | None, kind: type) -> list[Any]:
+    if not text:
+        return []
+    try:
+        vals = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from None
+    if any(v <= 0 for v in vals):
+        raise UserInputError(f"values in {text!r} must be positive")
+    return vals
+
+
+def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path:
+    if tokenizer:
+        return tokenizer
+    if repo:
+        from google.protobuf import text_format
+        from tritonclient.grpc import model_config_pb2 as pb
+
+        cfg = text_format.Parse((repo / "preprocessing" / "config.pbtxt").read_text(), pb.ModelConfig())
+        return Path(cfg.parameters["tokenizer_dir"].string_value)
+    if cell is not None:
+        from toolchain.triton.deploy import tokenizer_dir
+
+        return tokenizer_dir(cell)
+    raise UserInputError("the workload needs the deployment's tokenizer",
+                         "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC")
+
+
+def make_config(*, url: str, protocol: str, model: str, concurrency: str | None, rate: str | None, poisson: bool,
+                requests: int, duration: float | None, warmup: int, input_tokens: str, output_tokens: str,
+                shared: str | None, dataset_path: Path | None, tokenizer: Path | None, repo: Path | None,
+                spec: Path | None, cell_id: str | None, metrics_url: str | None, stream: bool, seed: int,
+                stop_on_error: bool, timeout: float) -> tuple[BenchConfig, Any]:
+    from transformers import AutoTokenizer
+
+    conc, rates = parse_list(concurrency, int), parse_list(rate, float)
+    if conc and rates:
+        raise UserInputError("choose --concurrency or --rate, not both")
+    loads = [Load(concurrency=c, duration_s=duration) for c in conc] or \
+        [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates] or [Load(concurrency=1, duration_s=duration)]
+    if requests < 1:
+        raise UserInputError("--requests must be at least 1")
+    cell = None
+    prov: dict[str, Any] = {}
+    slo: dict[str, float | None] = {}
+    if spec:
+        from toolchain.spec.loader import load_spec
+        from toolchain.spec.matrix import checkpoint_identity, engine_key, expand, find_cell, profile_id
+
+        s = load_spec(spec)
+        cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
+        ident = checkpoint_identity(s)
+        key = engine_key(cell, ident) if ident else None
+        prov.update(spec=s.name, cell=cell.id, gpu=cell.gpu.name, engine_key=key,
+                    profile_id=profile_id(cell, key) if key else None)
+        slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
+    if repo and (repo / "toolchain-repo.json").is_file():
+        meta = json.loads((repo / "toolchain-repo.json").read_text())
+        prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
+        prov["reference"] = meta.get("reference_note")
+    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, cell))
+    out_d = Dist.parse(output_tokens)
+    if dataset_path:
+        reqs = dataset(dataset_path, tok, out_d, seed, requests + warmup)
+    elif shared:
+        try:
+            k, p, frac = shared.split(":")
+            reqs = shared_prefix(tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d,
+                                 seed)
+        except ValueError:
+            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from None
+    else:
+        reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
+    cfg = BenchConfig(protocol=protocol.split("-")[0], url=url, model=model, loads=loads, requests=reqs,
+                      stream=stream, warmup=warmup, seed=seed, metrics_url=metrics_url, slo=slo,
+                      chat=protocol == "openai-chat", stop_on_error=stop_on_error, timeout=timeout, provenance=prov)
+    return cfg, cell
