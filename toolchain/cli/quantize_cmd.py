@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import ForceOpt, JsonOpt
+from toolchain.cli.options import ForceOpt, JsonOpt, RegistryOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         gate: Annotated[str, typer.Option("--gate", help="auto|fakequant|dequant accuracy check")] = "auto",
         allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
         force: ForceOpt = False,
+        registry: Annotated[str | None, typer.Option("--registry", help="Also store the result in this registry (spec mode)")] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Quantize a checkpoint with ModelOpt; export the TRT-LLM checkpoint and the unified HF checkpoint.
@@ -45,6 +46,7 @@ def register(app: typer.Typer) -> None:
 
         stages = Stages()
         jobs = []
+        spec_obj = None
         if spec is not None:
             if model is not None or fmt is not None:
                 raise UserInputError("give either a SPEC or --model/--format, not both",
@@ -61,6 +63,7 @@ def register(app: typer.Typer) -> None:
                 r = recipe_from_spec(s, tp_, pp_)
                 jobs.append((src, r, out if (out and len(jobs) == 0) else default_out(s, r), s.quantization.accuracy,
                              not force))
+            spec_obj = s
         else:
             if model is None or fmt is None or out is None:
                 raise UserInputError("without a SPEC, --model, --format and --out are required",
@@ -81,5 +84,15 @@ def register(app: typer.Typer) -> None:
                 f"ppl {acc['ppl_increase']:+.1%} [{m['accuracy']['gate']}]; "
                 f"{m['wall_time_s']:.1f}s, peak RSS {m['peak_rss_mb']:.0f} MB", highlight=False, markup=False)
             results.append({"out": str(res.out), "reused": res.reused, "manifest": m})
+            if registry and spec is not None:
+                from toolchain.quantize.run import registry_key
+                from toolchain.registry import open_registry
+
+                reg = open_registry(registry)
+                key = registry_key(spec_obj, r)
+                if key and not reg.exists(key):
+                    reg.put(key, res.out, kind="quantized-checkpoint",
+                            provenance={"recipe": r.to_json(), "input_digest": m["input_digest"]})
+                err.print(f"quantized checkpoint in {reg.url} as {key}", highlight=False)
         if json_out:
             print_json(results if len(results) > 1 else results[0])

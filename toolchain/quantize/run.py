@@ -366,7 +366,7 @@ def _quiet() -> Any:
     """Silence ModelOpt's known-harmless warnings (no tensorrt_llm module, lm_head notice)."""
     import sys
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+    with warnings.catch_warnings(), open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         warnings.filterwarnings("ignore", category=UserWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
         yield
@@ -404,3 +404,14 @@ def default_out(spec: Any, recipe: Recipe) -> Path:
 
     ident = sha256_text(canonical_json({"source": spec.model.source, "recipe": recipe.to_json()}))[:12]
     return cache_home() / "quantized" / f"{spec.name}-{recipe.weights}-tp{recipe.tp}pp{recipe.pp}-{ident}"
+
+
+def registry_key(spec: Any, recipe: Recipe) -> str | None:
+    """Registry key of a spec's quantized checkpoint: input checkpoint identity + recipe + quantizer."""
+    from toolchain.spec.matrix import QUANTIZER, checkpoint_identity
+
+    ident = checkpoint_identity(spec)
+    if ident is None:
+        return None
+    return sha256_text(canonical_json({"kind": "quantized-checkpoint", "checkpoint": ident,
+                                       "recipe": recipe.to_json(), "quantizer": QUANTIZER}))

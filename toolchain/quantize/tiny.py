@@ -57,6 +57,7 @@ def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Pa
         **TINY, tie_word_embeddings=False, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
     )
+    transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(cfg).eval()
     # Random init gives near-uniform logits; widen the output head so greedy decoding is decisive

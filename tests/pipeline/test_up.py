@@ -1,0 +1,51 @@
+"""`toolchain up` on the tiny spec: real ModelOpt, real Triton, a streaming benchmark; resumable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import SPECS
+from toolchain.spec.loader import load_spec
+
+pytestmark = pytest.mark.slow
+
+
+def _spec(tmp_path: Path) -> Path:
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(tmp_path / "tiny-llama")  # created by `up`, like on a fresh clone
+    p = tmp_path / "tiny.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def test_interrupted_up_resumes_then_finishes_with_a_benchmark(tmp_path: Path, monkeypatch, cli) -> None:
+    from toolchain.pipeline import up
+    from toolchain.triton import server as S
+
+    spec = _spec(tmp_path)
+    real_start = S.start
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        up.run_up(load_spec(spec), requests=2)
+    assert (tmp_path / "tiny-llama" / "config.json").is_file()
+    monkeypatch.setattr(S, "start", real_start)
+
+    r = cli("up", spec, "--requests", "3", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["stages"]["checkpoint"] == "present" and res["stages"]["quantize"] == "reused"
+    assert "not TensorRT-LLM" in res["served_by"] and res["stages"]["build"].startswith("skipped")
+    runs = res["bench"]["runs"]
+    assert [run["summary"]["completed"] for run in runs] == [3, 3]
+    assert all(run["summary"]["errors"] == 0 and run["summary"]["ttft_ms"]["p50"] > 0 for run in runs)
+    assert res["bench"]["provenance"]["engine_key"] == res["engine_key"]
+    assert Path(res["artifacts"]["report"]).is_file()
+    assert res["tpot_floor_ms"] is not None

@@ -1,0 +1,1 @@
+"""Whole-pipeline orchestration (`toolchain up`) and the CI engine matrix (`toolchain matrix`)."""
