@@ -63,14 +63,16 @@ def main() -> None:
 
         ours, cp = [], []
         for i in range(args.runs):
-            ours.append(timed(lambda: reg.get(key, work / f"get{i}")))
-            cp.append(timed(lambda: subprocess.run(["cp", "-r", str(src), str(work / f"cp{i}")], check=True)))
+            ours.append(timed(lambda i=i: reg.get(key, work / f"get{i}")))
+            cp.append(timed(lambda i=i: subprocess.run(["cp", "-r", str(src), str(work / f"cp{i}")], check=True)))
             shutil.rmtree(work / f"get{i}")
             shutil.rmtree(work / f"cp{i}")
         mo, mc = statistics.median(ours), statistics.median(cp)
-        print(f"local restore: registry get {mo:.3f} s vs cp -r {mc:.3f} s -> {mc / mo:.1f}x faster "
-              f"({','.join(sorted(reg.backend.restore_methods))}; target 20x); the first get, which hashes every "
-              f"blob before trusting the stat cache, took {ours[0]:.3f} s -> {mc / ours[0]:.1f}x")
+        print(
+            f"local restore: registry get {mo:.3f} s vs cp -r {mc:.3f} s -> {mc / mo:.1f}x faster "
+            f"({','.join(sorted(reg.backend.restore_methods))}; target 20x); the first get, which hashes every "
+            f"blob before trusting the stat cache, took {ours[0]:.3f} s -> {mc / ours[0]:.1f}x"
+        )
 
         big = src / "rank0.engine"
         gb = big.stat().st_size / 1e9
@@ -80,9 +82,11 @@ def main() -> None:
             sh.append(timed(lambda: hash_file(big, "sha256")))
             ss.append(timed(lambda: subprocess.run(["sha256sum", str(big)], check=True, capture_output=True)))
         mb3, msh, mss = (statistics.median(x) for x in (b3, sh, ss))
-        print(f"hashing {gb:.2f} GB: blake3 {gb / mb3:.2f} GB/s, sha256 (hashlib) {gb / msh:.2f} GB/s, "
-              f"sha256sum {gb / mss:.2f} GB/s -> blake3/sha256sum {mss / mb3:.2f}x, "
-              f"hashlib-sha256/sha256sum {mss / msh:.2f}x (target >= 0.9x)")
+        print(
+            f"hashing {gb:.2f} GB: blake3 {gb / mb3:.2f} GB/s, sha256 (hashlib) {gb / msh:.2f} GB/s, "
+            f"sha256sum {gb / mss:.2f} GB/s -> blake3/sha256sum {mss / mb3:.2f}x, "
+            f"hashlib-sha256/sha256sum {mss / msh:.2f}x (target >= 0.9x)"
+        )
 
         if shutil.which("aws") and subprocess.run(["aws", "--version"], capture_output=True).returncode == 0:
             s3_bench(src, work, args.runs)
@@ -100,12 +104,21 @@ def s3_bench(src: Path, work: Path, runs: int) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
-        os.environ.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
-                           "TOOLCHAIN_S3_ENDPOINT_URL": url})
+        os.environ.update(
+            {
+                "AWS_ACCESS_KEY_ID": "x",
+                "AWS_SECRET_ACCESS_KEY": "y",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "TOOLCHAIN_S3_ENDPOINT_URL": url,
+            }
+        )
         time.sleep(2)
         boto3.client("s3", endpoint_url=url).create_bucket(Bucket="bench")
         from toolchain.registry import open_registry
@@ -115,10 +128,25 @@ def s3_bench(src: Path, work: Path, runs: int) -> None:
         reg.put(key, src)
         ours, cli = [], []
         for i in range(runs):
-            ours.append(timed(lambda: reg.get(key, work / f"s3get{i}")))
-            cli.append(timed(lambda: subprocess.run(
-                ["aws", "--endpoint-url", url, "s3", "cp", "--recursive", "--quiet", "s3://bench/reg/blobs",
-                 str(work / f"s3cp{i}")], check=True)))
+            ours.append(timed(lambda i=i: reg.get(key, work / f"s3get{i}")))
+            cli.append(
+                timed(
+                    lambda i=i: subprocess.run(
+                        [
+                            "aws",
+                            "--endpoint-url",
+                            url,
+                            "s3",
+                            "cp",
+                            "--recursive",
+                            "--quiet",
+                            "s3://bench/reg/blobs",
+                            str(work / f"s3cp{i}"),
+                        ],
+                        check=True,
+                    )
+                )
+            )
             shutil.rmtree(work / f"s3get{i}")
             shutil.rmtree(work / f"s3cp{i}")
         mo, mc = statistics.median(ours), statistics.median(cli)

@@ -116,7 +116,9 @@ class OutputExistsError(UserInputError):
 
 class AccuracyGateError(ToolchainError):
     exit_code = 5
-    default_hint = "try a gentler format (fp8, int8_sq), more calibration samples, or relax the spec's accuracy thresholds"
+    default_hint = (
+        "try a gentler format (fp8, int8_sq), more calibration samples, or relax the spec's accuracy thresholds"
+    )
 
 
 # --- registry ---------------------------------------------------------------------------------

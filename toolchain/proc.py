@@ -48,16 +48,24 @@ class RunResult:
     log_path: Path
 
 
-def run_logged(cmd: list[str], log_path: Path, *, cwd: Path | None = None, env: dict[str, str] | None = None,
-               timeout: float | None = None, on_line: Callable[[str], None] | None = None) -> RunResult:
+def run_logged(
+    cmd: list[str],
+    log_path: Path,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> RunResult:
     """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
+        )
         assert proc.stdout is not None
         try:
             deadline = t0 + timeout if timeout else None

@@ -23,9 +23,12 @@ class TritonPythonModel:
         self.n = 0
 
     def _out(self, text, count):
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text_output", np.array([[text]], dtype=object)),
-            pb_utils.Tensor("num_output_tokens", np.array([[count]], dtype=np.int32))])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("text_output", np.array([[text]], dtype=object)),
+                pb_utils.Tensor("num_output_tokens", np.array([[count]], dtype=np.int32)),
+            ]
+        )
 
     def execute(self, requests):
         if not self.decoupled:
@@ -34,8 +37,10 @@ class TritonPythonModel:
             self.n += 1
             sender = req.get_response_sender()
             if self.fail_every and self.n % self.fail_every == 0:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("injected failure")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("injected failure")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
                 continue
             n = int(pb_utils.get_input_tensor_by_name(req, "max_tokens").as_numpy().reshape(-1)[0])
             time.sleep(self.first)

@@ -57,8 +57,12 @@ def make_repo(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S.Server]:
     repo = make_repo(tmp_path_factory.mktemp("delayrepo"))
-    srv = S.start(repo, ports=S.Ports(S.free_port(), S.free_port(), S.free_port()), ready_timeout=120,
-                  log_path=tmp_path_factory.mktemp("log") / "t.log")
+    srv = S.start(
+        repo,
+        ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
+        ready_timeout=120,
+        log_path=tmp_path_factory.mktemp("log") / "t.log",
+    )
     yield srv
     srv.stop()
 
@@ -102,8 +106,17 @@ def test_unreachable_server_fails_fast_naming_the_url() -> None:
 
 
 def test_rate_mode_and_metrics_scrape(server: S.Server) -> None:
-    cfg = BenchConfig("triton", server.grpc_url, "delayed", [Load(rate=10, poisson=True)], _reqs(11, 2), warmup=1,
-                      metrics_url=server.metrics_url, llm_model="delayed", slo={"ttft_ms": 1000, "tpot_ms": 1000})
+    cfg = BenchConfig(
+        "triton",
+        server.grpc_url,
+        "delayed",
+        [Load(rate=10, poisson=True)],
+        _reqs(11, 2),
+        warmup=1,
+        metrics_url=server.metrics_url,
+        llm_model="delayed",
+        slo={"ttft_ms": 1000, "tpot_ms": 1000},
+    )
     res = run_bench(cfg)
     run = res["runs"][0]
     assert run["summary"]["completed"] == 10 and run["summary"]["goodput_rps"] > 0

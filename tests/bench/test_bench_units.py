@@ -90,7 +90,7 @@ class _SSE(BaseHTTPRequestHandler):
         for i in range(body["max_tokens"]):
             if i:
                 time.sleep(0.02)
-            self.wfile.write(f'data: {json.dumps({"choices": [{"text": f"w{i}"}]})}\n\n'.encode())
+            self.wfile.write(f"data: {json.dumps({'choices': [{'text': f'w{i}'}]})}\n\n".encode())
             self.wfile.flush()
         usage = {"choices": [], "usage": {"completion_tokens": body["max_tokens"], "prompt_tokens": 3}}
         self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
@@ -129,20 +129,44 @@ def test_each_rule_fires(obs: Observations, rule: str) -> None:
 
 
 def test_healthy_metrics_are_silent() -> None:
-    healthy = Observations(ttft_p50_ms=100, ttft_p99_ms=250, tpot_p50_ms=20, tpot_p99_ms=30, queue_p99_ms=20,
-                           kv_usage_max=0.5, gpu_util_mean=0.85, prefix_caching_configured=True, reused_blocks=120)
+    healthy = Observations(
+        ttft_p50_ms=100,
+        ttft_p99_ms=250,
+        tpot_p50_ms=20,
+        tpot_p99_ms=30,
+        queue_p99_ms=20,
+        kv_usage_max=0.5,
+        gpu_util_mean=0.85,
+        prefix_caching_configured=True,
+        reused_blocks=120,
+    )
     assert diagnose(healthy) == []
     assert diagnose(Observations()) == []
 
 
 def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
-    recs = [RequestRecord(i, 8, 4, sent=0.0, chunk_times=[0.1 + i * 0.01, 0.12 + i * 0.01, 0.2 + i * 0.01],
-                          output_tokens=3) for i in range(20)]
+    recs = [
+        RequestRecord(i, 8, 4, sent=0.0, chunk_times=[0.1 + i * 0.01, 0.12 + i * 0.01, 0.2 + i * 0.01], output_tokens=3)
+        for i in range(20)
+    ]
     recs.append(RequestRecord(20, 8, 4, sent=0.0, chunk_times=[3.0, 3.02], output_tokens=2))
-    res = {"kind": "toolchain.bench-result", "schema": 1, "provenance": {"model": "ensemble", "url": "x"},
-           "runs": [{"label": "concurrency=1", "load": {}, "summary": aggregate(recs, 2.0), "server":
-                     {"queue_ms_mean": 5.0, "kv_usage_max": 0.3}, "client": {}, "prefix": None,
-                     "records": [r.to_json() for r in recs]}], "interrupted": None}
+    res = {
+        "kind": "toolchain.bench-result",
+        "schema": 1,
+        "provenance": {"model": "ensemble", "url": "x"},
+        "runs": [
+            {
+                "label": "concurrency=1",
+                "load": {},
+                "summary": aggregate(recs, 2.0),
+                "server": {"queue_ms_mean": 5.0, "kv_usage_max": 0.3},
+                "client": {},
+                "prefix": None,
+                "records": [r.to_json() for r in recs],
+            }
+        ],
+        "interrupted": None,
+    }
     p = tmp_path / "r.json"
     p.write_text(json.dumps(res))
     r = cli("bench", "report", p, "--out", tmp_path / "rep")

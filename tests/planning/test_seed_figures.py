@@ -68,11 +68,17 @@ def test_weights_per_precision_include_scales() -> None:
 def test_safetensors_param_count_reads_headers_only(tmp_path) -> None:
     import struct
 
-    cfg = {"num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10,
-           "intermediate_size": 16}
+    cfg = {
+        "num_hidden_layers": 1,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "vocab_size": 10,
+        "intermediate_size": 16,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    header = json.dumps({"a": {"dtype": "BF16", "shape": [3, 4], "data_offsets": [0, 24]},
-                         "__metadata__": {"format": "pt"}}).encode()
+    header = json.dumps(
+        {"a": {"dtype": "BF16", "shape": [3, 4], "data_offsets": [0, 24]}, "__metadata__": {"format": "pt"}}
+    ).encode()
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 24)
     arch = arch_from_dir(tmp_path)
     assert arch.params == 12 and arch.params_source == "safetensors headers"
@@ -127,8 +133,12 @@ def test_bad_traffic_and_bad_config(cli, tmp_path) -> None:
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "config.json").write_text("{not json")
-    d = {"name": "x", "model": {"source": str(ck)}, "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
-         "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]}}
+    d = {
+        "name": "x",
+        "model": {"source": str(ck)},
+        "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
+        "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]},
+    }
     import yaml
 
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(d))

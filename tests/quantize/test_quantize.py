@@ -96,7 +96,7 @@ def test_nvfp4_fakequant_on_cpu_says_gpu(tiny_checkpoint: Path, tmp_path: Path) 
 
 
 def test_bad_inputs(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="no config.json"):
+    with pytest.raises(CheckpointError, match=r"no config\.json"):
         quantize(tmp_path, Recipe("fp8"), tmp_path / "o")
     pickle_only = tmp_path / "pk"
     pickle_only.mkdir()
@@ -127,7 +127,7 @@ def test_awq_names_the_layer_that_does_not_divide(tmp_path: Path) -> None:
     cfg.intermediate_size = 192  # down_proj input 192 is not a multiple of 128
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(src)
-    with pytest.raises(UserInputError, match=r"down_proj has input dimension 192"):
+    with pytest.raises(UserInputError, match="down_proj has input dimension 192"):
         quantize(src, Recipe("int4_awq", **FAST), tmp_path / "o")
 
 
@@ -145,8 +145,22 @@ def test_interrupt_mid_export_leaves_nothing(tiny_checkpoint: Path, tmp_path: Pa
 
 def test_cli_from_flags_json_and_existing_output(cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "q"
-    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--kv-cache", "fp8", "--out", out,
-            "--samples", "8", "--seq-len", "32", "--json")
+    r = cli(
+        "quantize",
+        "--model",
+        tiny_checkpoint,
+        "--format",
+        "fp8",
+        "--kv-cache",
+        "fp8",
+        "--out",
+        out,
+        "--samples",
+        "8",
+        "--seq-len",
+        "32",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["manifest"]["recipe"]["weights"] == "fp8"

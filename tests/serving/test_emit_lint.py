@@ -75,20 +75,41 @@ def _broken(reference_repo: Path, tmp_path: Path, model: str, edit) -> Path:
 @pytest.mark.parametrize(
     ("model", "edit", "expected"),
     [
-        ("tensorrt_llm", lambda t: t.replace('string_value: "0.9"', 'string_value: "${kv_cache_free_gpu_mem_fraction}"'),
-         "unfilled placeholder ${kv_cache_free_gpu_mem_fraction}"),
-        ("tensorrt_llm", lambda t: t.replace("decoupled: true", "decoupled: false"), "model_transaction_policy.decoupled"),
-        ("tensorrt_llm", lambda t: t.replace("max_batch_size: 8", "max_batch_size: 64", 1), "64 > engine max_batch_size 8"),
+        (
+            "tensorrt_llm",
+            lambda t: t.replace('string_value: "0.9"', 'string_value: "${kv_cache_free_gpu_mem_fraction}"'),
+            "unfilled placeholder ${kv_cache_free_gpu_mem_fraction}",
+        ),
+        (
+            "tensorrt_llm",
+            lambda t: t.replace("decoupled: true", "decoupled: false"),
+            "model_transaction_policy.decoupled",
+        ),
+        (
+            "tensorrt_llm",
+            lambda t: t.replace("max_batch_size: 8", "max_batch_size: 64", 1),
+            "64 > engine max_batch_size 8",
+        ),
         ("tensorrt_llm", lambda t: t.replace('"inflight_fused_batching"', '"inflight"'), "gpt_model_type"),
         ("tensorrt_llm", lambda t: t.replace('"guaranteed_no_evict"', '"fifo"'), "batch_scheduler_policy"),
-        ("tensorrt_llm", lambda t: re.sub(r'(key: "enable_kv_cache_reuse"\s+value \{\s+string_value: )"true"',
-                                          r'\1"yes"', t), "is not a boolean"),
+        (
+            "tensorrt_llm",
+            lambda t: re.sub(r'(key: "enable_kv_cache_reuse"\s+value \{\s+string_value: )"true"', r'\1"yes"', t),
+            "is not a boolean",
+        ),
         ("ensemble", lambda t: t.replace('key: "streaming"', 'key: "streeming"'), "has no input streeming"),
-        ("preprocessing", lambda t: re.sub(r'(key: "tokenizer_dir"\s+value \{\s+string_value: )"[^"]*"',
-                                           r'\1"/nonexistent"', t), "no tokenizer at /nonexistent"),
-        ("tensorrt_llm", lambda t: t.replace('name: "context_logits"\n  data_type: TYPE_FP32',
-                                             'name: "context_logits"\n  data_type: TYPE_FP16'),
-         "context_logits.data_type"),
+        (
+            "preprocessing",
+            lambda t: re.sub(r'(key: "tokenizer_dir"\s+value \{\s+string_value: )"[^"]*"', r'\1"/nonexistent"', t),
+            "no tokenizer at /nonexistent",
+        ),
+        (
+            "tensorrt_llm",
+            lambda t: t.replace(
+                'name: "context_logits"\n  data_type: TYPE_FP32', 'name: "context_logits"\n  data_type: TYPE_FP16'
+            ),
+            "context_logits.data_type",
+        ),
         ("postprocessing", lambda t: t.replace("name:", "nmae:", 1), "does not parse"),
     ],
 )
@@ -129,11 +150,20 @@ def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None
     cell = expand(load_spec(tiny_spec))[0]
     eng = tmp_path / "engine"
     eng.mkdir()
-    (eng / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": {"world_size": 2},
-                                                                       "logits_dtype": "float32"},
-                                                 "build_config": {"max_batch_size": 8, "max_input_len": 128,
-                                                                  "max_seq_len": 256, "max_beam_width": 1,
-                                                                  "plugin_config": {"use_paged_context_fmha": True}}}))
+    (eng / "config.json").write_text(
+        json.dumps(
+            {
+                "pretrained_config": {"mapping": {"world_size": 2}, "logits_dtype": "float32"},
+                "build_config": {
+                    "max_batch_size": 8,
+                    "max_input_len": 128,
+                    "max_seq_len": 256,
+                    "max_beam_width": 1,
+                    "plugin_config": {"use_paged_context_fmha": True},
+                },
+            }
+        )
+    )
     (eng / "rank0.engine").write_bytes(b"x")
     repo = emit_for_cell(cell, str(eng), tmp_path / "repo")["repository"]
     llm = _cfg(Path(repo), "tensorrt_llm")

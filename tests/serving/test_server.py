@@ -22,8 +22,9 @@ PROMPT = "The quick brown fox jumps over the lazy dog"
 @pytest.fixture(scope="module")
 def served(reference_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S.Server]:
     ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
-    srv = S.start(reference_repo, ports=ports, log_path=tmp_path_factory.mktemp("log") / "triton.log",
-                  ready_timeout=180)
+    srv = S.start(
+        reference_repo, ports=ports, log_path=tmp_path_factory.mktemp("log") / "triton.log", ready_timeout=180
+    )
     yield srv
     srv.stop()
     assert not glob.glob(f"/dev/shm/{srv.shm_prefix}*"), "shared-memory regions left behind"
@@ -41,7 +42,7 @@ def greedy(tiny_checkpoint: Path):
         ids = tok(prompt, return_tensors="pt").input_ids
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=tok.eos_token_id)
-        return out[0, ids.shape[1]:].tolist()
+        return out[0, ids.shape[1] :].tolist()
 
     return tok, run
 
@@ -54,7 +55,7 @@ def test_streaming_through_ensemble_matches_transformers(served: S.Server, greed
     assert len(res.chunks) == len(want)  # one streamed response per token
     assert res.chunks == [tok.decode([t], skip_special_tokens=True) for t in want]
     assert res.perf["num_output_tokens"] == len(want)
-    assert all(b >= a for a, b in zip(res.times, res.times[1:]))
+    assert all(b >= a for a, b in zip(res.times, res.times[1:], strict=False))
 
 
 def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy) -> None:
@@ -69,8 +70,10 @@ def test_prefix_cache_is_reused_and_reported(served: S.Server) -> None:
     long = " ".join([PROMPT] * 8)  # several full 32-token blocks
     first = stream_generate(served.grpc_url, "ensemble", long, 4)
     second = stream_generate(served.grpc_url, "ensemble", long, 4)
-    assert first.perf["kv_cache_reused_blocks"] == 0 or first.perf["kv_cache_reused_blocks"] < \
-        second.perf["kv_cache_reused_blocks"]
+    assert (
+        first.perf["kv_cache_reused_blocks"] == 0
+        or first.perf["kv_cache_reused_blocks"] < second.perf["kv_cache_reused_blocks"]
+    )
     assert second.perf["kv_cache_reused_blocks"] >= 2
     assert second.chunks == first.chunks  # reuse must not change the output
     text = urllib.request.urlopen(served.metrics_url, timeout=5).read().decode()
@@ -99,6 +102,10 @@ def test_failed_model_is_named_with_log_tail(reference_repo: Path, tmp_path: Pat
     shutil.copytree(reference_repo, repo)
     (repo / "postprocessing" / "1" / "model.py").write_text("raise RuntimeError('broken on purpose')\n")
     with pytest.raises(ServerError, match="postprocessing") as e:
-        S.start(repo, ports=S.Ports(S.free_port(), S.free_port(), S.free_port()), log_path=tmp_path / "t.log",
-                ready_timeout=120)
+        S.start(
+            repo,
+            ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
+            log_path=tmp_path / "t.log",
+            ready_timeout=120,
+        )
     assert e.value.log_path == tmp_path / "t.log"

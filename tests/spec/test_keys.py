@@ -45,10 +45,25 @@ def _candidates(path: str, current: Any) -> list[Any]:
     if isinstance(current, list):
         return [current[:1], [*current, current[-1] * 2 if isinstance(current[-1], int) else "L4"]]
     if isinstance(current, str):
-        return ["hf://org/other@v2", "float16", "fp16", "auto", "disable", "int8_sq", "pytorch", "1.2.0", "10.13.2",
-                "guaranteed_no_evict", "max_utilization", "continuous", "V1", "float32", current + "x"]
+        return [
+            "hf://org/other@v2",
+            "float16",
+            "fp16",
+            "auto",
+            "disable",
+            "int8_sq",
+            "pytorch",
+            "1.2.0",
+            "10.13.2",
+            "guaranteed_no_evict",
+            "max_utilization",
+            "continuous",
+            "V1",
+            "float32",
+            current + "x",
+        ]
     # None: try values of every common kind
-    return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], "fp8"]
+    return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], [[0]], "fp8"]
 
 
 def _mutations() -> list[tuple[str, str]]:

@@ -9,13 +9,31 @@ from hypothesis import strategies as st
 from toolchain.errors import SpecError
 from toolchain.spec.loader import parse_spec_text
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=False),
-                    st.text(max_size=12))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-                      max_leaves=12)
-KEYS = ["name", "model", "quantization", "target", "matrix", "build", "serving", "slo", "traffic", "runtime",
-        "source", "weights", "gpu", "max_batch_size", "max_seq_len", "tp", "trtllm_version"]
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=False), st.text(max_size=12))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=12,
+)
+KEYS = [
+    "name",
+    "model",
+    "quantization",
+    "target",
+    "matrix",
+    "build",
+    "serving",
+    "slo",
+    "traffic",
+    "runtime",
+    "source",
+    "weights",
+    "gpu",
+    "max_batch_size",
+    "max_seq_len",
+    "tp",
+    "trtllm_version",
+]
 specs = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), values, max_size=8)
 
 

@@ -56,21 +56,27 @@ class TritonTarget:
         try:
             live = await asyncio.wait_for(self.client.is_server_live(), 5)
         except Exception as e:
-            raise BenchError(f"cannot reach Triton at {self.url} ({type(e).__name__})",
-                             "start it with `toolchain serve DIR` or fix --url (host:grpc_port)") from None
+            raise BenchError(
+                f"cannot reach Triton at {self.url} ({type(e).__name__})",
+                "start it with `toolchain serve DIR` or fix --url (host:grpc_port)",
+            ) from None
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
             cfg = (await self.client.get_model_config(self.model, as_json=True))["config"]
         except Exception as e:
-            raise BenchError(f"model {self.model!r} is not available at {self.url}: {e}",
-                             "check --model (ensemble, tensorrt_llm_bls, ...)") from None
+            raise BenchError(
+                f"model {self.model!r} is not available at {self.url}: {e}",
+                "check --model (ensemble, tensorrt_llm_bls, ...)",
+            ) from None
         self.inputs = {i["name"] for i in cfg.get("input", [])}
         self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
         missing = {"text_input", "max_tokens"} - self.inputs
         if missing or "text_output" not in self.outputs:
-            raise BenchError(f"model {self.model!r} does not take text_input/max_tokens and return text_output",
-                             "benchmark the ensemble or tensorrt_llm_bls model")
+            raise BenchError(
+                f"model {self.model!r} does not take text_input/max_tokens and return text_output",
+                "benchmark the ensemble or tensorrt_llm_bls model",
+            )
         if self.stream and "stream" not in self.inputs:
             raise BenchError(f"model {self.model!r} has no 'stream' input", "pass --no-stream or pick another model")
         if self.stream:
@@ -80,8 +86,10 @@ class TritonTarget:
                     sub = (await self.client.get_model_config(step["model_name"], as_json=True))["config"]
                     decoupled |= bool(sub.get("model_transaction_policy", {}).get("decoupled"))
             if not decoupled:
-                raise BenchError(f"model {self.model!r} is not decoupled, so it cannot stream tokens",
-                                 "serve it with decoupled mode (serving.decoupled: true) or pass --no-stream")
+                raise BenchError(
+                    f"model {self.model!r} is not decoupled, so it cannot stream tokens",
+                    "serve it with decoupled mode (serving.decoupled: true) or pass --no-stream",
+                )
 
     def _inputs(self, req: Request) -> list[Any]:
         def inp(name: str, arr: Any, dt: str) -> Any:
@@ -89,8 +97,10 @@ class TritonTarget:
             i.set_data_from_numpy(arr)
             return i
 
-        out = [inp("text_input", np.array([[req.prompt]], dtype=object), "BYTES"),
-               inp("max_tokens", np.array([[req.max_tokens]], dtype=np.int32), "INT32")]
+        out = [
+            inp("text_input", np.array([[req.prompt]], dtype=object), "BYTES"),
+            inp("max_tokens", np.array([[req.max_tokens]], dtype=np.int32), "INT32"),
+        ]
         for name, value in (("stream", self.stream), ("return_perf_metrics", True), ("return_num_output_tokens", True)):
             if name in self.inputs:
                 out.append(inp(name, np.array([[value]], dtype=bool), "BOOL"))
@@ -101,8 +111,13 @@ class TritonTarget:
         inputs = self._inputs(req)
 
         async def gen() -> Any:
-            yield {"model_name": self.model, "inputs": inputs, "outputs": outputs, "request_id": str(rec.index),
-                   "enable_empty_final_response": True}
+            yield {
+                "model_name": self.model,
+                "inputs": inputs,
+                "outputs": outputs,
+                "request_id": str(rec.index),
+                "enable_empty_final_response": True,
+            }
 
         rec.sent = time.perf_counter()
         server_tokens = None
@@ -150,8 +165,12 @@ class OpenAITarget:
             raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
 
     async def one(self, req: Request, rec: RequestRecord) -> None:
-        body: dict[str, Any] = {"model": self.model, "max_tokens": req.max_tokens, "stream": True,
-                                "stream_options": {"include_usage": True}}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": req.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if self.chat:
             body["messages"] = [{"role": "user", "content": req.prompt}]
             path = "/v1/chat/completions"
@@ -186,8 +205,16 @@ class OpenAITarget:
         await self.http.aclose()
 
 
-GONE = ("unavailable", "connect", "no available versions", "socket closed", "stream removed", "shutting down",
-        "connection reset", "broken pipe")
+GONE = (
+    "unavailable",
+    "connect",
+    "no available versions",
+    "socket closed",
+    "stream removed",
+    "shutting down",
+    "connection reset",
+    "broken pipe",
+)
 
 
 def _server_gone(error: str) -> bool:
@@ -196,8 +223,16 @@ def _server_gone(error: str) -> bool:
     return any(g in e for g in GONE)
 
 
-async def _run(target: Any, reqs: list[Request], load: Load, warmup: int, seed: int, stop_on_error: bool,
-               max_conn_errors: int, holder: dict[str, RunOutcome]) -> RunOutcome:
+async def _run(
+    target: Any,
+    reqs: list[Request],
+    load: Load,
+    warmup: int,
+    seed: int,
+    stop_on_error: bool,
+    max_conn_errors: int,
+    holder: dict[str, RunOutcome],
+) -> RunOutcome:
     from toolchain.bench.workload import arrivals
 
     records: list[RequestRecord] = []
@@ -216,8 +251,9 @@ async def _run(target: Any, reqs: list[Request], load: Load, warmup: int, seed: 
     consecutive = {"conn": 0}
 
     async def fire(i: int, r: Request) -> None:
-        rec = RequestRecord(warmup + i, r.prompt_tokens, r.max_tokens, time.perf_counter(),
-                            shared_prefix=r.shared_prefix)
+        rec = RequestRecord(
+            warmup + i, r.prompt_tokens, r.max_tokens, time.perf_counter(), shared_prefix=r.shared_prefix
+        )
         records.append(rec)
         try:
             await target.one(r, rec)
@@ -253,13 +289,11 @@ async def _run(target: Any, reqs: list[Request], load: Load, warmup: int, seed: 
         else:
             assert load.rate is not None
             offsets = arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)
-            for (i, r), off in zip(enumerate(todo), offsets):
+            for (i, r), off in zip(enumerate(todo), offsets, strict=False):
                 wait = t0 + off - time.perf_counter()
                 if wait > 0:
-                    try:
+                    with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), wait)
-                    except asyncio.TimeoutError:
-                        pass
                 if stop.is_set() or (deadline and time.perf_counter() > deadline):
                     break
                 outcome.lag_s.append(max(0.0, time.perf_counter() - (t0 + off)))
@@ -276,14 +310,29 @@ async def _run(target: Any, reqs: list[Request], load: Load, warmup: int, seed: 
     return outcome
 
 
-def run_load(target_kind: str, url: str, model: str, reqs: list[Request], load: Load, *, stream: bool = True,
-             warmup: int = 1, seed: int = 0, timeout: float = 300.0, stop_on_error: bool = False,
-             chat: bool = False, max_conn_errors: int = 3) -> RunOutcome:
+def run_load(
+    target_kind: str,
+    url: str,
+    model: str,
+    reqs: list[Request],
+    load: Load,
+    *,
+    stream: bool = True,
+    warmup: int = 1,
+    seed: int = 0,
+    timeout: float = 300.0,
+    stop_on_error: bool = False,
+    chat: bool = False,
+    max_conn_errors: int = 3,
+) -> RunOutcome:
     holder: dict[str, RunOutcome] = {}
 
     async def main() -> RunOutcome:
-        target: Any = TritonTarget(url, model, stream, timeout) if target_kind == "triton" else \
-            OpenAITarget(url, model, chat, timeout)
+        target: Any = (
+            TritonTarget(url, model, stream, timeout)
+            if target_kind == "triton"
+            else OpenAITarget(url, model, chat, timeout)
+        )
         try:
             await target.check()
             return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder)

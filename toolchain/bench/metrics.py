@@ -12,6 +12,7 @@ reports them; otherwise the chunk count is used and the result says so (``token_
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,7 +68,7 @@ class RequestRecord:
     @property
     def itls(self) -> list[float]:
         t = self.chunk_times
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in itertools.pairwise(t)]
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -98,8 +99,9 @@ def meets(r: RequestRecord, slo: dict[str, float | None]) -> bool:
     return not (tpot is not None and r.tpot is not None and r.tpot * 1000 > tpot)
 
 
-def aggregate(records: list[RequestRecord], wall_s: float, slo: dict[str, float | None] | None = None
-              ) -> dict[str, Any]:
+def aggregate(
+    records: list[RequestRecord], wall_s: float, slo: dict[str, float | None] | None = None
+) -> dict[str, Any]:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     toks = sum(r.n_tokens for r in ok)

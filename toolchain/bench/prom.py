@@ -9,7 +9,7 @@ from typing import Any
 
 from toolchain.errors import BenchError
 
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)')
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -56,12 +56,14 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return parse(r.read().decode("utf-8", "replace"))
     except OSError as e:
-        raise BenchError(f"cannot scrape metrics at {url}: {e}", "check --metrics-url (Triton serves /metrics on 8002)"
-                         ) from None
+        raise BenchError(
+            f"cannot scrape metrics at {url}: {e}", "check --metrics-url (Triton serves /metrics on 8002)"
+        ) from None
 
 
 def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:
     """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run."""
+
     def delta(name: str, **lb: str) -> float:
         return after.total(name, **lb) - before.total(name, **lb)
 
@@ -75,17 +77,26 @@ def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model
     q99 = after.value("nv_inference_queue_summary_us", model=model, quantile="0.99")
     if q99 is not None:
         out["queue_ms_p99"] = q99 / 1000
-    fractions = [v for s in during for v in [s.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction")]
-                 if v is not None]
+    fractions = [
+        v
+        for s in during
+        for v in [s.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction")]
+        if v is not None
+    ]
     if fractions:
         out["kv_usage_max"] = max(fractions)
         out["kv_usage_mean"] = sum(fractions) / len(fractions)
-    rb, ra = (before.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"),
-              after.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"))
+    rb, ra = (
+        before.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"),
+        after.value("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="reused"),
+    )
     if ra is not None:
         out["kv_reused_blocks"] = ra - (rb or 0)
-    gpu = [s.total("nv_gpu_utilization") / max(1, len(s.get("nv_gpu_utilization"))) for s in during
-           if s.get("nv_gpu_utilization")]
+    gpu = [
+        s.total("nv_gpu_utilization") / max(1, len(s.get("nv_gpu_utilization")))
+        for s in during
+        if s.get("nv_gpu_utilization")
+    ]
     if gpu:
         out["gpu_util_max"] = max(gpu)
         out["gpu_util_mean"] = sum(gpu) / len(gpu)

@@ -17,8 +17,9 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
         try:
             d = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise UserInputError(f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
-                                 ) from None
+            raise UserInputError(
+                f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
+            ) from None
         if d.get("kind") != "toolchain.bench-result":
             raise UserInputError(f"{p} is not a toolchain bench result")
         out.append(d)
@@ -34,12 +35,23 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             def p(metric: str, q: str, s: dict[str, Any] = s) -> float | None:
                 return (s.get(metric) or {}).get(q)
 
-            rows.append({"load": run["label"], "requests": s["completed"], "errors": s["errors"],
-                         "req_s": s["request_throughput_rps"], "tok_s": s["output_token_throughput_tps"],
-                         "goodput": s["goodput_rps"], "ttft_p50": p("ttft_ms", "p50"), "ttft_p99": p("ttft_ms", "p99"),
-                         "tpot_p50": p("tpot_ms", "p50"), "tpot_p99": p("tpot_ms", "p99"),
-                         "itl_p50": p("itl_ms", "p50"), "itl_p99": p("itl_ms", "p99"),
-                         "tokens": ",".join(s["token_source"])})
+            rows.append(
+                {
+                    "load": run["label"],
+                    "requests": s["completed"],
+                    "errors": s["errors"],
+                    "req_s": s["request_throughput_rps"],
+                    "tok_s": s["output_token_throughput_tps"],
+                    "goodput": s["goodput_rps"],
+                    "ttft_p50": p("ttft_ms", "p50"),
+                    "ttft_p99": p("ttft_ms", "p99"),
+                    "tpot_p50": p("tpot_ms", "p50"),
+                    "tpot_p99": p("tpot_ms", "p99"),
+                    "itl_p50": p("itl_ms", "p50"),
+                    "itl_p99": p("itl_ms", "p99"),
+                    "tokens": ",".join(s["token_source"]),
+                }
+            )
     return rows
 
 
@@ -56,28 +68,57 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
     for k in ("engine_key", "profile_id", "spec", "cell", "gpu", "reference"):
         if prov.get(k) is not None:
             md.append(f"- {k}: `{prov[k]}`")
-    md += ["", "| load | ok | err | req/s | tok/s | goodput | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | "
-           "ITL p99 | tokens |", "|" + "---|" * 13]
+    md += [
+        "",
+        "| load | ok | err | req/s | tok/s | goodput | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | "
+        "ITL p99 | tokens |",
+        "|" + "---|" * 13,
+    ]
     for r in rows:
-        md.append(f"| {r['load']} | {r['requests']} | {r['errors']} | {r['req_s']:.2f} | {r['tok_s']:.1f} | "
-                  f"{r['goodput']:.2f} | {_f(r['ttft_p50'])} | {_f(r['ttft_p99'])} | {_f(r['tpot_p50'])} | "
-                  f"{_f(r['tpot_p99'])} | {_f(r['itl_p50'])} | {_f(r['itl_p99'])} | {r['tokens']} |")
+        md.append(
+            f"| {r['load']} | {r['requests']} | {r['errors']} | {r['req_s']:.2f} | {r['tok_s']:.1f} | "
+            f"{r['goodput']:.2f} | {_f(r['ttft_p50'])} | {_f(r['ttft_p99'])} | {_f(r['tpot_p50'])} | "
+            f"{_f(r['tpot_p99'])} | {_f(r['itl_p50'])} | {_f(r['itl_p99'])} | {r['tokens']} |"
+        )
     if floor_ms is not None:
         best = min((r["tpot_p50"] for r in rows if r["tpot_p50"] is not None), default=None)
-        md += ["", f"Planner TPOT floor for this cell: {floor_ms:.2f} ms; best measured TPOT p50: {_f(best)} ms"
-               + (f" ({best / floor_ms:.1f}x the floor)" if best else "")]
+        md += [
+            "",
+            f"Planner TPOT floor for this cell: {floor_ms:.2f} ms; best measured TPOT p50: {_f(best)} ms"
+            + (f" ({best / floor_ms:.1f}x the floor)" if best else ""),
+        ]
     md += ["", "Definitions (ms):"] + [f"- {k}: {v}" for k, v in DEFINITIONS.items()]
     md += [""] + [f"![{name}]({p.name})" for name, p in plots.items()]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     body = "".join(f"<p>{html.escape(line)}</p>" if not line.startswith("|") else "" for line in md[:8])
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("load", "ok", "err", "req/s", "tok/s", "goodput",
-                                                          "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99"))
-    trs = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-        r["load"], r["requests"], r["errors"], f"{r['req_s']:.2f}", f"{r['tok_s']:.1f}", f"{r['goodput']:.2f}",
-        _f(r["ttft_p50"]), _f(r["ttft_p99"]), _f(r["tpot_p50"]), _f(r["tpot_p99"]))) + "</tr>" for r in rows)
+    head = "".join(
+        f"<th>{html.escape(h)}</th>"
+        for h in ("load", "ok", "err", "req/s", "tok/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99")
+    )
+    trs = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                r["load"],
+                r["requests"],
+                r["errors"],
+                f"{r['req_s']:.2f}",
+                f"{r['tok_s']:.1f}",
+                f"{r['goodput']:.2f}",
+                _f(r["ttft_p50"]),
+                _f(r["ttft_p99"]),
+                _f(r["tpot_p50"]),
+                _f(r["tpot_p99"]),
+            )
+        )
+        + "</tr>"
+        for r in rows
+    )
     imgs = "".join(f'<img src="{p.name}" alt="{html.escape(n)}" width="520">' for n, p in plots.items())
-    (out_dir / "report.html").write_text(f"<html><body>{body}<table border=1><tr>{head}</tr>{trs}</table>{imgs}"
-                                         "</body></html>")
+    (out_dir / "report.html").write_text(
+        f"<html><body>{body}<table border=1><tr>{head}</tr>{trs}</table>{imgs}</body></html>"
+    )
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", **plots}
 
 

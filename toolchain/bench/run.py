@@ -70,9 +70,19 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
         progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
         before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
         with _Sampler(cfg.metrics_url) as sampler:
-            out = run_load(cfg.protocol, cfg.url, cfg.model, cfg.requests, load, stream=cfg.stream,
-                           warmup=cfg.warmup, seed=cfg.seed, timeout=cfg.timeout, stop_on_error=cfg.stop_on_error,
-                           chat=cfg.chat)
+            out = run_load(
+                cfg.protocol,
+                cfg.url,
+                cfg.model,
+                cfg.requests,
+                load,
+                stream=cfg.stream,
+                warmup=cfg.warmup,
+                seed=cfg.seed,
+                timeout=cfg.timeout,
+                stop_on_error=cfg.stop_on_error,
+                chat=cfg.chat,
+            )
         server: dict[str, Any] | None = None
         if cfg.metrics_url and before is not None:
             try:
@@ -83,27 +93,51 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
         summary = aggregate(out.records, out.wall_s, cfg.slo)
         measured = [r for r in out.records if not r.warmup]
         chunks = sum(len(r.chunk_times) for r in measured)
-        client = {"cpu_s": out.client_cpu_s, "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
-                  "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks)}
+        client: dict[str, Any] = {
+            "cpu_s": out.client_cpu_s,
+            "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
+            "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks),
+        }
         if out.lag_s:
             late = [x for x in out.lag_s if x > 0.05]
             client["send_lag_ms_p99"] = sorted(out.lag_s)[int(0.99 * (len(out.lag_s) - 1))] * 1000
             client["late_sends"] = len(late)
             if len(late) > 0.05 * len(out.lag_s):
-                client["warning"] = (f"the client could not keep the requested rate: {len(late)} of "
-                                     f"{len(out.lag_s)} sends were more than 50 ms late")
-        runs.append({"load": load.__dict__, "label": load.label(), "summary": summary, "server": server,
-                     "client": client, "records": [r.to_json() for r in out.records],
-                     "prefix": _prefix_proof(out.records), "interrupted": out.interrupted})
+                client["warning"] = (
+                    f"the client could not keep the requested rate: {len(late)} of "
+                    f"{len(out.lag_s)} sends were more than 50 ms late"
+                )
+        runs.append(
+            {
+                "load": load.__dict__,
+                "label": load.label(),
+                "summary": summary,
+                "server": server,
+                "client": client,
+                "records": [r.to_json() for r in out.records],
+                "prefix": _prefix_proof(out.records),
+                "interrupted": out.interrupted,
+            }
+        )
         if out.interrupted:
             interrupted = out.interrupted
             break
     return {
-        "kind": "toolchain.bench-result", "schema": 1,
+        "kind": "toolchain.bench-result",
+        "schema": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "provenance": {**cfg.provenance, "url": cfg.url, "model": cfg.model, "protocol": cfg.protocol,
-                       "stream": cfg.stream, "command": sys.argv, "toolchain": __version__, "host": platform.node()},
-        "runs": runs, "interrupted": interrupted,
+        "provenance": {
+            **cfg.provenance,
+            "url": cfg.url,
+            "model": cfg.model,
+            "protocol": cfg.protocol,
+            "stream": cfg.stream,
+            "command": sys.argv,
+            "toolchain": __version__,
+            "host": platform.node(),
+        },
+        "runs": runs,
+        "interrupted": interrupted,
     }
 
 
@@ -118,12 +152,18 @@ def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:
         xs = sorted(xs)
         return xs[len(xs) // 2] * 1000 if xs else None
 
-    return {"shared_requests": len(shared), "unique_requests": len(unique),
-            "shared_ttft_ms_p50": med([r.ttft for r in shared]), "unique_ttft_ms_p50": med([r.ttft for r in unique]),
-            "shared_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in shared) / len(shared))
-            if shared else None,
-            "unique_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in unique) / len(unique))
-            if unique else None}
+    return {
+        "shared_requests": len(shared),
+        "unique_requests": len(unique),
+        "shared_ttft_ms_p50": med([r.ttft for r in shared]),
+        "unique_ttft_ms_p50": med([r.ttft for r in unique]),
+        "shared_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in shared) / len(shared))
+        if shared
+        else None,
+        "unique_reused_blocks_mean": (sum(r.perf.get("kv_cache_reused_blocks", 0) for r in unique) / len(unique))
+        if unique
+        else None,
+    }
 
 
 def save(result: dict[str, Any], path: Path) -> None:

@@ -37,22 +37,47 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path
         from toolchain.triton.deploy import tokenizer_dir
 
         return tokenizer_dir(cell)
-    raise UserInputError("the workload needs the deployment's tokenizer",
-                         "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC")
+    raise UserInputError(
+        "the workload needs the deployment's tokenizer",
+        "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC",
+    )
 
 
-def make_config(*, url: str, protocol: str, model: str, concurrency: str | None, rate: str | None, poisson: bool,
-                requests: int, duration: float | None, warmup: int, input_tokens: str, output_tokens: str,
-                shared: str | None, dataset_path: Path | None, tokenizer: Path | None, repo: Path | None,
-                spec: Path | None, cell_id: str | None, metrics_url: str | None, stream: bool, seed: int,
-                stop_on_error: bool, timeout: float) -> tuple[BenchConfig, Any]:
+def make_config(
+    *,
+    url: str,
+    protocol: str,
+    model: str,
+    concurrency: str | None,
+    rate: str | None,
+    poisson: bool,
+    requests: int,
+    duration: float | None,
+    warmup: int,
+    input_tokens: str,
+    output_tokens: str,
+    shared: str | None,
+    dataset_path: Path | None,
+    tokenizer: Path | None,
+    repo: Path | None,
+    spec: Path | None,
+    cell_id: str | None,
+    metrics_url: str | None,
+    stream: bool,
+    seed: int,
+    stop_on_error: bool,
+    timeout: float,
+) -> tuple[BenchConfig, Any]:
     from transformers import AutoTokenizer
 
     conc, rates = parse_list(concurrency, int), parse_list(rate, float)
     if conc and rates:
         raise UserInputError("choose --concurrency or --rate, not both")
-    loads = [Load(concurrency=c, duration_s=duration) for c in conc] or \
-        [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates] or [Load(concurrency=1, duration_s=duration)]
+    loads = (
+        [Load(concurrency=c, duration_s=duration) for c in conc]
+        or [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates]
+        or [Load(concurrency=1, duration_s=duration)]
+    )
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
     cell = None
@@ -66,8 +91,13 @@ def make_config(*, url: str, protocol: str, model: str, concurrency: str | None,
         cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
         ident = checkpoint_identity(s)
         key = engine_key(cell, ident) if ident else None
-        prov.update(spec=s.name, cell=cell.id, gpu=cell.gpu.name, engine_key=key,
-                    profile_id=profile_id(cell, key) if key else None)
+        prov.update(
+            spec=s.name,
+            cell=cell.id,
+            gpu=cell.gpu.name,
+            engine_key=key,
+            profile_id=profile_id(cell, key) if key else None,
+        )
         slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
     if repo and (repo / "toolchain-repo.json").is_file():
         meta = json.loads((repo / "toolchain-repo.json").read_text())
@@ -80,13 +110,27 @@ def make_config(*, url: str, protocol: str, model: str, concurrency: str | None,
     elif shared:
         try:
             k, p, frac = shared.split(":")
-            reqs = shared_prefix(tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d,
-                                 seed)
+            reqs = shared_prefix(
+                tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed
+            )
         except ValueError:
             raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from None
     else:
         reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
-    cfg = BenchConfig(protocol=protocol.split("-")[0], url=url, model=model, loads=loads, requests=reqs,
-                      stream=stream, warmup=warmup, seed=seed, metrics_url=metrics_url, slo=slo,
-                      chat=protocol == "openai-chat", stop_on_error=stop_on_error, timeout=timeout, provenance=prov)
+    cfg = BenchConfig(
+        protocol=protocol.split("-")[0],
+        url=url,
+        model=model,
+        loads=loads,
+        requests=reqs,
+        stream=stream,
+        warmup=warmup,
+        seed=seed,
+        metrics_url=metrics_url,
+        slo=slo,
+        chat=protocol == "openai-chat",
+        stop_on_error=stop_on_error,
+        timeout=timeout,
+        provenance=prov,
+    )
     return cfg, cell

@@ -39,14 +39,15 @@ class Dist:
                 return cls("file", sum(vals) / len(vals), values=vals)
         except (ValueError, OSError, ZeroDivisionError):
             pass
-        raise UserInputError(f"cannot read the length distribution {text!r}",
-                             "use N, normal:MEAN:STD, uniform:LO:HI or file:PATH")
+        raise UserInputError(
+            f"cannot read the length distribution {text!r}", "use N, normal:MEAN:STD, uniform:LO:HI or file:PATH"
+        )
 
     def sample(self, rng: random.Random) -> int:
         if self.kind == "fixed":
             return int(self.mean)
         if self.kind == "normal":
-            return max(1, min(self.hi, int(round(rng.gauss(self.mean, self.std)))))
+            return max(1, min(self.hi, round(rng.gauss(self.mean, self.std))))
         if self.kind == "uniform":
             return rng.randint(self.lo, self.hi)
         return rng.choice(self.values)
@@ -92,8 +93,10 @@ class PromptMaker:
                     text = self.tok.decode(got[:n])
                 else:
                     text = text + self.tok.decode([self.rng.choice(self.pool) for _ in range(n - len(got))])
-        raise UserInputError(f"could not build a prompt of exactly {n} tokens with this tokenizer",
-                             "use a --dataset of real prompts instead")
+        raise UserInputError(
+            f"could not build a prompt of exactly {n} tokens with this tokenizer",
+            "use a --dataset of real prompts instead",
+        )
 
 
 def synthetic(tokenizer: Any, n: int, inp: Dist, out: Dist, seed: int) -> list[Request]:
@@ -107,8 +110,9 @@ def synthetic(tokenizer: Any, n: int, inp: Dist, out: Dist, seed: int) -> list[R
     return reqs
 
 
-def shared_prefix(tokenizer: Any, n: int, prompts: int, prefix_tokens: int, fraction: float, suffix: Dist,
-                  out: Dist, seed: int) -> list[Request]:
+def shared_prefix(
+    tokenizer: Any, n: int, prompts: int, prefix_tokens: int, fraction: float, suffix: Dist, out: Dist, seed: int
+) -> list[Request]:
     """K system prompts of P tokens; ``fraction`` of requests start with one of them, the rest are unique."""
     if not 0 <= fraction <= 1 or prompts < 1 or prefix_tokens < 1:
         raise UserInputError("shared prefix needs K >= 1 prompts, P >= 1 tokens and a fraction in [0, 1]")

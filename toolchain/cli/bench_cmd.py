@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from toolchain.cli.options import CellOpt, JsonOpt
 
-app = typer.Typer(help="Benchmark a deployment: TTFT, TPOT, ITL, throughput, goodput, prefix-cache proof.",
-                  invoke_without_command=True)
+app = typer.Typer(
+    help="Benchmark a deployment: TTFT, TPOT, ITL, throughput, goodput, prefix-cache proof.",
+    invoke_without_command=True,
+)
 
 
 @app.callback()
 def bench(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")
+    ] = None,
     protocol: Annotated[str, typer.Option("--protocol", help="triton | openai | openai-chat")] = "triton",
     model: Annotated[str, typer.Option("--model", help="Model name (ensemble, tensorrt_llm_bls, ...)")] = "ensemble",
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Fixed concurrency sweep, e.g. 1,8,64")] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Fixed concurrency sweep, e.g. 1,8,64")
+    ] = None,
     rate: Annotated[str | None, typer.Option("--rate", help="Request-rate sweep (req/s), e.g. 1,2,4")] = None,
     poisson: Annotated[bool, typer.Option("--poisson", help="Poisson arrivals (seeded) instead of constant")] = False,
     requests: Annotated[int, typer.Option("--requests", help="Measured requests per load point")] = 32,
@@ -27,14 +33,17 @@ def bench(
     warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first and excluded")] = 2,
     input_tokens: Annotated[str, typer.Option("--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P")] = "64",
     output_tokens: Annotated[str, typer.Option("--output-tokens", help="Same forms as --input-tokens")] = "32",
-    shared_prefix: Annotated[str | None, typer.Option("--shared-prefix", help="K:P:FRACTION shared system prompts")] = None,
+    shared_prefix: Annotated[
+        str | None, typer.Option("--shared-prefix", help="K:P:FRACTION shared system prompts")
+    ] = None,
     dataset: Annotated[Path | None, typer.Option("--dataset", help='JSONL of {"prompt": ...}')] = None,
     tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="Tokenizer directory")] = None,
     repo: Annotated[Path | None, typer.Option("--repo", help="Emitted repository (tokenizer + provenance)")] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="Spec for SLOs, provenance and the planner floor")] = None,
     cell: CellOpt = None,
-    metrics_url: Annotated[str | None, typer.Option("--metrics-url", help="Prometheus URL, e.g. "
-                                                    "http://127.0.0.1:8002/metrics")] = None,
+    metrics_url: Annotated[
+        str | None, typer.Option("--metrics-url", help="Prometheus URL, e.g. http://127.0.0.1:8002/metrics")
+    ] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
@@ -57,23 +66,46 @@ def bench(
 
     if not url:
         raise UserInputError("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC")
-    cfg, c = make_config(url=url, protocol=protocol, model=model, concurrency=concurrency, rate=rate, poisson=poisson,
-                         requests=requests, duration=duration, warmup=warmup, input_tokens=input_tokens,
-                         output_tokens=output_tokens, shared=shared_prefix, dataset_path=dataset, tokenizer=tokenizer,
-                         repo=repo, spec=spec, cell_id=cell, metrics_url=metrics_url, stream=stream, seed=seed,
-                         stop_on_error=stop_on_error, timeout=timeout)
+    cfg, c = make_config(
+        url=url,
+        protocol=protocol,
+        model=model,
+        concurrency=concurrency,
+        rate=rate,
+        poisson=poisson,
+        requests=requests,
+        duration=duration,
+        warmup=warmup,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        shared=shared_prefix,
+        dataset_path=dataset,
+        tokenizer=tokenizer,
+        repo=repo,
+        spec=spec,
+        cell_id=cell,
+        metrics_url=metrics_url,
+        stream=stream,
+        seed=seed,
+        stop_on_error=stop_on_error,
+        timeout=timeout,
+    )
     result = run_bench(cfg, progress=Stages(quiet=json_out))
     if c is not None:
         from toolchain.planning.arch import arch_for_spec
         from toolchain.planning.plan import plan_cell
 
-        result["planner"] = {"tpot_floor_b1_ms": plan_cell(c, arch_for_spec(c.spec)).tpot_floor_b1_ms,
-                             "gpu": c.gpu.name}
+        result["planner"] = {
+            "tpot_floor_b1_ms": plan_cell(c, arch_for_spec(c.spec)).tpot_floor_b1_ms,
+            "gpu": c.gpu.name,
+        }
     if out:
         save(result, out)
     if json_out:
-        print_json({k: v for k, v in result.items() if k != "runs"} | {"runs": [
-            {k: v for k, v in r.items() if k != "records"} for r in result["runs"]]})
+        print_json(
+            {k: v for k, v in result.items() if k != "runs"}
+            | {"runs": [{k: v for k, v in r.items() if k != "records"} for r in result["runs"]]}
+        )
     else:
         print_table(result)
         if out:
@@ -82,32 +114,61 @@ def bench(
         err.print(f"stopped early: {result['interrupted']}", highlight=False, markup=False)
 
 
-def print_table(result: dict) -> None:  # type: ignore[type-arg]
+def print_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     from toolchain.bench.report import _f, table_rows
     from toolchain.cli.render import err, out
 
     t = Table(title=f"bench {result['provenance']['model']} @ {result['provenance']['url']} (ms)")
-    for c in ("load", "ok", "err", "req/s", "tok/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-              "ITL p50", "ITL p99"):
+    for c in (
+        "load",
+        "ok",
+        "err",
+        "req/s",
+        "tok/s",
+        "goodput",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "ITL p50",
+        "ITL p99",
+    ):
         t.add_column(c)
     for r in table_rows([result]):
-        t.add_row(r["load"], str(r["requests"]), str(r["errors"]), f"{r['req_s']:.2f}", f"{r['tok_s']:.1f}",
-                  f"{r['goodput']:.2f}", _f(r["ttft_p50"]), _f(r["ttft_p99"]), _f(r["tpot_p50"]), _f(r["tpot_p99"]),
-                  _f(r["itl_p50"]), _f(r["itl_p99"]))
+        t.add_row(
+            r["load"],
+            str(r["requests"]),
+            str(r["errors"]),
+            f"{r['req_s']:.2f}",
+            f"{r['tok_s']:.1f}",
+            f"{r['goodput']:.2f}",
+            _f(r["ttft_p50"]),
+            _f(r["ttft_p99"]),
+            _f(r["tpot_p50"]),
+            _f(r["tpot_p99"]),
+            _f(r["itl_p50"]),
+            _f(r["itl_p99"]),
+        )
     out.print(t)
     for run in result["runs"]:
         if run["client"].get("warning"):
             err.print(f"warning: {run['client']['warning']}", highlight=False)
         if run.get("prefix"):
             p = run["prefix"]
-            err.print(f"prefix cache ({run['label']}): shared-prefix TTFT p50 {_f(p['shared_ttft_ms_p50'])} ms, "
-                      f"reused blocks {p['shared_reused_blocks_mean']}; unique TTFT p50 {_f(p['unique_ttft_ms_p50'])} "
-                      f"ms, reused {p['unique_reused_blocks_mean']}", highlight=False, markup=False)
+            err.print(
+                f"prefix cache ({run['label']}): shared-prefix TTFT p50 {_f(p['shared_ttft_ms_p50'])} ms, "
+                f"reused blocks {p['shared_reused_blocks_mean']}; unique TTFT p50 {_f(p['unique_ttft_ms_p50'])} "
+                f"ms, reused {p['unique_reused_blocks_mean']}",
+                highlight=False,
+                markup=False,
+            )
     if result.get("planner"):
-        err.print(f"planner TPOT floor on {result['planner']['gpu']}: {result['planner']['tpot_floor_b1_ms']:.2f} ms",
-                  highlight=False)
+        err.print(
+            f"planner TPOT floor on {result['planner']['gpu']}: {result['planner']['tpot_floor_b1_ms']:.2f} ms",
+            highlight=False,
+        )
 
 
 @app.command()

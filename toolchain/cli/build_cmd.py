@@ -43,10 +43,7 @@ def register(app: typer.Typer) -> None:
         reg = open_registry(registry)
         results = []
         for c in cells:
-            if dry_run:
-                r = plan_cell_build(c, reg, force=force)
-            else:
-                r = build_cell(c, reg, force=force, timeout=timeout)
+            r = plan_cell_build(c, reg, force=force) if dry_run else build_cell(c, reg, force=force, timeout=timeout)
             results.append(r)
             if not json_out:
                 err.print(f"{r.status:9} {c.id}  key {r.key}", highlight=False, markup=False)
@@ -55,4 +52,6 @@ def register(app: typer.Typer) -> None:
                 for n in r.notes:
                     err.print(f"          note: {n}", highlight=False, markup=False)
         if json_out:
-            print_json({"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": [r.to_json() for r in results]})
+            print_json(
+                {"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": [r.to_json() for r in results]}
+            )

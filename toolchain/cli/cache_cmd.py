@@ -51,8 +51,12 @@ def show(ref: RefArg, registry: RegistryOpt = None) -> None:
 
 
 @app.command()
-def pull(ref: RefArg, dest: Annotated[Path, typer.Argument(help="Destination directory (must not exist)")],
-         registry: RegistryOpt = None, force: ForceOpt = False) -> None:
+def pull(
+    ref: RefArg,
+    dest: Annotated[Path, typer.Argument(help="Destination directory (must not exist)")],
+    registry: RegistryOpt = None,
+    force: ForceOpt = False,
+) -> None:
     """Restore an entry into DEST, verifying every digest.
 
     Examples: toolchain cache pull 3f2a9c1d ./engine
@@ -66,10 +70,12 @@ def pull(ref: RefArg, dest: Annotated[Path, typer.Argument(help="Destination dir
 
 
 @app.command()
-def push(src: Annotated[Path, typer.Argument(help="Directory to store")],
-         key: Annotated[str, typer.Option("--key", help="Entry key (64 hex); default: digest of the content")] = "",
-         kind: Annotated[str, typer.Option("--kind")] = "engine",
-         registry: RegistryOpt = None) -> None:
+def push(
+    src: Annotated[Path, typer.Argument(help="Directory to store")],
+    key: Annotated[str, typer.Option("--key", help="Entry key (64 hex); default: digest of the content")] = "",
+    kind: Annotated[str, typer.Option("--kind")] = "engine",
+    registry: RegistryOpt = None,
+) -> None:
     """Store a directory as one entry (blobs first, manifest last).
 
     Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
@@ -89,9 +95,11 @@ def push(src: Annotated[Path, typer.Argument(help="Directory to store")],
 
 
 @app.command()
-def verify(registry: RegistryOpt = None,
-           repair: Annotated[bool, typer.Option("--repair", help="Remove corrupt entries and blobs")] = False,
-           json_out: JsonOpt = False) -> None:
+def verify(
+    registry: RegistryOpt = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Remove corrupt entries and blobs")] = False,
+    json_out: JsonOpt = False,
+) -> None:
     """Re-hash every blob of every entry; exit 1 when any entry is corrupt (unless repaired)."""
     from toolchain.cli.render import err, print_json
     from toolchain.errors import CorruptArtifactError
@@ -108,8 +116,9 @@ def verify(registry: RegistryOpt = None,
 
 
 @app.command()
-def gc(registry: RegistryOpt = None, yes: YesOpt = False, dry_run: DryRunOpt = False,
-       json_out: JsonOpt = False) -> None:
+def gc(
+    registry: RegistryOpt = None, yes: YesOpt = False, dry_run: DryRunOpt = False, json_out: JsonOpt = False
+) -> None:
     """Remove unreferenced blobs, stale temp files and dangling tags: shows the plan, asks unless --yes."""
     from toolchain.cli.render import err, fmt_bytes, print_json
     from toolchain.registry import open_registry
@@ -119,8 +128,11 @@ def gc(registry: RegistryOpt = None, yes: YesOpt = False, dry_run: DryRunOpt = F
     summary = {"blobs": len(plan.blobs), "tmp": len(plan.tmp), "tags": len(plan.manifests), "bytes": plan.bytes}
     if json_out:
         print_json({**summary, "dry_run": dry_run})
-    err.print(f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
-              f"{len(plan.manifests)} dangling tags; frees {fmt_bytes(plan.bytes)}", highlight=False)
+    err.print(
+        f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
+        f"{len(plan.manifests)} dangling tags; frees {fmt_bytes(plan.bytes)}",
+        highlight=False,
+    )
     if dry_run or not (plan.blobs or plan.tmp or plan.manifests):
         return
     if not yes and not typer.confirm("Delete these?", err=True):

@@ -14,11 +14,15 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def diagnose(
         metrics_url: Annotated[str | None, typer.Option("--metrics-url", help="Prometheus URL to sample")] = None,
-        bench: Annotated[Path | None, typer.Option("--bench", help="A result JSON from `toolchain bench --out`")] = None,
+        bench: Annotated[
+            Path | None, typer.Option("--bench", help="A result JSON from `toolchain bench --out`")
+        ] = None,
         model: Annotated[str, typer.Option("--model", help="The LLM model name in the metrics")] = "tensorrt_llm",
         samples: Annotated[int, typer.Option("--samples", help="Metric samples, 1 s apart")] = 3,
-        prefix_caching: Annotated[bool | None, typer.Option("--prefix-caching/--no-prefix-caching",
-                                                            help="Whether prefix caching is configured")] = None,
+        prefix_caching: Annotated[
+            bool | None,
+            typer.Option("--prefix-caching/--no-prefix-caching", help="Whether prefix caching is configured"),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Findings with evidence, severity and the action to take; exit 0 even when findings exist.
@@ -57,5 +61,8 @@ def register(app: typer.Typer) -> None:
         for f in findings:
             out.print(f"[{f.severity}] {f.rule}: {f.evidence}\n    action: {f.action}", markup=False, highlight=False)
         if server:
-            err.print("server: " + json.dumps({k: v for k, v in server.items() if v is not None}), highlight=False,
-                      markup=False)
+            err.print(
+                "server: " + json.dumps({k: v for k, v in server.items() if v is not None}),
+                highlight=False,
+                markup=False,
+            )

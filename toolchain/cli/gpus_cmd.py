@@ -24,18 +24,31 @@ def register(app: typer.Typer) -> None:
 
         local, reason = detect_gpus()
         if json_out:
-            print_json({"catalog": [asdict(g) for g in CATALOG.values()], "local": [asdict(g) for g in local],
-                        "local_reason": reason})
+            print_json(
+                {
+                    "catalog": [asdict(g) for g in CATALOG.values()],
+                    "local": [asdict(g) for g in local],
+                    "local_reason": reason,
+                }
+            )
             return
         t = Table(title="GPU catalog")
         for col in ("name", "NVML name", "SM", "memory GB", "HBM TB/s", "BF16 TF", "FP8 TF", "FP4 TF", "weights"):
             t.add_column(col)
         for g in CATALOG.values():
-            t.add_row(g.name, g.nvml_name, g.compute_capability, f"{g.memory_gb:g}", f"{g.hbm_tb_s:g}",
-                      f"{g.bf16_tflops:g}", f"{g.fp8_tflops or '-'}", f"{g.fp4_tflops or '-'}", ",".join(g.precisions))
+            t.add_row(
+                g.name,
+                g.nvml_name,
+                g.compute_capability,
+                f"{g.memory_gb:g}",
+                f"{g.hbm_tb_s:g}",
+                f"{g.bf16_tflops:g}",
+                f"{g.fp8_tflops or '-'}",
+                f"{g.fp4_tflops or '-'}",
+                ",".join(g.precisions),
+            )
         out.print(t)
-        if local:
-            for g in local:
-                err.print(f"local GPU {g.index}: {g.name} (SM {g.compute_capability}, driver {g.driver})")
-        else:
+        for lg in local:
+            err.print(f"local GPU {lg.index}: {lg.name} (SM {lg.compute_capability}, driver {lg.driver})")
+        if not local:
             err.print(f"no local GPU: {reason}")

@@ -12,8 +12,11 @@ SpecsArg = Annotated[list[Path], typer.Argument(help="One or more engine spec YA
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout")]
 RegistryOpt = Annotated[
     str | None,
-    typer.Option("--registry", envvar="TOOLCHAIN_REGISTRY",
-                 help="Registry URL: a local path (default ~/.cache/toolchain/registry), s3://bucket/prefix, hf://org/repo"),
+    typer.Option(
+        "--registry",
+        envvar="TOOLCHAIN_REGISTRY",
+        help="Registry URL: a local path (default ~/.cache/toolchain/registry), s3://bucket/prefix, hf://org/repo",
+    ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]
 CellOpt = Annotated[str | None, typer.Option("--cell", help="One matrix cell id (see `toolchain spec expand`)")]

@@ -36,23 +36,44 @@ def register(app: typer.Typer) -> None:
         cells = [find_cell(s, cell)] if cell else expand(s)
         plans = [plan_cell(c, arch) for c in cells]
         if json_out:
-            print_json({"spec": s.name, "model": arch.name, "params": arch.params,
-                        "cells": [p.to_json() for p in plans]})
+            print_json(
+                {"spec": s.name, "model": arch.name, "params": arch.params, "cells": [p.to_json() for p in plans]}
+            )
         else:
             t = Table(title=f"plan: {s.name} ({arch.name}, {arch.params / 1e9:.2f} B params)")
-            for col in ("cell", "weights/GPU", "KV budget", "KV/token", "max conc @max_seq", "@avg ctx",
-                        "TPOT floor b=1", "TPOT floor @KV batch", "prefill avg", "fleet GPUs"):
+            for col in (
+                "cell",
+                "weights/GPU",
+                "KV budget",
+                "KV/token",
+                "max conc @max_seq",
+                "@avg ctx",
+                "TPOT floor b=1",
+                "TPOT floor @KV batch",
+                "prefill avg",
+                "fleet GPUs",
+            ):
                 t.add_column(col)
             for p in plans:
                 fleet = str(p.fleet["total_gpus"]) if p.fleet else "-"
-                t.add_row(p.cell_id, fmt_bytes(p.weight_bytes_per_gpu), fmt_bytes(p.kv_budget_bytes),
-                          f"{p.kv_bytes_per_token / 1e3:.1f} KB", str(p.max_concurrency_at_max_seq),
-                          str(p.max_concurrency_at_avg), f"{p.tpot_floor_b1_ms:.2f} ms",
-                          f"{p.tpot_floor_kv_batch_ms:.2f} ms (b={p.kv_batch})", f"{p.prefill_ms_avg_input:.1f} ms",
-                          fleet)
+                t.add_row(
+                    p.cell_id,
+                    fmt_bytes(p.weight_bytes_per_gpu),
+                    fmt_bytes(p.kv_budget_bytes),
+                    f"{p.kv_bytes_per_token / 1e3:.1f} KB",
+                    str(p.max_concurrency_at_max_seq),
+                    str(p.max_concurrency_at_avg),
+                    f"{p.tpot_floor_b1_ms:.2f} ms",
+                    f"{p.tpot_floor_kv_batch_ms:.2f} ms (b={p.kv_batch})",
+                    f"{p.prefill_ms_avg_input:.1f} ms",
+                    fleet,
+                )
             out.print(t)
-            err.print(f"assumptions: MFU {plans[0].mfu:.0%} for prefill; weights read once per decode step; "
-                      "memory = marketed decimal GB; see --explain for every formula", highlight=False)
+            err.print(
+                f"assumptions: MFU {plans[0].mfu:.0%} for prefill; weights read once per decode step; "
+                "memory = marketed decimal GB; see --explain for every formula",
+                highlight=False,
+            )
             if explain:
                 for p in plans:
                     out.print(explain_plan(p, arch), markup=False, highlight=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import ForceOpt, JsonOpt, RegistryOpt
+from toolchain.cli.options import ForceOpt, JsonOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -17,9 +17,13 @@ def register(app: typer.Typer) -> None:
         model: Annotated[Path | None, typer.Option("--model", help="Hugging Face checkpoint directory")] = None,
         fmt: Annotated[str | None, typer.Option("--format", help="fp8|int4_awq|w4a8_awq|int8_sq|int8_wo|nvfp4")] = None,
         kv_cache: Annotated[str, typer.Option("--kv-cache", help="fp8 or none")] = "none",
-        out: Annotated[Path | None, typer.Option("--out", help="Output directory (trtllm/, hf/, manifest.json)")] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", help="Output directory (trtllm/, hf/, manifest.json)")
+        ] = None,
         device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
-        dataset: Annotated[str, typer.Option("--dataset", help="builtin, a .txt/.jsonl file, or hf:<name>")] = "builtin",
+        dataset: Annotated[
+            str, typer.Option("--dataset", help="builtin, a .txt/.jsonl file, or hf:<name>")
+        ] = "builtin",
         samples: Annotated[int, typer.Option("--samples", min=1)] = 64,
         seq_len: Annotated[int, typer.Option("--seq-len", min=8)] = 256,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 4,
@@ -30,7 +34,9 @@ def register(app: typer.Typer) -> None:
         gate: Annotated[str, typer.Option("--gate", help="auto|fakequant|dequant accuracy check")] = "auto",
         allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
         force: ForceOpt = False,
-        registry: Annotated[str | None, typer.Option("--registry", help="Also store the result in this registry (spec mode)")] = None,
+        registry: Annotated[
+            str | None, typer.Option("--registry", help="Also store the result in this registry (spec mode)")
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Quantize a checkpoint with ModelOpt; export the TRT-LLM checkpoint and the unified HF checkpoint.
@@ -45,35 +51,52 @@ def register(app: typer.Typer) -> None:
         from toolchain.quantize.run import quantize as run_quantize
 
         stages = Stages()
-        jobs = []
+        jobs: list[tuple[Path, Recipe, Path, object, bool]] = []
         spec_obj = None
         if spec is not None:
             if model is not None or fmt is not None:
-                raise UserInputError("give either a SPEC or --model/--format, not both",
-                                     "drop --model/--format to use the spec's model and quantization")
+                raise UserInputError(
+                    "give either a SPEC or --model/--format, not both",
+                    "drop --model/--format to use the spec's model and quantization",
+                )
             from toolchain.spec.loader import load_spec
             from toolchain.spec.matrix import expand
 
             s = load_spec(spec)
             if s.quantization.weights in ("bf16", "fp16") and s.quantization.kv_cache == "auto":
-                raise UserInputError(f"spec {s.name} asks for no quantization",
-                                     "nothing to do; `toolchain build` converts the checkpoint directly")
+                raise UserInputError(
+                    f"spec {s.name} asks for no quantization",
+                    "nothing to do; `toolchain build` converts the checkpoint directly",
+                )
             src = source_dir(s)
             for tp_, pp_ in sorted({(c.tp, c.pp) for c in expand(s)}):
                 r = recipe_from_spec(s, tp_, pp_)
-                jobs.append((src, r, out if (out and len(jobs) == 0) else default_out(s, r), s.quantization.accuracy,
-                             not force))
+                jobs.append(
+                    (src, r, out if (out and len(jobs) == 0) else default_out(s, r), s.quantization.accuracy, not force)
+                )
             spec_obj = s
         else:
             if model is None or fmt is None or out is None:
-                raise UserInputError("without a SPEC, --model, --format and --out are required",
-                                     "e.g. toolchain quantize --model DIR --format fp8 --kv-cache fp8 --out DIR")
+                raise UserInputError(
+                    "without a SPEC, --model, --format and --out are required",
+                    "e.g. toolchain quantize --model DIR --format fp8 --kv-cache fp8 --out DIR",
+                )
             r = Recipe(fmt, kv_cache, awq_group_size, dataset, samples, seq_len, batch_size, seed, "bfloat16", tp, pp)
             jobs.append((model, r, out, None, False))
         results = []
         for src, r, dest, limits, reuse in jobs:
-            res = run_quantize(src, r, dest, device=device, force=force, allow_pickle=allow_pickle,
-                               accuracy_limits=limits, gate_method=gate, reuse=reuse, progress=stages)
+            res = run_quantize(
+                src,
+                r,
+                dest,
+                device=device,
+                force=force,
+                allow_pickle=allow_pickle,
+                accuracy_limits=limits,
+                gate_method=gate,
+                reuse=reuse,
+                progress=stages,
+            )
             m = res.manifest
             acc = m["accuracy"][m["accuracy"]["gate"]]
             for n in res.notes:
@@ -82,7 +105,10 @@ def register(app: typer.Typer) -> None:
                 f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
                 f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f}, "
                 f"ppl {acc['ppl_increase']:+.1%} [{m['accuracy']['gate']}]; "
-                f"{m['wall_time_s']:.1f}s, peak RSS {m['peak_rss_mb']:.0f} MB", highlight=False, markup=False)
+                f"{m['wall_time_s']:.1f}s, peak RSS {m['peak_rss_mb']:.0f} MB",
+                highlight=False,
+                markup=False,
+            )
             results.append({"out": str(res.out), "reused": res.reused, "manifest": m})
             if registry and spec is not None:
                 from toolchain.quantize.run import registry_key
@@ -91,8 +117,12 @@ def register(app: typer.Typer) -> None:
                 reg = open_registry(registry)
                 key = registry_key(spec_obj, r)
                 if key and not reg.exists(key):
-                    reg.put(key, res.out, kind="quantized-checkpoint",
-                            provenance={"recipe": r.to_json(), "input_digest": m["input_digest"]})
+                    reg.put(
+                        key,
+                        res.out,
+                        kind="quantized-checkpoint",
+                        provenance={"recipe": r.to_json(), "input_digest": m["input_digest"]},
+                    )
                 err.print(f"quantized checkpoint in {reg.url} as {key}", highlight=False)
         if json_out:
             print_json(results if len(results) > 1 else results[0])

@@ -31,20 +31,31 @@ def register(app: typer.Typer) -> None:
         from toolchain.triton import server as S
         from toolchain.triton.lint import lint_repository
 
-        meta = json.loads((repo / "toolchain-repo.json").read_text()) if (repo / "toolchain-repo.json").is_file() else {}
+        meta = (
+            json.loads((repo / "toolchain-repo.json").read_text()) if (repo / "toolchain-repo.json").is_file() else {}
+        )
         ws = world_size or int((meta.get("engine") or {}).get("world_size") or 1)
         errors = [f for f in lint_repository(repo, world_size=ws) if f.severity == "error"]
         if errors:
             from toolchain.errors import TritonRepoError
 
-            raise TritonRepoError(f"the repository does not pass lint: {errors[0].line()}",
-                                  f"run `toolchain triton lint {repo}`")
-        srv = S.start(repo, host=host, ports=S.Ports(http_port, grpc_port, metrics_port), ready_timeout=ready_timeout,
-                      world_size=ws)
+            raise TritonRepoError(
+                f"the repository does not pass lint: {errors[0].line()}", f"run `toolchain triton lint {repo}`"
+            )
+        srv = S.start(
+            repo,
+            host=host,
+            ports=S.Ports(http_port, grpc_port, metrics_port),
+            ready_timeout=ready_timeout,
+            world_size=ws,
+        )
         if meta.get("reference"):
             err.print("serving the CPU reference model (PyTorch), not TensorRT-LLM", highlight=False)
-        err.print(f"ready: HTTP {srv.http_url}  gRPC {srv.grpc_url}  metrics {srv.metrics_url}  log {srv.log_path}",
-                  highlight=False, markup=False)
+        err.print(
+            f"ready: HTTP {srv.http_url}  gRPC {srv.grpc_url}  metrics {srv.metrics_url}  log {srv.log_path}",
+            highlight=False,
+            markup=False,
+        )
         stop = {"now": False}
         signal.signal(signal.SIGTERM, lambda *a: stop.update(now=True))
         try:

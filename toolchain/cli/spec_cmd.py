@@ -61,8 +61,8 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     if failures:
         if len(failures) == 1:
             raise failures[0][1]
-        for _, e in failures[:-1]:
-            err.print(f"Error: {e.message} — {e.hint}", markup=False, highlight=False)
+        for _, earlier in failures[:-1]:
+            err.print(f"Error: {earlier.message} — {earlier.hint}", markup=False, highlight=False)
         raise failures[-1][1]
 
 
@@ -100,6 +100,14 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
         t.add_column(col)
     for i in ids:
         c = i.cell
-        t.add_row(c.id, c.gpu.name, str(c.max_batch_size), str(c.max_seq_len), str(c.max_input_len), str(c.tp),
-                  (i.engine_key or "pending")[:16], (i.profile_id or i.pending or "")[:16])
+        t.add_row(
+            c.id,
+            c.gpu.name,
+            str(c.max_batch_size),
+            str(c.max_seq_len),
+            str(c.max_input_len),
+            str(c.tp),
+            (i.engine_key or "pending")[:16],
+            (i.profile_id or i.pending or "")[:16],
+        )
     out.print(t)

@@ -28,7 +28,8 @@ def emit(
 
     Examples:
       toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
-      toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 --engine 3f2a9c1d --out ./repo
+      toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
+        --engine 3f2a9c1d --out ./repo
     """
     from toolchain.cli.render import err, print_json
     from toolchain.spec.loader import load_spec
@@ -69,7 +70,9 @@ def lint(
             err.print(f.line(), highlight=False, markup=False)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
-        raise TritonRepoError(f"{len(errors)} error(s) in {repo}; first: {errors[0].file}: {errors[0].field}: "
-                              f"{errors[0].message}", errors[0].fix)
+        raise TritonRepoError(
+            f"{len(errors)} error(s) in {repo}; first: {errors[0].file}: {errors[0].field}: {errors[0].message}",
+            errors[0].fix,
+        )
     if not json_out:
         err.print(f"ok: {repo} ({len(findings)} warning(s))")

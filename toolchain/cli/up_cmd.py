@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
             d = asdict(res)
             if d["bench"]:
                 d["bench"] = {k: v for k, v in d["bench"].items() if k != "runs"} | {
-                    "runs": [{k: v for k, v in r.items() if k != "records"} for r in d["bench"]["runs"]]}
+                    "runs": [{k: v for k, v in r.items() if k != "records"} for r in d["bench"]["runs"]]
+                }
             print_json(d)
             return
         if res.bench:
@@ -54,5 +55,8 @@ def register(app: typer.Typer) -> None:
             t.add_row(k, v)
         out.print(t)
         for f in res.findings:
-            err.print(f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}", highlight=False,
-                      markup=False)
+            err.print(
+                f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}",
+                highlight=False,
+                markup=False,
+            )

@@ -50,38 +50,70 @@ def diagnose(o: Observations) -> list[Finding]:
     if o.ttft_p50_ms and o.ttft_p99_ms is not None and queue is not None:
         ratio = o.ttft_p99_ms / o.ttft_p50_ms
         if ratio > TTFT_RATIO and queue < QUEUE_MS:
-            out.append(Finding("prefill-decode-interference", "warning",
-                               f"TTFT P99/P50 = {ratio:.1f} (> {TTFT_RATIO:g}) while {qname} is {queue:.0f} ms "
-                               f"(< {QUEUE_MS:g} ms): long prefills stall the batch, not a capacity shortage",
-                               "enable chunked prefill (serving.enable_chunked_prefill); at scale consider "
-                               "disaggregated prefill/decode"))
+            out.append(
+                Finding(
+                    "prefill-decode-interference",
+                    "warning",
+                    f"TTFT P99/P50 = {ratio:.1f} (> {TTFT_RATIO:g}) while {qname} is {queue:.0f} ms "
+                    f"(< {QUEUE_MS:g} ms): long prefills stall the batch, not a capacity shortage",
+                    "enable chunked prefill (serving.enable_chunked_prefill); at scale consider "
+                    "disaggregated prefill/decode",
+                )
+            )
     if queue is not None and queue > QUEUE_MS:
-        out.append(Finding("undersized", "critical", f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)",
-                           "add GPUs/instances (see `toolchain plan` fleet size) or lower admitted load"))
+        out.append(
+            Finding(
+                "undersized",
+                "critical",
+                f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)",
+                "add GPUs/instances (see `toolchain plan` fleet size) or lower admitted load",
+            )
+        )
     if o.kv_usage_max is not None and o.kv_usage_max > KV_FRACTION:
-        out.append(Finding("kv-preemption-risk", "critical" if o.kv_usage_max > 0.95 else "warning",
-                           f"KV-cache usage peaked at {o.kv_usage_max:.0%} (> {KV_FRACTION:.0%})",
-                           "reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs"))
+        out.append(
+            Finding(
+                "kv-preemption-risk",
+                "critical" if o.kv_usage_max > 0.95 else "warning",
+                f"KV-cache usage peaked at {o.kv_usage_max:.0%} (> {KV_FRACTION:.0%})",
+                "reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs",
+            )
+        )
     if o.gpu_util_mean is not None and o.at_peak and o.gpu_util_mean < GPU_UTIL:
-        out.append(Finding("gpu-underutilised", "warning",
-                           f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})",
-                           "check scheduling and admission: scheduler policy, max_queue_delay, instance count, "
-                           "client concurrency"))
+        out.append(
+            Finding(
+                "gpu-underutilised",
+                "warning",
+                f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})",
+                "check scheduling and admission: scheduler policy, max_queue_delay, instance count, client concurrency",
+            )
+        )
     if o.tpot_p50_ms and o.tpot_p99_ms is not None:
         ratio = o.tpot_p99_ms / o.tpot_p50_ms
         if ratio > TPOT_RATIO:
-            out.append(Finding("prefill-spikes", "warning", f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})",
-                               "enable chunked prefill and cap max_num_tokens so decode steps are not stalled"))
+            out.append(
+                Finding(
+                    "prefill-spikes",
+                    "warning",
+                    f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})",
+                    "enable chunked prefill and cap max_num_tokens so decode steps are not stalled",
+                )
+            )
     if o.prefix_caching_configured and o.reused_blocks is not None and o.reused_blocks == 0:
-        out.append(Finding("prefix-cache-unused", "warning",
-                           "prefix caching is configured but the server reused 0 KV blocks",
-                           "check the engine has paged context FMHA, prompts share >= tokens_per_block leading "
-                           "tokens, and enable_kv_cache_reuse is true"))
+        out.append(
+            Finding(
+                "prefix-cache-unused",
+                "warning",
+                "prefix caching is configured but the server reused 0 KV blocks",
+                "check the engine has paged context FMHA, prompts share >= tokens_per_block leading "
+                "tokens, and enable_kv_cache_reuse is true",
+            )
+        )
     return out
 
 
-def observations_from(result: dict[str, Any] | None, server: dict[str, Any] | None,
-                      prefix_configured: bool | None) -> Observations:
+def observations_from(
+    result: dict[str, Any] | None, server: dict[str, Any] | None, prefix_configured: bool | None
+) -> Observations:
     o = Observations(prefix_caching_configured=prefix_configured)
     if result:
         runs = [r for r in result.get("runs", []) if r.get("summary", {}).get("completed")]

@@ -59,13 +59,42 @@ class GPU:
 CATALOG: dict[str, GPU] = {
     g.name: g
     for g in [
-        # A100 datasheet (nvidia.com/en-us/data-center/a100): 312 TF BF16 dense; 1,555 GB/s (40GB), 2,039 GB/s (80GB SXM)
-        GPU("A100-40GB-SXM", "NVIDIA A100-SXM4-40GB", 80, 40, 1.555, 312, None, precisions=_AMPERE,
-            source="NVIDIA A100 datasheet"),
-        GPU("A100-80GB-SXM", "NVIDIA A100-SXM4-80GB", 80, 80, 2.039, 312, None, precisions=_AMPERE,
-            source="NVIDIA A100 datasheet"),
+        # A100 datasheet (nvidia.com/en-us/data-center/a100): 312 TF BF16 dense;
+        # 1,555 GB/s (40GB), 2,039 GB/s (80GB SXM)
+        GPU(
+            "A100-40GB-SXM",
+            "NVIDIA A100-SXM4-40GB",
+            80,
+            40,
+            1.555,
+            312,
+            None,
+            precisions=_AMPERE,
+            source="NVIDIA A100 datasheet",
+        ),
+        GPU(
+            "A100-80GB-SXM",
+            "NVIDIA A100-SXM4-80GB",
+            80,
+            80,
+            2.039,
+            312,
+            None,
+            precisions=_AMPERE,
+            source="NVIDIA A100 datasheet",
+        ),
         # A10G (AWS G5): 24 GB GDDR6, 600 GB/s, ~70 TF FP16/BF16 dense tensor (NVIDIA A10 class, AWS G5 page)
-        GPU("A10G", "NVIDIA A10G", 86, 24, 0.600, 70, None, precisions=_AMPERE, source="AWS EC2 G5 / NVIDIA A10 datasheet"),
+        GPU(
+            "A10G",
+            "NVIDIA A10G",
+            86,
+            24,
+            0.600,
+            70,
+            None,
+            precisions=_AMPERE,
+            source="AWS EC2 G5 / NVIDIA A10 datasheet",
+        ),
         # L4 datasheet: 24 GB, 300 GB/s, BF16 121 TF dense (242 sparse), FP8 242.5 TF dense (485 sparse)
         GPU("L4", "NVIDIA L4", 89, 24, 0.300, 121, 242.5, source="NVIDIA L4 datasheet"),
         # L40S datasheet: 48 GB, 864 GB/s, BF16 362 TF dense (733 sparse), FP8 733 TF dense (1,466 sparse)
@@ -79,11 +108,31 @@ CATALOG: dict[str, GPU] = {
         # H200 datasheet: 141 GB HBM3e, 4.8 TB/s, same compute as H100 SXM
         GPU("H200-SXM", "NVIDIA H200", 90, 141, 4.8, 989, 1979, source="NVIDIA H200 datasheet"),
         # HGX B200: 180 GB HBM3e per GPU, 8 TB/s, BF16 2.25 PF dense, FP8 4.5 PF dense, FP4 9 PF dense
-        GPU("B200", "NVIDIA B200", 100, 180, 8.0, 2250, 4500, 9000, precisions=_BLACKWELL,
-            source="NVIDIA HGX B200 datasheet"),
+        GPU(
+            "B200",
+            "NVIDIA B200",
+            100,
+            180,
+            8.0,
+            2250,
+            4500,
+            9000,
+            precisions=_BLACKWELL,
+            source="NVIDIA HGX B200 datasheet",
+        ),
         # GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, BF16 2.5 PF dense, FP8 5 PF dense, FP4 10 PF dense
-        GPU("GB200", "NVIDIA GB200", 100, 186, 8.0, 2500, 5000, 10000, precisions=_BLACKWELL,
-            source="NVIDIA GB200 NVL72 datasheet (per GPU)"),
+        GPU(
+            "GB200",
+            "NVIDIA GB200",
+            100,
+            186,
+            8.0,
+            2500,
+            5000,
+            10000,
+            precisions=_BLACKWELL,
+            source="NVIDIA GB200 NVL72 datasheet (per GPU)",
+        ),
     ]
 }
 

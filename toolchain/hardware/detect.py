@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 
@@ -37,7 +38,5 @@ def detect_gpus() -> tuple[list[LocalGPU], str | None]:
             out.append(LocalGPU(i, name, f"{major}.{minor}", int(mem), driver))
         return out, (None if out else "NVML reports zero GPUs")
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass

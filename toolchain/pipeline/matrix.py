@@ -14,9 +14,17 @@ from toolchain.spec.loader import load_spec
 from toolchain.spec.matrix import checkpoint_identity, engine_key, expand
 
 DEFAULT_RUNNERS = {
-    "A100-40GB-SXM": "gpu-a100", "A100-80GB-SXM": "gpu-a100", "A10G": "gpu-a10g", "L4": "gpu-l4",
-    "L40S": "gpu-l40s", "H100-SXM": "gpu-h100", "H100-PCIe": "gpu-h100-pcie", "H100-NVL": "gpu-h100-nvl",
-    "H200-SXM": "gpu-h200", "B200": "gpu-b200", "GB200": "gpu-gb200",
+    "A100-40GB-SXM": "gpu-a100",
+    "A100-80GB-SXM": "gpu-a100",
+    "A10G": "gpu-a10g",
+    "L4": "gpu-l4",
+    "L40S": "gpu-l40s",
+    "H100-SXM": "gpu-h100",
+    "H100-PCIe": "gpu-h100-pcie",
+    "H100-NVL": "gpu-h100-nvl",
+    "H200-SXM": "gpu-h200",
+    "B200": "gpu-b200",
+    "GB200": "gpu-gb200",
 }
 
 
@@ -27,16 +35,18 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise UserInputError(f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
-                             ) from None
+        raise UserInputError(
+            f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")
     m.update(data)
     return m
 
 
-def build_matrix(specs: list[Path], *, registry: Any = None, runners: dict[str, str] | None = None
-                 ) -> dict[str, list[dict[str, Any]]]:
+def build_matrix(
+    specs: list[Path], *, registry: Any = None, runners: dict[str, str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     runners = runners or DEFAULT_RUNNERS
     quantize: dict[str, dict[str, Any]] = {}
     builds: list[dict[str, Any]] = []
@@ -45,19 +55,50 @@ def build_matrix(specs: list[Path], *, registry: Any = None, runners: dict[str, 
         ident = checkpoint_identity(spec)
         for cell in expand(spec):
             q = spec.quantization
-            qid = "q-" + sha256_text(canonical_json({"source": spec.model.source, "weights": q.weights,
-                                                    "kv": q.kv_cache, "calib": q.calibration.model_dump(),
-                                                    "tp": cell.tp, "pp": cell.pp}))[:12]
+            qid = (
+                "q-"
+                + sha256_text(
+                    canonical_json(
+                        {
+                            "source": spec.model.source,
+                            "weights": q.weights,
+                            "kv": q.kv_cache,
+                            "calib": q.calibration.model_dump(),
+                            "tp": cell.tp,
+                            "pp": cell.pp,
+                        }
+                    )
+                )[:12]
+            )
             runner = runners.get(cell.gpu.name)
             if runner is None:
                 raise UserInputError(f"no runner label for GPU {cell.gpu.name}", "add it to the --runner-map file")
-            quantize.setdefault(qid, {"id": qid, "spec": str(path), "weights": q.weights, "kv_cache": q.kv_cache,
-                                      "tp": cell.tp, "pp": cell.pp, "runner": runner})
+            quantize.setdefault(
+                qid,
+                {
+                    "id": qid,
+                    "spec": str(path),
+                    "weights": q.weights,
+                    "kv_cache": q.kv_cache,
+                    "tp": cell.tp,
+                    "pp": cell.pp,
+                    "runner": runner,
+                },
+            )
             key = engine_key(cell, ident) if ident else None
-            builds.append({"id": f"{spec.name}--{cell.id}", "spec": str(path), "cell": cell.id,
-                           "gpu": cell.gpu.name, "runner": runner, "world_size": cell.world_size,
-                           "engine_key": key, "cached": bool(key and registry is not None and registry.exists(key)),
-                           "needs": qid})
+            builds.append(
+                {
+                    "id": f"{spec.name}--{cell.id}",
+                    "spec": str(path),
+                    "cell": cell.id,
+                    "gpu": cell.gpu.name,
+                    "runner": runner,
+                    "world_size": cell.world_size,
+                    "engine_key": key,
+                    "cached": bool(key and registry is not None and registry.exists(key)),
+                    "needs": qid,
+                }
+            )
     return {"quantize": list(quantize.values()), "build": builds}
 
 
@@ -68,18 +109,28 @@ def github(m: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def gitlab(m: dict[str, list[dict[str, Any]]], registry_var: str = "$TOOLCHAIN_REGISTRY") -> dict[str, Any]:
     """A child pipeline: one quantize job per group, one build job per cell needing its group."""
-    doc: dict[str, Any] = {"stages": ["quantize", "build"],
-                           "default": {"image": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
-                                       "before_script": ["scripts/setup.sh"]}}
+    doc: dict[str, Any] = {
+        "stages": ["quantize", "build"],
+        "default": {
+            "image": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+            "before_script": ["scripts/setup.sh"],
+        },
+    }
     for q in m["quantize"]:
-        doc[q["id"]] = {"stage": "quantize", "tags": [q["runner"]],
-                        "script": [f".venv/bin/toolchain quantize {q['spec']} --device cuda --registry {registry_var}"]}
+        doc[q["id"]] = {
+            "stage": "quantize",
+            "tags": [q["runner"]],
+            "script": [f".venv/bin/toolchain quantize {q['spec']} --device cuda --registry {registry_var}"],
+        }
     for b in m["build"]:
-        job: dict[str, Any] = {"stage": "build", "tags": [b["runner"]], "needs": [b["needs"]],
-                               "variables": {"ENGINE_KEY": b["engine_key"] or ""},
-                               "script": [f".venv/bin/toolchain build {b['spec']} --cell {b['cell']} "
-                                          f"--registry {registry_var}"],
-                               "artifacts": {"when": "always", "paths": ["logs/"]}}
+        job: dict[str, Any] = {
+            "stage": "build",
+            "tags": [b["runner"]],
+            "needs": [b["needs"]],
+            "variables": {"ENGINE_KEY": b["engine_key"] or ""},
+            "script": [f".venv/bin/toolchain build {b['spec']} --cell {b['cell']} --registry {registry_var}"],
+            "artifacts": {"when": "always", "paths": ["logs/"]},
+        }
         if b["cached"]:
             job["rules"] = [{"when": "never"}]  # already in the registry
         doc[b["id"]] = job

@@ -46,8 +46,15 @@ def _ensure_checkpoint(spec: EngineSpec, progress: Any) -> str:
     return "created"
 
 
-def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None = None, requests: int = 8,
-           concurrency: tuple[int, ...] = (1, 2), progress: Any = lambda s: None) -> UpResult:
+def run_up(
+    spec: EngineSpec,
+    *,
+    cell_id: str | None = None,
+    registry: str | None = None,
+    requests: int = 8,
+    concurrency: tuple[int, ...] = (1, 2),
+    progress: Any = lambda s: None,
+) -> UpResult:
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
@@ -77,19 +84,29 @@ def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None
 
     qout = quantized_checkpoint(cell)
     progress(f"quantize ({spec.quantization.weights}, KV {spec.quantization.kv_cache}) with ModelOpt")
-    q = quantize(spec.local_source() or Path(), recipe_from_spec(spec, cell.tp, cell.pp), qout, reuse=True,
-                 accuracy_limits=spec.quantization.accuracy, progress=lambda s: progress(f"  {s}"))
+    q = quantize(
+        spec.local_source() or Path(),
+        recipe_from_spec(spec, cell.tp, cell.pp),
+        qout,
+        reuse=True,
+        accuracy_limits=spec.quantization.accuracy,
+        progress=lambda s: progress(f"  {s}"),
+    )
     res.stages["quantize"] = "reused" if q.reused else "done"
     res.artifacts["quantized checkpoint"] = str(qout)
     acc = q.manifest["accuracy"][q.manifest["accuracy"]["gate"]]
-    res.stages["accuracy"] = (f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f} "
-                              f"[{q.manifest['accuracy']['gate']}]")
+    res.stages["accuracy"] = (
+        f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f} "
+        f"[{q.manifest['accuracy']['gate']}]"
+    )
 
     progress("plan")
     plan = plan_cell(cell, arch_for_spec(spec))
     res.tpot_floor_ms = plan.tpot_floor_b1_ms
-    res.stages["plan"] = (f"KV budget {plan.kv_budget_bytes / 1e9:.1f} GB, {plan.max_concurrency_at_max_seq} "
-                          f"requests at max_seq_len, TPOT floor {plan.tpot_floor_b1_ms:.3f} ms on {cell.gpu.name}")
+    res.stages["plan"] = (
+        f"KV budget {plan.kv_budget_bytes / 1e9:.1f} GB, {plan.max_concurrency_at_max_seq} "
+        f"requests at max_seq_len, TPOT floor {plan.tpot_floor_b1_ms:.3f} ms on {cell.gpu.name}"
+    )
 
     progress("build (or fetch from the registry)")
     reg = open_registry(registry)
@@ -101,8 +118,11 @@ def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None
     except NeedsGPUError as e:
         res.stages["build"] = "skipped: TensorRT-LLM is not installed here (needs an NVIDIA GPU host)"
         progress(f"  {e.message.split(';')[0]}; serving the CPU reference model instead")
-    res.served_by = ("CPU reference model (PyTorch + transformers), not TensorRT-LLM" if engine == "reference"
-                     else f"tensorrtllm backend, engine {engine[:16]}")
+    res.served_by = (
+        "CPU reference model (PyTorch + transformers), not TensorRT-LLM"
+        if engine == "reference"
+        else f"tensorrtllm backend, engine {engine[:16]}"
+    )
 
     work = cache_home() / "up" / f"{spec.name}-{cell.id}"
     repo = work / "repo"
@@ -112,8 +132,13 @@ def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None
 
     progress("serve (tritonserver on 127.0.0.1)")
     ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
-    srv = S.start(repo, ports=ports, log_path=work / "tritonserver.log", ready_timeout=300,
-                  extra_args=["--metrics-config=summary_latencies=true"])
+    srv = S.start(
+        repo,
+        ports=ports,
+        log_path=work / "tritonserver.log",
+        ready_timeout=300,
+        extra_args=["--metrics-config=summary_latencies=true"],
+    )
     res.artifacts["server log"] = str(srv.log_path)
     try:
         progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
@@ -127,11 +152,24 @@ def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None
         outd = Dist.parse(str(t.output_tokens.mean if t else 16))
         reqs = synthetic(tok, requests + 1, inp, outd, seed=0)
         slo = {"ttft_ms": spec.slo.ttft_ms.p99, "tpot_ms": spec.slo.tpot_ms.p99}
-        cfg = BenchConfig("triton", srv.grpc_url, "ensemble", [Load(concurrency=c) for c in concurrency], reqs,
-                          warmup=1, metrics_url=srv.metrics_url, slo=slo,
-                          provenance={"spec": spec.name, "cell": cell.id, "engine_key": res.engine_key,
-                                      "profile_id": res.profile_id, "gpu": cell.gpu.name,
-                                      "reference": res.served_by if engine == "reference" else None})
+        cfg = BenchConfig(
+            "triton",
+            srv.grpc_url,
+            "ensemble",
+            [Load(concurrency=c) for c in concurrency],
+            reqs,
+            warmup=1,
+            metrics_url=srv.metrics_url,
+            slo=slo,
+            provenance={
+                "spec": spec.name,
+                "cell": cell.id,
+                "engine_key": res.engine_key,
+                "profile_id": res.profile_id,
+                "gpu": cell.gpu.name,
+                "reference": res.served_by if engine == "reference" else None,
+            },
+        )
         result = run_bench(cfg, progress=lambda s: progress(f"  {s}"))
         result["planner"] = {"tpot_floor_b1_ms": plan.tpot_floor_b1_ms, "gpu": cell.gpu.name}
         save(result, work / "bench.json")
@@ -141,8 +179,9 @@ def run_up(spec: EngineSpec, *, cell_id: str | None = None, registry: str | None
 
         files = render([result], work / "report", floor_ms=plan.tpot_floor_b1_ms)
         res.artifacts["report"] = str(files["markdown"])
-        res.findings = [f.to_json() for f in diagnose(observations_from(
-            result, None, spec.serving.enable_prefix_caching))]
+        res.findings = [
+            f.to_json() for f in diagnose(observations_from(result, None, spec.serving.enable_prefix_caching))
+        ]
         res.stages["bench"] = "done"
     finally:
         progress("stop the server")

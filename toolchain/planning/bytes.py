@@ -29,8 +29,16 @@ def bytes_per_param(weights: str, group_size: int = 128) -> float:
 
 def nominal_bytes_per_param(weights: str) -> float:
     """Bytes per parameter without scales: the back-of-envelope figure (INT4 = 0.5 B)."""
-    return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8_sq": 1.0, "int8_wo": 1.0,
-            "int4_awq": 0.5, "w4a8_awq": 0.5, "nvfp4": 0.5}[weights]
+    return {
+        "bf16": 2.0,
+        "fp16": 2.0,
+        "fp8": 1.0,
+        "int8_sq": 1.0,
+        "int8_wo": 1.0,
+        "int4_awq": 0.5,
+        "w4a8_awq": 0.5,
+        "nvfp4": 0.5,
+    }[weights]
 
 
 def weight_bytes(arch: ModelArch, weights: str, dtype: str = "bfloat16", group_size: int = 128) -> float:

@@ -123,28 +123,59 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
     mfu = traffic.mfu if traffic else 0.5
     pre = prefill_ms(arch.active_params / cell.tp, avg_in, gpu.peak_flops(q.weights), mfu)
     plan = CellPlan(
-        cell.id, gpu.name, q.weights, q.kv_cache, cell.tp, cell.pp, arch.params, arch.params_source,
-        w_total, w_gpu, act, logits, graphs, RESERVE_BYTES, gpu.memory_bytes, free, budget, kv_tok, kv_tokens,
-        avg_ctx, conc_max, conc_avg, kv_use, tpot_b1, tpot_kvb, kv_batch, pre, mfu, avg_in,
+        cell.id,
+        gpu.name,
+        q.weights,
+        q.kv_cache,
+        cell.tp,
+        cell.pp,
+        arch.params,
+        arch.params_source,
+        w_total,
+        w_gpu,
+        act,
+        logits,
+        graphs,
+        RESERVE_BYTES,
+        gpu.memory_bytes,
+        free,
+        budget,
+        kv_tok,
+        kv_tokens,
+        avg_ctx,
+        conc_max,
+        conc_avg,
+        kv_use,
+        tpot_b1,
+        tpot_kvb,
+        kv_batch,
+        pre,
+        mfu,
+        avg_in,
     )
     if free <= 0:
         plan.errors.append(
             f"weights ({w_gpu / 1e9:.1f} GB/GPU) and runtime buffers do not fit {gpu.name} "
-            f"({gpu.memory_gb:.0f} GB); use a larger TP, a smaller format or a bigger GPU")
+            f"({gpu.memory_gb:.0f} GB); use a larger TP, a smaller format or a bigger GPU"
+        )
     elif conc_max < 1:
         plan.errors.append(
             f"the KV budget ({budget / 1e9:.2f} GB) cannot hold one {cell.max_seq_len}-token request "
-            f"({kv_tok * _tokens_rounded(cell.max_seq_len, tpb) / 1e9:.2f} GB); lower max_seq_len or raise TP")
+            f"({kv_tok * _tokens_rounded(cell.max_seq_len, tpb) / 1e9:.2f} GB); lower max_seq_len or raise TP"
+        )
     elif kv_use > KV_WARN_FRACTION:
         plan.warnings.append(
             f"a full batch of {cell.max_batch_size} at {avg_ctx} tokens uses {kv_use:.0%} of the KV budget "
-            f"(>{KV_WARN_FRACTION:.0%} risks preemption); lower max_batch_size or add GPUs")
+            f"(>{KV_WARN_FRACTION:.0%} risks preemption); lower max_batch_size or add GPUs"
+        )
     target = _target(spec.slo.tpot_ms)
     if target is not None:
         plan.tpot_target_ms = target
         if target < tpot_b1:
-            plan.errors.append(f"TPOT SLO {target:g} ms is below the {tpot_b1:.1f} ms floor of this GPU "
-                               f"({gpu.name}, {q.weights}, TP{cell.tp})")
+            plan.errors.append(
+                f"TPOT SLO {target:g} ms is below the {tpot_b1:.1f} ms floor of this GPU "
+                f"({gpu.name}, {q.weights}, TP{cell.tp})"
+            )
         elif plan.free_bytes > 0:
             # largest batch whose floor meets the SLO, within the engine and the KV budget
             per_req = kv_tok * cell.pp * avg_ctx
@@ -157,22 +188,32 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
                 tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
                 plan.speculative_tokens = tps if spec_k else None
                 f: Fleet = fleet_size(
-                    peak_rps=traffic.peak_rps, avg_output_tokens=traffic.output_tokens.mean,
-                    tpot_target_ms=target, batch_at_sla=b_sla, gpus_per_instance=cell.tp * cell.pp,
-                    utilization=traffic.target_utilization, headroom=traffic.burst_headroom,
-                    kv_max_concurrency=conc_avg, tokens_per_step=tps,
+                    peak_rps=traffic.peak_rps,
+                    avg_output_tokens=traffic.output_tokens.mean,
+                    tpot_target_ms=target,
+                    batch_at_sla=b_sla,
+                    gpus_per_instance=cell.tp * cell.pp,
+                    utilization=traffic.target_utilization,
+                    headroom=traffic.burst_headroom,
+                    kv_max_concurrency=conc_avg,
+                    tokens_per_step=tps,
                 )
                 plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
     ttft = _target(spec.slo.ttft_ms)
     if ttft is not None and pre > ttft:
-        plan.warnings.append(f"estimated prefill of {avg_in} tokens ({pre:.0f} ms at {mfu:.0%} MFU) exceeds the "
-                             f"TTFT SLO {ttft:g} ms before any queueing")
+        plan.warnings.append(
+            f"estimated prefill of {avg_in} tokens ({pre:.0f} ms at {mfu:.0%} MFU) exceeds the "
+            f"TTFT SLO {ttft:g} ms before any queueing"
+        )
     return plan
 
 
 def explain(plan: CellPlan, arch: ModelArch) -> str:
     """The arithmetic behind one plan, line by line."""
     g = 1e9
+    layers = -(-arch.num_layers // plan.pp)
+    kv_heads = max(1, -(-arch.num_kv_heads // plan.tp))
+    kv_dtype_b = plan.kv_bytes_per_token / (2 * layers * kv_heads * arch.head_dim)
     lines = [
         f"cell {plan.cell_id} ({plan.gpu}, weights {plan.weights}, KV {plan.kv_cache}, TP{plan.tp} PP{plan.pp})",
         f"  params = {plan.params / 1e9:.3f} B ({plan.params_source})",
@@ -180,7 +221,7 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f"{plan.weight_bytes_total / g:.2f} GB; per GPU ÷ {plan.tp * plan.pp} = {plan.weight_bytes_per_gpu / g:.2f} GB",
         f"  KV/token/rank = 2 × {-(-arch.num_layers // plan.pp)} layers × "
         f"{max(1, -(-arch.num_kv_heads // plan.tp))} KV heads × {arch.head_dim} head dim × "
-        f"{plan.kv_bytes_per_token / (2 * -(-arch.num_layers // plan.pp) * max(1, -(-arch.num_kv_heads // plan.tp)) * arch.head_dim):g} B"
+        f"{kv_dtype_b:g} B"
         f" = {plan.kv_bytes_per_token:,.0f} B",
         f"  activations = max_num_tokens × (8·hidden + 3·intermediate/TP) × 2 B = {plan.activation_bytes / g:.2f} GB",
         f"  logits = max_batch × vocab × 4 B = {plan.logits_bytes / g:.2f} GB; CUDA graphs = "
@@ -191,19 +232,24 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f"  KV budget = free × fraction = {plan.kv_budget_bytes / g:.2f} GB → {plan.kv_tokens:,} tokens",
         f"  concurrency = KV tokens ÷ block-rounded context: {plan.max_concurrency_at_max_seq} at max_seq_len, "
         f"{plan.max_concurrency_at_avg} at {plan.avg_context} tokens",
-        f"  TPOT floor (batch 1) = (weights/TP + KV of {plan.avg_context} tokens) ÷ HBM = {plan.tpot_floor_b1_ms:.2f} ms",
+        f"  TPOT floor (batch 1) = (weights/TP + KV of {plan.avg_context} tokens) ÷ HBM = "
+        f"{plan.tpot_floor_b1_ms:.2f} ms",
         f"  TPOT floor (batch {plan.kv_batch}) = {plan.tpot_floor_kv_batch_ms:.2f} ms",
         f"  prefill({plan.avg_input} tokens) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU {plan.mfu:.0%}) = "
         f"{plan.prefill_ms_avg_input:.1f} ms",
     ]
     if plan.batch_at_sla is not None:
-        lines.append(f"  batch at TPOT SLA {plan.tpot_target_ms:g} ms = {plan.batch_at_sla}; tok/s per GPU = "
-                     f"1000/{plan.tpot_target_ms:g} × {plan.batch_at_sla} ÷ {plan.tp * plan.pp} = "
-                     f"{plan.tok_s_per_gpu_at_sla:,.0f}")
+        lines.append(
+            f"  batch at TPOT SLA {plan.tpot_target_ms:g} ms = {plan.batch_at_sla}; tok/s per GPU = "
+            f"1000/{plan.tpot_target_ms:g} × {plan.batch_at_sla} ÷ {plan.tp * plan.pp} = "
+            f"{plan.tok_s_per_gpu_at_sla:,.0f}"
+        )
     if plan.fleet:
         f = plan.fleet
-        lines.append(f"  fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per instance "
-                     f"= {f['raw_gpus']:.1f} raw GPUs → ÷ utilization × headroom = {f['total_gpus']} GPUs")
+        lines.append(
+            f"  fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per instance "
+            f"= {f['raw_gpus']:.1f} raw GPUs → ÷ utilization × headroom = {f['total_gpus']} GPUs"
+        )
     if plan.speculative_tokens:
         lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
     return "\n".join(lines)

@@ -140,8 +140,9 @@ def dequant_model(original_dir: Path, export_dir: Path) -> Any:
     state = dequantize_hf_export(export_dir)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if "rotary" not in m]:
-        raise QuantizeError(f"export {export_dir} does not match the model: missing {missing[:3]}, "
-                            f"unexpected {unexpected[:3]}")
+        raise QuantizeError(
+            f"export {export_dir} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     return model
 
 

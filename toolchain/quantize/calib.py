@@ -69,7 +69,7 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
         texts = list(BUILTIN_TEXT)
     elif dataset.startswith("hf:"):
         try:
-            import datasets  # type: ignore[import-not-found]
+            import datasets
         except ImportError:
             raise UserInputError(
                 f"calibration dataset '{dataset}' needs the 'datasets' package",
@@ -79,8 +79,10 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
         try:
             ds = datasets.load_dataset(name, split="train", streaming=True)
         except Exception as e:
-            raise UserInputError(f"cannot load dataset {name}: {type(e).__name__}",
-                                 "check the dataset name and network, or use a local file") from None
+            raise UserInputError(
+                f"cannot load dataset {name}: {type(e).__name__}",
+                "check the dataset name and network, or use a local file",
+            ) from None
         texts = []
         for row in ds:
             t = row.get("text") or row.get("article") or row.get("content")
@@ -92,8 +94,10 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
         path = Path(dataset)
         path = path if path.is_absolute() else base_dir / path
         if not path.is_file():
-            raise UserInputError(f"calibration file {path} does not exist",
-                                 "give a .txt (one sample per line) or .jsonl ({\"text\": ...}) file")
+            raise UserInputError(
+                f"calibration file {path} does not exist",
+                'give a .txt (one sample per line) or .jsonl ({"text": ...}) file',
+            )
         if path.suffix == ".jsonl":
             texts = []
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -102,9 +106,9 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError:
-                    raise UserInputError(f"{path}:{n}: not JSON", "each line must be {\"text\": \"...\"}") from None
+                    raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from None
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                    raise UserInputError(f"{path}:{n}: no string 'text' field", "each line must be {\"text\": ...}")
+                    raise UserInputError(f"{path}:{n}: no string 'text' field", 'each line must be {"text": ...}')
                 texts.append(obj["text"])
         elif path.suffix == ".txt":
             texts = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
@@ -123,8 +127,9 @@ def tokenize(tokenizer: Any, texts: list[str], seq_len: int, batch_size: int) ->
     h = hashlib.sha256()
     batches = []
     for i in range(0, len(texts), batch_size):
-        enc = tokenizer(texts[i : i + batch_size], return_tensors="pt", padding="max_length", truncation=True,
-                        max_length=seq_len)
+        enc = tokenizer(
+            texts[i : i + batch_size], return_tensors="pt", padding="max_length", truncation=True, max_length=seq_len
+        )
         h.update(enc["input_ids"].numpy().astype("<i8").tobytes())
         h.update(enc["attention_mask"].numpy().astype("<i8").tobytes())
         batches.append(CalibBatch(enc["input_ids"], enc["attention_mask"]))

@@ -41,12 +41,25 @@ _CFG = {
     "nvfp4": "NVFP4_DEFAULT_CFG",
 }
 # TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
-QUANT_ALGO = {"fp8": "FP8", "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "int8_sq": "W8A8_SQ_PER_CHANNEL",
-              "int8_wo": "W8A16", "nvfp4": "NVFP4"}
+QUANT_ALGO = {
+    "fp8": "FP8",
+    "int4_awq": "W4A16_AWQ",
+    "w4a8_awq": "W4A8_AWQ",
+    "int8_sq": "W8A8_SQ_PER_CHANNEL",
+    "int8_wo": "W8A16",
+    "nvfp4": "NVFP4",
+}
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
-DECODER_TYPE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "MixtralForCausalLM": "llama",
-                "Qwen2ForCausalLM": "qwen", "Qwen3ForCausalLM": "qwen", "GemmaForCausalLM": "gemma",
-                "Gemma2ForCausalLM": "gemma2", "Phi3ForCausalLM": "phi3"}
+DECODER_TYPE = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "MixtralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen",
+    "Qwen3ForCausalLM": "qwen",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Phi3ForCausalLM": "phi3",
+}
 AWQ_FORMATS = ("int4_awq", "w4a8_awq")
 NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
 
@@ -80,8 +93,19 @@ class QuantizeResult:
 def recipe_from_spec(spec: Any, tp: int = 1, pp: int = 1) -> Recipe:
     q = spec.quantization
     c = q.calibration
-    return Recipe(q.weights, "fp8" if q.kv_cache == "fp8" else ("int8" if q.kv_cache == "int8" else "none"),
-                  q.awq_group_size, c.dataset, c.samples, c.seq_len, c.batch_size, c.seed, spec.model.dtype, tp, pp)
+    return Recipe(
+        q.weights,
+        "fp8" if q.kv_cache == "fp8" else ("int8" if q.kv_cache == "int8" else "none"),
+        q.awq_group_size,
+        c.dataset,
+        c.samples,
+        c.seq_len,
+        c.batch_size,
+        c.seed,
+        spec.model.dtype,
+        tp,
+        pp,
+    )
 
 
 def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
@@ -184,14 +208,19 @@ def quantize(
     if recipe.weights not in FORMATS:
         raise UserInputError(f"unknown format '{recipe.weights}'", f"use one of {', '.join(FORMATS)}")
     if recipe.kv_cache not in KV_FORMATS:
-        raise UserInputError(f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
-                             "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)")
+        raise UserInputError(
+            f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
+            "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
+        )
     cfg = check_checkpoint(model_dir, allow_pickle)
     input_digest = dir_digest(model_dir)
     if out.exists():
         existing = verify_output(out) if reuse else None
-        if existing is not None and existing.get("input_digest") == input_digest \
-                and existing.get("recipe") == recipe.to_json():
+        if (
+            existing is not None
+            and existing.get("input_digest") == input_digest
+            and existing.get("recipe") == recipe.to_json()
+        ):
             return QuantizeResult(out, existing, reused=True)
         if not force:
             raise OutputExistsError(f"{out} already exists")
@@ -247,14 +276,16 @@ def quantize(
         try:
             model = mtq.quantize(model, quant_cfg, forward_loop)
         except AssertionError as e:
-            raise NeedsGPUError(f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}",
-                                "run on a GPU host (--device cuda)") from None
+            raise NeedsGPUError(
+                f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
+            ) from None
 
     fake: Any = None
     use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
     if gate_method == "fakequant" and not use_fake:
-        raise NeedsGPUError(f"the {recipe.weights} fake-quant forward needs a GPU",
-                            "use --gate dequant (the default falls back to it)")
+        raise NeedsGPUError(
+            f"the {recipe.weights} fake-quant forward needs a GPU", "use --gate dequant (the default falls back to it)"
+        )
     if recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu":
         notes.append(f"{recipe.weights} fake-quant evaluation needs a GPU; checked the dequantized export instead")
     if use_fake:
@@ -281,8 +312,12 @@ def quantize(
         with _quiet(), torch.inference_mode():
             m_trt = mto.restore(fresh(), str(state))
             mexport.export_tensorrt_llm_checkpoint(
-                m_trt, decoder_type=decoder, dtype=dtype, export_dir=tmp / "trtllm",
-                inference_tensor_parallel=recipe.tp, inference_pipeline_parallel=recipe.pp,
+                m_trt,
+                decoder_type=decoder,
+                dtype=dtype,
+                export_dir=tmp / "trtllm",
+                inference_tensor_parallel=recipe.tp,
+                inference_pipeline_parallel=recipe.pp,
             )
         del m_trt
         tok.save_pretrained(tmp / "trtllm")
@@ -304,8 +339,11 @@ def quantize(
             "device": device,
             "files": files,
             "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
-            "accuracy": {"gate": primary.method, "fakequant": fake.to_json() if fake else None,
-                         "dequant": dq.to_json()},
+            "accuracy": {
+                "gate": primary.method,
+                "fakequant": fake.to_json() if fake else None,
+                "dequant": dq.to_json(),
+            },
             "notes": notes,
             "wall_time_s": round(time.time() - t0, 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -352,7 +390,9 @@ def _check_trtllm_config(ckpt: Path, recipe: Recipe) -> None:
         raise QuantizeError(f"ModelOpt wrote quant_algo {q.get('quant_algo')!r}, expected {want!r}")
     want_kv = "FP8" if recipe.kv_cache == "fp8" else None
     if q.get("kv_cache_quant_algo") != want_kv:
-        raise QuantizeError(f"ModelOpt wrote kv_cache_quant_algo {q.get('kv_cache_quant_algo')!r}, expected {want_kv!r}")
+        raise QuantizeError(
+            f"ModelOpt wrote kv_cache_quant_algo {q.get('kv_cache_quant_algo')!r}, expected {want_kv!r}"
+        )
     world = cfg.get("mapping", {}).get("world_size")
     if world != recipe.tp * recipe.pp:
         raise QuantizeError(f"checkpoint world_size {world} != tp×pp {recipe.tp * recipe.pp}")
@@ -364,7 +404,6 @@ def _check_trtllm_config(ckpt: Path, recipe: Recipe) -> None:
 @contextlib.contextmanager
 def _quiet() -> Any:
     """Silence ModelOpt's known-harmless warnings (no tensorrt_llm module, lm_head notice)."""
-    import sys
 
     with warnings.catch_warnings(), open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         warnings.filterwarnings("ignore", category=UserWarning)
@@ -390,12 +429,16 @@ def source_dir(spec: Any) -> Path:
     repo, rev = spec.model.hf_repo_revision()
     hub = require("huggingface_hub", "hf")
     try:
-        return Path(hub.snapshot_download(repo, revision=rev,
-                                          allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]))
+        return Path(
+            hub.snapshot_download(
+                repo, revision=rev, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
+            )
+        )
     except Exception as e:
-        raise CheckpointError(f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
-                              "check network and HF_TOKEN, or download it and point model.source at the directory"
-                              ) from None
+        raise CheckpointError(
+            f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
+            "check network and HF_TOKEN, or download it and point model.source at the directory",
+        ) from None
 
 
 def default_out(spec: Any, recipe: Recipe) -> Path:
@@ -413,5 +456,8 @@ def registry_key(spec: Any, recipe: Recipe) -> str | None:
     ident = checkpoint_identity(spec)
     if ident is None:
         return None
-    return sha256_text(canonical_json({"kind": "quantized-checkpoint", "checkpoint": ident,
-                                       "recipe": recipe.to_json(), "quantizer": QUANTIZER}))
+    return sha256_text(
+        canonical_json(
+            {"kind": "quantized-checkpoint", "checkpoint": ident, "recipe": recipe.to_json(), "quantizer": QUANTIZER}
+        )
+    )

@@ -54,7 +54,10 @@ def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Pa
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
     cfg = transformers.LlamaConfig(
-        **TINY, tie_word_embeddings=False, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+        **TINY,
+        tie_word_embeddings=False,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
     )
     transformers.utils.logging.disable_progress_bar()

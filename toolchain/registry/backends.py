@@ -7,6 +7,7 @@ per object; the Hub commits a whole entry in one commit.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import os
@@ -56,7 +57,7 @@ class Backend:
     def local_path(self, path: str) -> Path | None:
         return None
 
-    def put_entry(self, blobs: list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
+    def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
         """Blobs first (in parallel), the manifest last: the entry appears only when complete."""
         with ThreadPoolExecutor(max_workers=8) as pool:
             for f in [pool.submit(self.put_file, p, src, d) for p, src, d in blobs]:
@@ -106,8 +107,9 @@ class LocalBackend(Backend):
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RegistryError(f"cannot create registry at {self.root}: {e.strerror}",
-                                "pass --registry with a writable directory") from None
+            raise RegistryError(
+                f"cannot create registry at {self.root}: {e.strerror}", "pass --registry with a writable directory"
+            ) from None
 
     def _p(self, path: str) -> Path:
         return self.root / path
@@ -151,8 +153,10 @@ class LocalBackend(Backend):
             os.fsync(fd)
             os.close(fd)
             if got != digest:
-                raise CorruptArtifactError(f"{src} changed while it was being stored ({got} != {digest})",
-                                           "make sure nothing writes to the directory during push")
+                raise CorruptArtifactError(
+                    f"{src} changed while it was being stored ({got} != {digest})",
+                    "make sure nothing writes to the directory during push",
+                )
             os.chmod(tmp, 0o444)
             os.replace(tmp, dst)
         except BaseException:
@@ -197,13 +201,15 @@ class S3Backend(Backend):
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         endpoint = endpoint_url or os.environ.get("TOOLCHAIN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-        cfg = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60,
-                     max_pool_connections=16)
+        cfg = Config(
+            retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60, max_pool_connections=16
+        )
         self.s3 = boto3.client("s3", endpoint_url=endpoint, config=cfg)
         from boto3.s3.transfer import TransferConfig
 
-        self.transfer = TransferConfig(multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20,
-                                       max_concurrency=8, use_threads=True)
+        self.transfer = TransferConfig(
+            multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=8, use_threads=True
+        )
 
     def _k(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
@@ -219,21 +225,26 @@ class S3Backend(Backend):
         try:
             return fn(*args, **kw)
         except EndpointConnectionError as e:
-            raise RegistryUnavailableError(f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
-                                           ) from None
+            raise RegistryUnavailableError(
+                f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
+            ) from None
         except NoCredentialsError:
-            raise RegistryUnavailableError(f"no AWS credentials for {self.url}",
-                                           "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from None
+            raise RegistryUnavailableError(
+                f"no AWS credentials for {self.url}", "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+            ) from None
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise FileNotFoundError(args[0] if args else "") from None
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
-                raise RegistryUnavailableError(f"S3 refused the credentials for {self.url} ({code})",
-                                               "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+                raise RegistryUnavailableError(
+                    f"S3 refused the credentials for {self.url} ({code})",
+                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+                ) from None
             if code == "NoSuchBucket":
-                raise RegistryUnavailableError(f"bucket {self.bucket} does not exist",
-                                               "create it or fix the registry URL") from None
+                raise RegistryUnavailableError(
+                    f"bucket {self.bucket} does not exist", "create it or fix the registry URL"
+                ) from None
             raise RegistryError(f"S3 error on {self.url}: {code}") from None
         except BotoCoreError as e:
             raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from None
@@ -316,11 +327,12 @@ class HFBackend(Backend):
 
         self._commit([CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(src))], f"toolchain: blob {digest}")
 
-    def put_entry(self, blobs: list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
+    def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
         from huggingface_hub import CommitOperationAdd
 
-        ops = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(src)) for p, src, _ in blobs
-               if not self.exists(p)]
+        ops = [
+            CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(src)) for p, src, _ in blobs if not self.exists(p)
+        ]
         ops.append(CommitOperationAdd(path_in_repo=manifest_path, path_or_fileobj=manifest))
         self._commit(ops, f"toolchain: entry {manifest_path}")
 

@@ -127,8 +127,9 @@ class Registry:
 
     # --- put ----------------------------------------------------------------------------------
 
-    def put(self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
-            ) -> EntryManifest:
+    def put(
+        self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
+    ) -> EntryManifest:
         """Store every regular file under ``src`` as entry ``key``; blobs first, manifest last."""
         if not KEY_RE.match(key):
             raise UserInputError(f"key {key!r} is not 64 lowercase hex characters")
@@ -154,8 +155,13 @@ class Registry:
         if not files:
             raise UserInputError(f"{src} holds no files")
         self._src_cache.save()
-        m = EntryManifest(key=key, kind=kind, files=files, provenance=provenance or {},
-                          created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        m = EntryManifest(
+            key=key,
+            kind=kind,
+            files=files,
+            provenance=provenance or {},
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
         unique = list({b[0]: b for b in blobs}.values())
         self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
         return m
@@ -198,8 +204,9 @@ class Registry:
                     try:
                         self.backend.get_file(bp, target)
                     except FileNotFoundError:
-                        raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
-                                                   ) from None
+                        raise CorruptArtifactError(
+                            f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
+                        ) from None
                     if target.stat().st_size != f.size or hash_file(target, f.digest.split(":")[0]) != f.digest:
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if f.executable and local is None:
@@ -279,9 +286,15 @@ def open_registry(url: str | None) -> Registry:
 
 
 def entry_summary(m: EntryManifest, tags: dict[str, str]) -> dict[str, Any]:
-    return {"key": m.key, "kind": m.kind, "files": len(m.files), "bytes": m.total_size, "created": m.created,
-            "tags": sorted(t for t, k in tags.items() if k == m.key),
-            "gpu": m.provenance.get("gpu", {}).get("name") if isinstance(m.provenance.get("gpu"), dict) else None}
+    return {
+        "key": m.key,
+        "kind": m.kind,
+        "files": len(m.files),
+        "bytes": m.total_size,
+        "created": m.created,
+        "tags": sorted(t for t, k in tags.items() if k == m.key),
+        "gpu": m.provenance.get("gpu", {}).get("name") if isinstance(m.provenance.get("gpu"), dict) else None,
+    }
 
 
 def load_json(path: Path) -> dict[str, Any]:

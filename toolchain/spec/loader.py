@@ -44,8 +44,12 @@ def _check_duplicates(node: yaml.Node | None, file: str, path: str = "") -> None
         for k, v in node.value:
             key = str(k.value)
             if key in seen:
-                raise SpecError(f"key '{key}' appears twice", file=file, yaml_path=f"{path}.{key}".lstrip("."),
-                                line=k.start_mark.line + 1)
+                raise SpecError(
+                    f"key '{key}' appears twice",
+                    file=file,
+                    yaml_path=f"{path}.{key}".lstrip("."),
+                    line=k.start_mark.line + 1,
+                )
             seen.add(key)
             _check_duplicates(v, file, f"{path}.{key}")
     elif isinstance(node, yaml.SequenceNode):

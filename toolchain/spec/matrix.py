@@ -40,16 +40,23 @@ class Cell:
     @property
     def id(self) -> str:
         pp = f"-pp{self.pp}" if self.pp > 1 else ""
-        return (f"{self.gpu.name.lower()}-b{self.max_batch_size}-s{self.max_seq_len}"
-                f"-i{self.max_input_len}-tp{self.tp}{pp}")
+        return (
+            f"{self.gpu.name.lower()}-b{self.max_batch_size}-s{self.max_seq_len}-i{self.max_input_len}-tp{self.tp}{pp}"
+        )
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
 
     def axes(self) -> dict[str, Any]:
-        return {"gpu": self.gpu.name, "max_batch_size": self.max_batch_size, "max_seq_len": self.max_seq_len,
-                "max_input_len": self.max_input_len, "tp": self.tp, "pp": self.pp}
+        return {
+            "gpu": self.gpu.name,
+            "max_batch_size": self.max_batch_size,
+            "max_seq_len": self.max_seq_len,
+            "max_input_len": self.max_input_len,
+            "tp": self.tp,
+            "pp": self.pp,
+        }
 
 
 def expand(spec: EngineSpec) -> list[Cell]:
@@ -72,7 +79,8 @@ def find_cell(spec: EngineSpec, cell_id: str) -> Cell:
             return c
     raise SpecError(
         f"no cell '{cell_id}' in spec '{spec.name}'",
-        hint="run `toolchain spec expand SPEC` to list cell ids; known: " + ", ".join(c.id for c in cells[:6])
+        hint="run `toolchain spec expand SPEC` to list cell ids; known: "
+        + ", ".join(c.id for c in cells[:6])
         + (" ..." if len(cells) > 6 else ""),
     )
 
@@ -95,12 +103,16 @@ def key_material(cell: Cell, checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": KEY_SCHEMA,
         "checkpoint": checkpoint,
-        "quantizer": QUANTIZER if spec.quantization.weights not in ("bf16", "fp16")
-        or spec.quantization.kv_cache != "auto" else None,
+        "quantizer": QUANTIZER
+        if spec.quantization.weights not in ("bf16", "fp16") or spec.quantization.kv_cache != "auto"
+        else None,
         "gpu": {"nvml_name": cell.gpu.nvml_name, "compute_capability": cell.gpu.compute_capability},
         "mapping": {"tp": cell.tp, "pp": cell.pp},
-        "shape": {"max_batch_size": cell.max_batch_size, "max_seq_len": cell.max_seq_len,
-                  "max_input_len": cell.max_input_len},
+        "shape": {
+            "max_batch_size": cell.max_batch_size,
+            "max_seq_len": cell.max_seq_len,
+            "max_input_len": cell.max_input_len,
+        },
         "build": build,
     }
 
@@ -122,8 +134,13 @@ class CellIdentity:
     pending: str | None  # why the key cannot be computed yet
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.cell.id, **self.cell.axes(), "engine_key": self.engine_key,
-                "profile_id": self.profile_id, "pending": self.pending}
+        return {
+            "id": self.cell.id,
+            **self.cell.axes(),
+            "engine_key": self.engine_key,
+            "profile_id": self.profile_id,
+            "pending": self.pending,
+        }
 
 
 def identities(spec: EngineSpec) -> list[CellIdentity]:

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 WeightFormat = Literal["bf16", "fp16", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4"]
 KVCacheFormat = Literal["auto", "fp8", "int8"]
 Runtime = Literal["tensorrt", "pytorch"]
 
-BUILD = {"scope": "build"}
-RUNTIME = {"scope": "runtime"}
-PLAN = {"scope": "plan"}
+BUILD: JsonDict = {"scope": "build"}
+RUNTIME: JsonDict = {"scope": "runtime"}
+PLAN: JsonDict = {"scope": "plan"}
 
 _HF_SOURCE = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+)(@(?P<rev>[A-Za-z0-9_.\-/]+))?$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
@@ -87,7 +88,11 @@ class AccuracyGate(_Strict):
         0.35, gt=0, description="Fail when ||logits_q - logits|| / ||logits|| exceeds this", json_schema_extra=PLAN
     )
     min_top1_agreement: float = Field(
-        0.5, ge=0, le=1, description="Fail when argmax agreement with the original is below this", json_schema_extra=PLAN
+        0.5,
+        ge=0,
+        le=1,
+        description="Fail when argmax agreement with the original is below this",
+        json_schema_extra=PLAN,
     )
     max_ppl_increase: float = Field(
         0.5, ge=0, description="Fail when perplexity grows by more than this fraction", json_schema_extra=PLAN
@@ -112,20 +117,24 @@ class Quantization(_Strict):
 
 
 class Parallelism(_Strict):
-    tp: int = Field(1, ge=1, le=64, description="Tensor parallel size (overridden by matrix.tp)", json_schema_extra=BUILD)
+    tp: int = Field(
+        1, ge=1, le=64, description="Tensor parallel size (overridden by matrix.tp)", json_schema_extra=BUILD
+    )
     pp: int = Field(1, ge=1, le=64, description="Pipeline parallel size", json_schema_extra=BUILD)
 
 
 class Matrix(_Strict):
     gpu: list[str] = Field(min_length=1, description="GPU catalog names", json_schema_extra=BUILD)
     max_batch_size: list[int] = Field(min_length=1, description="Engine max batch sizes", json_schema_extra=BUILD)
-    max_seq_len: list[int] = Field(min_length=1, description="Engine max sequence lengths (prompt + output)",
-                                   json_schema_extra=BUILD)
+    max_seq_len: list[int] = Field(
+        min_length=1, description="Engine max sequence lengths (prompt + output)", json_schema_extra=BUILD
+    )
     max_input_len: list[int] | None = Field(
         None, description="Engine max prompt lengths (default: half of max_seq_len)", json_schema_extra=BUILD
     )
-    tp: list[int] | None = Field(None, description="Tensor parallel sizes (default: parallelism.tp)",
-                                 json_schema_extra=BUILD)
+    tp: list[int] | None = Field(
+        None, description="Tensor parallel sizes (default: parallelism.tp)", json_schema_extra=BUILD
+    )
 
     @field_validator("max_batch_size", "max_seq_len", "max_input_len", "tp")
     @classmethod
@@ -159,7 +168,8 @@ class BuildOptions(_Strict):
         json_schema_extra=BUILD,
     )
     use_fp8_context_fmha: bool | None = Field(
-        None, description="FP8 context FMHA; unset enables it where allowed (SM>=89 with FP8 KV)",
+        None,
+        description="FP8 context FMHA; unset enables it where allowed (SM>=89 with FP8 KV)",
         json_schema_extra=BUILD,
     )
     use_paged_context_fmha: bool | None = Field(
@@ -170,8 +180,9 @@ class BuildOptions(_Strict):
     logits_dtype: Literal["float32", "float16"] = Field(
         "float32", description="trtllm-build --logits_dtype", json_schema_extra=BUILD
     )
-    reduce_fusion: bool = Field(False, description="AllReduce+RMSNorm fusion (Llama/Mistral with TP>1)",
-                                json_schema_extra=BUILD)
+    reduce_fusion: bool = Field(
+        False, description="AllReduce+RMSNorm fusion (Llama/Mistral with TP>1)", json_schema_extra=BUILD
+    )
 
     @field_validator("tokens_per_block")
     @classmethod
@@ -187,8 +198,9 @@ class CudaGraphs(_Strict):
         None, description="Batch sizes to capture (default: powers of 2 up to max batch)", json_schema_extra=RUNTIME
     )
     padding: bool = Field(True, description="Pad batches up to the next captured size", json_schema_extra=RUNTIME)
-    cache_size: int = Field(0, ge=0, description="Triton cuda_graph_cache_size (0: backend default)",
-                            json_schema_extra=RUNTIME)
+    cache_size: int = Field(
+        0, ge=0, description="Triton cuda_graph_cache_size (0: backend default)", json_schema_extra=RUNTIME
+    )
 
 
 class Instances(_Strict):
@@ -214,16 +226,18 @@ class Serving(_Strict):
     )
     cuda_graphs: CudaGraphs = Field(default_factory=CudaGraphs)
     streaming: bool = Field(True, description="Serve token streaming", json_schema_extra=RUNTIME)
-    decoupled: bool = Field(True, description="Triton decoupled transaction policy (required for streaming)",
-                            json_schema_extra=RUNTIME)
-    max_queue_delay_us: int = Field(0, ge=0, description="Dynamic batcher max queue delay (µs)",
-                                    json_schema_extra=RUNTIME)
+    decoupled: bool = Field(
+        True, description="Triton decoupled transaction policy (required for streaming)", json_schema_extra=RUNTIME
+    )
+    max_queue_delay_us: int = Field(
+        0, ge=0, description="Dynamic batcher max queue delay (µs)", json_schema_extra=RUNTIME
+    )
     max_queue_size: int = Field(0, ge=0, description="Max queued requests (0: unbounded)", json_schema_extra=RUNTIME)
-    exclude_input_in_output: bool = Field(True, description="Return only generated tokens",
-                                          json_schema_extra=RUNTIME)
+    exclude_input_in_output: bool = Field(True, description="Return only generated tokens", json_schema_extra=RUNTIME)
     instances: Instances = Field(default_factory=Instances)
     gpu_device_ids: list[list[int]] | None = Field(
-        None, description="GPUs per tensorrt_llm instance, e.g. [[0,1],[2,3]] (Triton gpu_device_ids)",
+        None,
+        description="GPUs per tensorrt_llm instance, e.g. [[0,1],[2,3]] (Triton gpu_device_ids)",
         json_schema_extra=RUNTIME,
     )
 
@@ -264,18 +278,19 @@ class Traffic(_Strict):
     peak_rps: float = Field(gt=0, description="Peak requests per second", json_schema_extra=PLAN)
     input_tokens: TokenDist
     output_tokens: TokenDist
-    target_utilization: float = Field(0.75, gt=0, le=1, description="Fleet utilization target",
-                                      json_schema_extra=PLAN)
+    target_utilization: float = Field(0.75, gt=0, le=1, description="Fleet utilization target", json_schema_extra=PLAN)
     burst_headroom: float = Field(1.2, ge=1, description="Burst headroom multiplier", json_schema_extra=PLAN)
     mfu: float = Field(0.5, gt=0, le=1, description="Prefill model-FLOPs utilization assumed", json_schema_extra=PLAN)
     speculative: Speculative | None = None
 
 
 class Target(_Strict):
-    trtllm_version: str = Field(description="TensorRT-LLM release the engines are built with (1.0-1.2.x)",
-                                json_schema_extra=BUILD)
-    tensorrt_version: str = Field(description="TensorRT version inside that release's container",
-                                  json_schema_extra=BUILD)
+    trtllm_version: str = Field(
+        description="TensorRT-LLM release the engines are built with (1.0-1.2.x)", json_schema_extra=BUILD
+    )
+    tensorrt_version: str = Field(
+        description="TensorRT version inside that release's container", json_schema_extra=BUILD
+    )
     container: str | None = Field(None, description="Container image the build runs in", json_schema_extra=PLAN)
 
     @field_validator("trtllm_version", "tensorrt_version")
@@ -291,8 +306,7 @@ class EngineSpec(_Strict):
     description: str = Field("", description="Free text", json_schema_extra=PLAN)
     model: ModelSource
     quantization: Quantization = Field(default_factory=Quantization)
-    runtime: Runtime = Field("tensorrt", description="tensorrt (engines) or pytorch (LLM API)",
-                             json_schema_extra=BUILD)
+    runtime: Runtime = Field("tensorrt", description="tensorrt (engines) or pytorch (LLM API)", json_schema_extra=BUILD)
     target: Target
     parallelism: Parallelism = Field(default_factory=Parallelism)
     matrix: Matrix

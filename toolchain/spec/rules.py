@@ -38,37 +38,76 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
     s, b, q = spec.serving, spec.build, spec.quantization
     ver = _version_tuple(spec.target.trtllm_version)
     if spec.runtime == "tensorrt" and not (SUPPORTED_TENSORRT[0] <= ver <= SUPPORTED_TENSORRT[1]):
-        out.append(Problem(None, f"TensorRT-LLM {spec.target.trtllm_version} is outside 1.0-1.2.x, the releases "
-                                 "that ship trtllm-build and the tensorrtllm Triton backend",
-                           "set target.trtllm_version to a 1.2.x release, or use runtime: pytorch"))
+        out.append(
+            Problem(
+                None,
+                f"TensorRT-LLM {spec.target.trtllm_version} is outside 1.0-1.2.x, the releases "
+                "that ship trtllm-build and the tensorrtllm Triton backend",
+                "set target.trtllm_version to a 1.2.x release, or use runtime: pytorch",
+            )
+        )
     if spec.runtime == "pytorch" and ver < PYTORCH_MIN:
-        out.append(Problem(None, f"runtime pytorch needs TensorRT-LLM >= 1.2 (got {spec.target.trtllm_version})",
-                           "set target.trtllm_version to 1.2.x or later"))
+        out.append(
+            Problem(
+                None,
+                f"runtime pytorch needs TensorRT-LLM >= 1.2 (got {spec.target.trtllm_version})",
+                "set target.trtllm_version to 1.2.x or later",
+            )
+        )
     if s.streaming and not s.decoupled:
-        out.append(Problem(None, "serving.streaming needs the decoupled transaction policy (the tensorrtllm backend "
-                                 "rejects streaming otherwise)", "set serving.decoupled: true"))
+        out.append(
+            Problem(
+                None,
+                "serving.streaming needs the decoupled transaction policy (the tensorrtllm backend "
+                "rejects streaming otherwise)",
+                "set serving.decoupled: true",
+            )
+        )
     wants_paged_ctx = s.enable_prefix_caching or s.enable_chunked_prefill
     if q.kv_cache == "int8" and wants_paged_ctx:
-        out.append(Problem(None, "an INT8 KV cache turns off paged context FMHA, so prefix caching and chunked "
-                                 "prefill cannot work",
-                           "use quantization.kv_cache: fp8 (SM>=89) or set serving.enable_prefix_caching and "
-                           "serving.enable_chunked_prefill to false"))
+        out.append(
+            Problem(
+                None,
+                "an INT8 KV cache turns off paged context FMHA, so prefix caching and chunked prefill cannot work",
+                "use quantization.kv_cache: fp8 (SM>=89) or set serving.enable_prefix_caching and "
+                "serving.enable_chunked_prefill to false",
+            )
+        )
     if q.kv_cache == "fp8" and q.weights not in ("fp8", "w4a8_awq", "nvfp4") and wants_paged_ctx:
-        out.append(Problem(None, f"TensorRT-LLM turns off paged context FMHA for an FP8 KV cache with {q.weights} "
-                                 "weights (only FP8, W4A8_AWQ and NVFP4 keep it), so prefix caching and chunked "
-                                 "prefill cannot work",
-                           "use quantization.kv_cache: auto, or disable serving.enable_prefix_caching and "
-                           "serving.enable_chunked_prefill"))
+        out.append(
+            Problem(
+                None,
+                f"TensorRT-LLM turns off paged context FMHA for an FP8 KV cache with {q.weights} "
+                "weights (only FP8, W4A8_AWQ and NVFP4 keep it), so prefix caching and chunked "
+                "prefill cannot work",
+                "use quantization.kv_cache: auto, or disable serving.enable_prefix_caching and "
+                "serving.enable_chunked_prefill",
+            )
+        )
     if b.use_paged_context_fmha is False and wants_paged_ctx:
-        out.append(Problem(None, "prefix caching and chunked prefill need an engine built with "
-                                 "--use_paged_context_fmha enable",
-                           "remove build.use_paged_context_fmha: false or disable prefix caching/chunked prefill"))
+        out.append(
+            Problem(
+                None,
+                "prefix caching and chunked prefill need an engine built with --use_paged_context_fmha enable",
+                "remove build.use_paged_context_fmha: false or disable prefix caching/chunked prefill",
+            )
+        )
     if b.kv_cache_type != "paged" and (wants_paged_ctx or s.batching == "inflight_fused_batching"):
-        out.append(Problem(None, "in-flight batching, prefix caching and chunked prefill need a paged KV cache",
-                           "set build.kv_cache_type: paged"))
+        out.append(
+            Problem(
+                None,
+                "in-flight batching, prefix caching and chunked prefill need a paged KV cache",
+                "set build.kv_cache_type: paged",
+            )
+        )
     if b.use_fp8_context_fmha and q.kv_cache != "fp8" and q.weights not in ("fp8", "w4a8_awq", "nvfp4"):
-        out.append(Problem(None, "FP8 context FMHA needs FP8 weights/activations or an FP8 KV cache",
-                           "set quantization.kv_cache: fp8 or remove build.use_fp8_context_fmha"))
+        out.append(
+            Problem(
+                None,
+                "FP8 context FMHA needs FP8 weights/activations or an FP8 KV cache",
+                "set quantization.kv_cache: fp8 or remove build.use_fp8_context_fmha",
+            )
+        )
     return out
 
 
@@ -80,47 +119,95 @@ def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
     cid = cell.id
     if q.weights not in gpu.precisions:
         if q.weights == "nvfp4":
-            msg, fix = (f"NVFP4 needs SM >= 100 (Blackwell); {gpu.name} is SM {gpu.compute_capability}",
-                        "use fp8 or int4_awq on this GPU, or a B200/GB200")
+            msg, fix = (
+                f"NVFP4 needs SM >= 100 (Blackwell); {gpu.name} is SM {gpu.compute_capability}",
+                "use fp8 or int4_awq on this GPU, or a B200/GB200",
+            )
         elif gpu.sm >= 100:
-            msg, fix = (f"{q.weights} is INT8/INT4 quantization, which TensorRT-LLM rejects on SM >= 100 "
-                        f"({gpu.name} is SM {gpu.compute_capability})", "use fp8 or nvfp4 on Blackwell")
+            msg, fix = (
+                f"{q.weights} is INT8/INT4 quantization, which TensorRT-LLM rejects on SM >= 100 "
+                f"({gpu.name} is SM {gpu.compute_capability})",
+                "use fp8 or nvfp4 on Blackwell",
+            )
         elif q.weights in ("fp8", "w4a8_awq"):
-            msg, fix = (f"{q.weights} needs FP8 tensor cores, SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
-                        "use int8_sq or int4_awq on this GPU, or an Ada/Hopper GPU (L4, L40S, H100, H200)")
+            msg, fix = (
+                f"{q.weights} needs FP8 tensor cores, SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
+                "use int8_sq or int4_awq on this GPU, or an Ada/Hopper GPU (L4, L40S, H100, H200)",
+            )
         else:
             msg, fix = (f"{q.weights} is not supported on {gpu.name}", "choose a supported weight format")
         out.append(Problem(cid, msg, fix))
     if q.kv_cache == "fp8" and gpu.sm < 89:
-        out.append(Problem(cid, f"an FP8 KV cache needs SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
-                           "use quantization.kv_cache: auto (or int8 without prefix caching)"))
+        out.append(
+            Problem(
+                cid,
+                f"an FP8 KV cache needs SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
+                "use quantization.kv_cache: auto (or int8 without prefix caching)",
+            )
+        )
     if q.kv_cache == "int8" and gpu.sm >= 100:
-        out.append(Problem(cid, f"an INT8 KV cache is rejected on SM >= 100 ({gpu.name})",
-                           "use quantization.kv_cache: fp8"))
+        out.append(
+            Problem(cid, f"an INT8 KV cache is rejected on SM >= 100 ({gpu.name})", "use quantization.kv_cache: fp8")
+        )
     if b.use_fp8_context_fmha and gpu.sm < 89:
-        out.append(Problem(cid, f"FP8 context FMHA needs SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
-                           "remove build.use_fp8_context_fmha"))
+        out.append(
+            Problem(
+                cid,
+                f"FP8 context FMHA needs SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
+                "remove build.use_fp8_context_fmha",
+            )
+        )
     if cell.max_input_len > cell.max_seq_len:
-        out.append(Problem(cid, f"max_input_len {cell.max_input_len} exceeds max_seq_len {cell.max_seq_len}",
-                           "make every matrix.max_input_len <= the matrix.max_seq_len it is paired with"))
+        out.append(
+            Problem(
+                cid,
+                f"max_input_len {cell.max_input_len} exceeds max_seq_len {cell.max_seq_len}",
+                "make every matrix.max_input_len <= the matrix.max_seq_len it is paired with",
+            )
+        )
     if s.cuda_graphs.batch_sizes and max(s.cuda_graphs.batch_sizes) > cell.max_batch_size:
-        out.append(Problem(cid, f"CUDA-graph batch size {max(s.cuda_graphs.batch_sizes)} exceeds the engine max "
-                                f"batch {cell.max_batch_size}",
-                           "drop CUDA-graph batch sizes above the smallest matrix.max_batch_size"))
+        out.append(
+            Problem(
+                cid,
+                f"CUDA-graph batch size {max(s.cuda_graphs.batch_sizes)} exceeds the engine max "
+                f"batch {cell.max_batch_size}",
+                "drop CUDA-graph batch sizes above the smallest matrix.max_batch_size",
+            )
+        )
     if s.enable_chunked_prefill is False and b.max_num_tokens < cell.max_input_len:
-        out.append(Problem(cid, f"max_num_tokens {b.max_num_tokens} is below max_input_len {cell.max_input_len} "
-                                "without chunked prefill, so the longest prompt cannot be scheduled",
-                           "raise build.max_num_tokens or enable serving.enable_chunked_prefill"))
+        out.append(
+            Problem(
+                cid,
+                f"max_num_tokens {b.max_num_tokens} is below max_input_len {cell.max_input_len} "
+                "without chunked prefill, so the longest prompt cannot be scheduled",
+                "raise build.max_num_tokens or enable serving.enable_chunked_prefill",
+            )
+        )
     if arch is not None:
         if arch.num_heads % cell.tp:
-            out.append(Problem(cid, f"TP {cell.tp} does not divide the {arch.num_heads} attention heads",
-                               f"use a TP that divides {arch.num_heads}"))
+            out.append(
+                Problem(
+                    cid,
+                    f"TP {cell.tp} does not divide the {arch.num_heads} attention heads",
+                    f"use a TP that divides {arch.num_heads}",
+                )
+            )
         elif arch.num_kv_heads % cell.tp and cell.tp % arch.num_kv_heads:
-            out.append(Problem(cid, f"TP {cell.tp} and the {arch.num_kv_heads} KV heads do not divide each other",
-                               "use a TP that divides the KV heads or a multiple of them"))
+            out.append(
+                Problem(
+                    cid,
+                    f"TP {cell.tp} and the {arch.num_kv_heads} KV heads do not divide each other",
+                    "use a TP that divides the KV heads or a multiple of them",
+                )
+            )
         if arch.num_layers % cell.pp:
-            out.append(Problem(cid, f"PP {cell.pp} does not divide the {arch.num_layers} layers",
-                               f"use a PP that divides {arch.num_layers}"))
+            out.append(
+                Problem(
+                    cid,
+                    f"PP {cell.pp} does not divide the {arch.num_layers} layers",
+                    f"use a PP that divides {arch.num_layers}",
+                )
+            )
         if q.weights in ("int4_awq", "w4a8_awq"):
             g = q.awq_group_size
             dims = {
@@ -130,7 +217,12 @@ def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
             }
             for layer, dim in dims.items():
                 if dim % g:
-                    out.append(Problem(cid, f"AWQ group size {g} does not divide the input dimension {dim} of "
-                                            f"{layer}", "use awq_group_size 64 or 32, or a smaller TP"))
+                    out.append(
+                        Problem(
+                            cid,
+                            f"AWQ group size {g} does not divide the input dimension {dim} of {layer}",
+                            "use awq_group_size 64 or 32, or a smaller TP",
+                        )
+                    )
                     break
     return out

@@ -37,8 +37,9 @@ class StreamResult:
 PERF_NAMES = ("kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "num_output_tokens", "num_input_tokens")
 
 
-def stream_generate(url: str, model: str, prompt: str, max_tokens: int, *, stream: bool = True,
-                    timeout: float = 120.0) -> StreamResult:
+def stream_generate(
+    url: str, model: str, prompt: str, max_tokens: int, *, stream: bool = True, timeout: float = 120.0
+) -> StreamResult:
     """One request over a gRPC bidirectional stream; returns every chunk with its arrival time."""
     import tritonclient.grpc as g
 
@@ -49,8 +50,9 @@ def stream_generate(url: str, model: str, prompt: str, max_tokens: int, *, strea
     try:
         outputs = [g.InferRequestedOutput(n) for n in ("text_output", *PERF_NAMES)]
         res.sent = time.perf_counter()
-        client.async_stream_infer(model, text_inputs(g, prompt, max_tokens, stream=stream), outputs=outputs,
-                                  enable_empty_final_response=True)
+        client.async_stream_infer(
+            model, text_inputs(g, prompt, max_tokens, stream=stream), outputs=outputs, enable_empty_final_response=True
+        )
         deadline = time.monotonic() + timeout
         while True:
             ts, r, err = q.get(timeout=max(0.1, deadline - time.monotonic()))
@@ -59,8 +61,11 @@ def stream_generate(url: str, model: str, prompt: str, max_tokens: int, *, strea
                 break
             text = r.as_numpy("text_output")
             if text is not None and text.size:
-                res.chunks.append(b"".join(x if isinstance(x, bytes) else str(x).encode() for x in text.reshape(-1))
-                                  .decode("utf-8", "replace"))
+                res.chunks.append(
+                    b"".join(x if isinstance(x, bytes) else str(x).encode() for x in text.reshape(-1)).decode(
+                        "utf-8", "replace"
+                    )
+                )
                 res.times.append(ts)
                 for n in PERF_NAMES:
                     v = r.as_numpy(n)

@@ -21,16 +21,23 @@ def tokenizer_dir(cell: Cell) -> Path:
     local = cell.spec.local_source()
     if local is not None and (local / "tokenizer.json").is_file():
         return local
-    raise TritonRepoError(f"no tokenizer for cell {cell.id} (looked in {q} and the model source)",
-                          "run `toolchain quantize SPEC`, or point model.source at a checkpoint with tokenizer files")
+    raise TritonRepoError(
+        f"no tokenizer for cell {cell.id} (looked in {q} and the model source)",
+        "run `toolchain quantize SPEC`, or point model.source at a checkpoint with tokenizer files",
+    )
 
 
-def emit_for_cell(cell: Cell, engine: str, out: Path, *, registry: str | None = None, force: bool = False
-                  ) -> dict[str, Any]:
+def emit_for_cell(
+    cell: Cell, engine: str, out: Path, *, registry: str | None = None, force: bool = False
+) -> dict[str, Any]:
     ident = checkpoint_identity(cell.spec)
     key = engine_key(cell, ident) if ident else None
-    identity = {"spec": cell.spec.name, "cell": cell.id, "engine_key": key,
-                "profile_id": profile_id(cell, key) if key else None}
+    identity = {
+        "spec": cell.spec.name,
+        "cell": cell.id,
+        "engine_key": key,
+        "profile_id": profile_id(cell, key) if key else None,
+    }
     if cell.spec.runtime == "pytorch":
         from toolchain.build.engine import quantized_checkpoint
         from toolchain.triton.llmapi_repo import llmapi_files
@@ -51,10 +58,13 @@ def emit_for_cell(cell: Cell, engine: str, out: Path, *, registry: str | None = 
         info = EngineInfo.predicted(cell)
         src = cell.spec.local_source()
         if src is None or not (src / "config.json").is_file():
-            raise TritonRepoError("the CPU reference model needs a local Hugging Face checkpoint",
-                                  "point model.source at a local directory")
-        repo = emit_repository(cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src,
-                               force=force)
+            raise TritonRepoError(
+                "the CPU reference model needs a local Hugging Face checkpoint",
+                "point model.source at a local directory",
+            )
+        repo = emit_repository(
+            cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src, force=force
+        )
         return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": True, **identity}
     path = Path(engine)
     if not path.is_dir():

@@ -48,22 +48,41 @@ class EngineInfo:
             cfg = json.loads((d / "config.json").read_text())
             bc, pc = cfg["build_config"], cfg["pretrained_config"]
             plug = bc.get("plugin_config") or {}
-            return cls(str(d.resolve()), int(bc["max_batch_size"]), int(bc.get("max_beam_width", 1)),
-                       int(bc["max_input_len"]), int(bc["max_seq_len"]), int(pc["mapping"]["world_size"]),
-                       bool(plug.get("use_paged_context_fmha", False)), int(plug.get("tokens_per_block", 32)),
-                       str(pc.get("logits_dtype") or "float32"), f"{d}/config.json")
+            return cls(
+                str(d.resolve()),
+                int(bc["max_batch_size"]),
+                int(bc.get("max_beam_width", 1)),
+                int(bc["max_input_len"]),
+                int(bc["max_seq_len"]),
+                int(pc["mapping"]["world_size"]),
+                bool(plug.get("use_paged_context_fmha", False)),
+                int(plug.get("tokens_per_block", 32)),
+                str(pc.get("logits_dtype") or "float32"),
+                f"{d}/config.json",
+            )
         except (OSError, KeyError, ValueError, TypeError) as e:
-            raise TritonRepoError(f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
-                                  "give --engine a registry key or a directory with config.json and rank*.engine") from None
+            raise TritonRepoError(
+                f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
+                "give --engine a registry key or a directory with config.json and rank*.engine",
+            ) from None
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
         from toolchain.build.synth import resolve
 
         r = resolve(cell)
-        return cls(None, cell.max_batch_size, cell.spec.build.max_beam_width, cell.max_input_len, cell.max_seq_len,
-                   cell.world_size, r.use_paged_context_fmha, r.tokens_per_block, cell.spec.build.logits_dtype,
-                   "predicted from the spec (no engine: CPU reference)")
+        return cls(
+            None,
+            cell.max_batch_size,
+            cell.spec.build.max_beam_width,
+            cell.max_input_len,
+            cell.max_seq_len,
+            cell.world_size,
+            r.use_paged_context_fmha,
+            r.tokens_per_block,
+            cell.spec.build.logits_dtype,
+            "predicted from the spec (no engine: CPU reference)",
+        )
 
 
 def _pb() -> Any:
@@ -79,8 +98,13 @@ def _io(pb: Any, rows: list[T.T], logits: str, *, output: bool = False, reshape:
         if output:
             msg = pb.ModelOutput(name=name, data_type=pb.DataType.Value(dt), dims=list(dims))
         else:
-            msg = pb.ModelInput(name=name, data_type=pb.DataType.Value(dt), dims=list(dims), optional=optional,
-                                allow_ragged_batch=ragged)
+            msg = pb.ModelInput(
+                name=name,
+                data_type=pb.DataType.Value(dt),
+                dims=list(dims),
+                optional=optional,
+                allow_ragged_batch=ragged,
+            )
             if reshape and name in reshape:
                 msg.reshape.shape[:] = []
                 msg.reshape.SetInParent()
@@ -99,8 +123,9 @@ def _cpu_group(pb: Any, count: int) -> Any:
     return pb.ModelInstanceGroup(count=count, kind=pb.ModelInstanceGroup.KIND_CPU)
 
 
-def build_configs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, reference: bool,
-                  reference_model_dir: Path | None = None) -> dict[str, Any]:
+def build_configs(
+    cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, reference: bool, reference_model_dir: Path | None = None
+) -> dict[str, Any]:
     """The five ModelConfig messages, by model name."""
     pb = _pb()
     s = cell.spec.serving
@@ -145,8 +170,13 @@ def build_configs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, refere
     if s.max_tokens_in_paged_kv_cache is not None:
         p["max_tokens_in_paged_kv_cache"] = s.max_tokens_in_paged_kv_cache
     if reference:
-        p.update({"toolchain_reference": REFERENCE_NOTE, "hf_model_dir": str(reference_model_dir or ""),
-                  "tokens_per_block": engine.tokens_per_block})
+        p.update(
+            {
+                "toolchain_reference": REFERENCE_NOTE,
+                "hf_model_dir": str(reference_model_dir or ""),
+                "tokens_per_block": engine.tokens_per_block,
+            }
+        )
     _params(llm, p)
 
     post = pb.ModelConfig(name="postprocessing", backend="python", max_batch_size=tmbs)
@@ -159,8 +189,11 @@ def build_configs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, refere
     ens = pb.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=tmbs)
     ens.input.extend(_io(pb, T.ENSEMBLE_INPUTS, logits))
     ens.output.extend(_io(pb, T.ENSEMBLE_OUTPUTS, logits, output=True))
-    for model, mi, mo in (("preprocessing", T.PRE_MAP_IN, T.PRE_MAP_OUT), ("tensorrt_llm", T.LLM_MAP_IN, T.LLM_MAP_OUT),
-                          ("postprocessing", T.POST_MAP_IN, T.POST_MAP_OUT)):
+    for model, mi, mo in (
+        ("preprocessing", T.PRE_MAP_IN, T.PRE_MAP_OUT),
+        ("tensorrt_llm", T.LLM_MAP_IN, T.LLM_MAP_OUT),
+        ("postprocessing", T.POST_MAP_IN, T.POST_MAP_OUT),
+    ):
         step = ens.ensemble_scheduling.step.add(model_name=model, model_version=-1)
         for k, v in mi.items():
             step.input_map[k] = v
@@ -172,12 +205,13 @@ def build_configs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, refere
     bls.input.extend(_io(pb, T.BLS_INPUTS, logits))
     bls.output.extend(_io(pb, T.BLS_OUTPUTS, logits, output=True))
     bls.instance_group.append(_cpu_group(pb, s.instances.bls))
-    _params(bls, {"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm",
-                  "tensorrt_llm_draft_model_name": ""})
+    _params(
+        bls,
+        {"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm", "tensorrt_llm_draft_model_name": ""},
+    )
     if s.gpu_device_ids:
         llm.parameters["gpu_device_ids"].string_value = ";".join(",".join(map(str, g)) for g in s.gpu_device_ids)
-    return {"preprocessing": pre, "tensorrt_llm": llm, "postprocessing": post, "ensemble": ens,
-            "tensorrt_llm_bls": bls}
+    return {"preprocessing": pre, "tensorrt_llm": llm, "postprocessing": post, "ensemble": ens, "tensorrt_llm_bls": bls}
 
 
 def to_pbtxt(cfg: Any) -> str:
@@ -186,21 +220,34 @@ def to_pbtxt(cfg: Any) -> str:
     return str(text_format.MessageToString(cfg))
 
 
-def emit_repository(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, out: Path, *, identity: dict[str, Any],
-                    reference: bool, reference_model_dir: Path | None = None, force: bool = False) -> Path:
+def emit_repository(
+    cell: Cell,
+    engine: EngineInfo,
+    tokenizer_dir: Path,
+    out: Path,
+    *,
+    identity: dict[str, Any],
+    reference: bool,
+    reference_model_dir: Path | None = None,
+    force: bool = False,
+) -> Path:
     """Write the repository to a temp dir beside ``out`` and rename it into place."""
     out = Path(out).resolve()
     if not (tokenizer_dir / "tokenizer_config.json").is_file() and not (tokenizer_dir / "tokenizer.json").is_file():
-        raise TritonRepoError(f"no tokenizer in {tokenizer_dir}",
-                              "the checkpoint directory must hold tokenizer.json/tokenizer_config.json")
+        raise TritonRepoError(
+            f"no tokenizer in {tokenizer_dir}",
+            "the checkpoint directory must hold tokenizer.json/tokenizer_config.json",
+        )
     if cell.spec.serving.streaming and not cell.spec.serving.decoupled:
         raise TritonRepoError("streaming needs decoupled mode", "set serving.decoupled: true")
     wants = cell.spec.serving.enable_prefix_caching or cell.spec.serving.enable_chunked_prefill
     if wants and not engine.paged_context_fmha:
         raise TritonRepoError(
             f"the engine ({engine.source}) was built without paged context FMHA, so KV-cache reuse and chunked "
-            "context cannot work", "rebuild with `trtllm-build --use_paged_context_fmha enable` "
-                                   "or disable serving.enable_prefix_caching/enable_chunked_prefill")
+            "context cannot work",
+            "rebuild with `trtllm-build --use_paged_context_fmha enable` "
+            "or disable serving.enable_prefix_caching/enable_chunked_prefill",
+        )
     if out.exists():
         marker = out / "toolchain-repo.json"
         same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
@@ -219,10 +266,17 @@ def emit_repository(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, out: Pa
         for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
             shutil.copyfile(SOURCES / name / "1" / "model.py", tmp / name / "1" / "model.py")
         if reference:
-            shutil.copyfile(SOURCES / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py")
+            shutil.copyfile(
+                SOURCES / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
+            )
         (tmp / "ensemble" / "1" / ".keep").write_text("")
-        meta = {**identity, "reference": reference, "reference_note": REFERENCE_NOTE if reference else None,
-                "engine": asdict(engine), "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        meta = {
+            **identity,
+            "reference": reference,
+            "reference_note": REFERENCE_NOTE if reference else None,
+            "engine": asdict(engine),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))

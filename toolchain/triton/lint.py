@@ -15,9 +15,17 @@ from typing import Any
 
 from toolchain.triton.emit import EngineInfo
 
-BOOL_PARAMS = ("enable_kv_cache_reuse", "enable_chunked_context", "exclude_input_in_output", "normalize_log_probs",
-               "cuda_graph_mode", "enable_trt_overlap", "multi_block_mode", "enable_context_fmha_fp32_acc",
-               "kv_cache_onboard_blocks")
+BOOL_PARAMS = (
+    "enable_kv_cache_reuse",
+    "enable_chunked_context",
+    "exclude_input_in_output",
+    "normalize_log_probs",
+    "cuda_graph_mode",
+    "enable_trt_overlap",
+    "multi_block_mode",
+    "enable_context_fmha_fp32_acc",
+    "kv_cache_onboard_blocks",
+)
 BOOL_VALUES = ("true", "false", "True", "False", "TRUE", "FALSE", "1", "0")
 
 
@@ -43,8 +51,12 @@ def _parse(path: Path) -> tuple[Any | None, Finding | None]:
     try:
         return text_format.Parse(text, pb.ModelConfig()), None
     except text_format.ParseError as e:
-        return None, Finding(str(path), f"line {e.GetLine()}:{e.GetColumn()}", f"does not parse: {e}",
-                             "fix the protobuf text (field names and types must match Triton's ModelConfig)")
+        return None, Finding(
+            str(path),
+            f"line {e.GetLine()}:{e.GetColumn()}",
+            f"does not parse: {e}",
+            "fix the protobuf text (field names and types must match Triton's ModelConfig)",
+        )
 
 
 def _param(cfg: Any, key: str) -> str | None:
@@ -71,16 +83,22 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
         text = p.read_text(errors="replace")
         for n, ln in enumerate(text.splitlines(), 1):
             for m in re.finditer(r"\$\{([^}]*)\}", ln):
-                out.append(Finding(str(p), f"line {n}", f"unfilled placeholder ${{{m.group(1)}}}",
-                                   f"set {m.group(1)} (toolchain emits configs with every value filled)"))
+                out.append(
+                    Finding(
+                        str(p),
+                        f"line {n}",
+                        f"unfilled placeholder ${{{m.group(1)}}}",
+                        f"set {m.group(1)} (toolchain emits configs with every value filled)",
+                    )
+                )
         cfg, err = _parse(p)
-        if err:
-            out.append(err)
+        if err or cfg is None:
+            out.append(err or Finding(str(p), "-", "does not parse", "fix the file"))
             continue
         configs[cfg.name or p.parent.name] = cfg
         files[cfg.name or p.parent.name] = str(p)
     if not configs:
-        return out + [Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
+        return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
 
     meta: dict[str, Any] = {}
     if (repo / "toolchain-repo.json").is_file():
@@ -91,86 +109,182 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
         llm, f = configs[llm_name], files[llm_name]
         mtype = _param(llm, "gpt_model_type")
         if mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
-            out.append(Finding(f, "parameters.gpt_model_type", f"is {mtype!r}",
-                               "set it to inflight_fused_batching (or V1 for static batching)"))
+            out.append(
+                Finding(
+                    f,
+                    "parameters.gpt_model_type",
+                    f"is {mtype!r}",
+                    "set it to inflight_fused_batching (or V1 for static batching)",
+                )
+            )
         path = _param(llm, "gpt_model_path") or ""
         if path and Path(path, "config.json").is_file():
             engine = EngineInfo.from_engine_dir(Path(path))
             ranks = len(list(Path(path).glob("rank*.engine")))
             if ranks != engine.world_size:
-                out.append(Finding(f, "parameters.gpt_model_path", f"engine has {ranks} rank*.engine files for world "
-                                   f"size {engine.world_size}", "rebuild the engine; every rank must be present"))
+                out.append(
+                    Finding(
+                        f,
+                        "parameters.gpt_model_path",
+                        f"engine has {ranks} rank*.engine files for world size {engine.world_size}",
+                        "rebuild the engine; every rank must be present",
+                    )
+                )
         elif meta.get("reference") and meta.get("engine"):
             engine = EngineInfo(**meta["engine"])
         elif llm.backend == "tensorrtllm":
-            out.append(Finding(f, "parameters.gpt_model_path", f"{path or '(empty)'} is not an engine directory",
-                               "point it at the directory holding config.json and rank*.engine"))
+            out.append(
+                Finding(
+                    f,
+                    "parameters.gpt_model_path",
+                    f"{path or '(empty)'} is not an engine directory",
+                    "point it at the directory holding config.json and rank*.engine",
+                )
+            )
         if world_size is not None and engine is not None and world_size != engine.world_size:
-            out.append(Finding(f, "world_size", f"launch world size {world_size} != engine world size "
-                               f"{engine.world_size}", f"launch with {engine.world_size} ranks (one per GPU)"))
+            out.append(
+                Finding(
+                    f,
+                    "world_size",
+                    f"launch world size {world_size} != engine world size {engine.world_size}",
+                    f"launch with {engine.world_size} ranks (one per GPU)",
+                )
+            )
         for key in BOOL_PARAMS:
             v = _param(llm, key)
             if v is not None and v not in BOOL_VALUES:
-                out.append(Finding(f, f"parameters.{key}", f"{v!r} is not a boolean (the backend ignores it)",
-                                   "use true or false"))
+                out.append(
+                    Finding(
+                        f, f"parameters.{key}", f"{v!r} is not a boolean (the backend ignores it)", "use true or false"
+                    )
+                )
         pol = _param(llm, "batch_scheduler_policy")
         if pol is not None and pol not in ("max_utilization", "guaranteed_no_evict"):
-            out.append(Finding(f, "parameters.batch_scheduler_policy", f"{pol!r} is invalid (falls back silently)",
-                               "use max_utilization or guaranteed_no_evict"))
+            out.append(
+                Finding(
+                    f,
+                    "parameters.batch_scheduler_policy",
+                    f"{pol!r} is invalid (falls back silently)",
+                    "use max_utilization or guaranteed_no_evict",
+                )
+            )
         frac = _param(llm, "kv_cache_free_gpu_mem_fraction")
         try:
             if frac is not None and not 0 < float(frac) <= 1:
                 raise ValueError
         except ValueError:
-            out.append(Finding(f, "parameters.kv_cache_free_gpu_mem_fraction", f"{frac!r} is not in (0, 1]",
-                               "use a fraction such as 0.9"))
-        if _param(llm, "cuda_graph_mode") in ("false", "False", "0") and (_param(llm, "cuda_graph_cache_size") or "0") \
-                not in ("0", ""):
-            out.append(Finding(f, "parameters.cuda_graph_cache_size", "set while cuda_graph_mode is off (no effect)",
-                               "set cuda_graph_mode: true or drop the cache size", "warning"))
+            out.append(
+                Finding(
+                    f,
+                    "parameters.kv_cache_free_gpu_mem_fraction",
+                    f"{frac!r} is not in (0, 1]",
+                    "use a fraction such as 0.9",
+                )
+            )
+        if _param(llm, "cuda_graph_mode") in ("false", "False", "0") and (
+            _param(llm, "cuda_graph_cache_size") or "0"
+        ) not in ("0", ""):
+            out.append(
+                Finding(
+                    f,
+                    "parameters.cuda_graph_cache_size",
+                    "set while cuda_graph_mode is off (no effect)",
+                    "set cuda_graph_mode: true or drop the cache size",
+                    "warning",
+                )
+            )
         reuse = _param(llm, "enable_kv_cache_reuse") in ("true", "True", "TRUE", "1")
         chunked = _param(llm, "enable_chunked_context") in ("true", "True", "TRUE", "1")
         if engine is not None:
             if (reuse or chunked) and not engine.paged_context_fmha:
                 what = "enable_kv_cache_reuse" if reuse else "enable_chunked_context"
-                out.append(Finding(f, f"parameters.{what}", "the engine was built without paged context FMHA",
-                                   "rebuild with `trtllm-build --use_paged_context_fmha enable`, or set it to false"))
+                out.append(
+                    Finding(
+                        f,
+                        f"parameters.{what}",
+                        "the engine was built without paged context FMHA",
+                        "rebuild with `trtllm-build --use_paged_context_fmha enable`, or set it to false",
+                    )
+                )
             if llm.max_batch_size > engine.max_batch_size:
-                out.append(Finding(f, "max_batch_size", f"{llm.max_batch_size} > engine max_batch_size "
-                                   f"{engine.max_batch_size}", f"set max_batch_size <= {engine.max_batch_size}"))
+                out.append(
+                    Finding(
+                        f,
+                        "max_batch_size",
+                        f"{llm.max_batch_size} > engine max_batch_size {engine.max_batch_size}",
+                        f"set max_batch_size <= {engine.max_batch_size}",
+                    )
+                )
             beam = _param(llm, "max_beam_width")
             if beam and beam.isdigit() and int(beam) > engine.max_beam_width:
-                out.append(Finding(f, "parameters.max_beam_width", f"{beam} > engine max_beam_width "
-                                   f"{engine.max_beam_width}", f"set it <= {engine.max_beam_width}"))
+                out.append(
+                    Finding(
+                        f,
+                        "parameters.max_beam_width",
+                        f"{beam} > engine max_beam_width {engine.max_beam_width}",
+                        f"set it <= {engine.max_beam_width}",
+                    )
+                )
             want = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
             for name, cfg in configs.items():
                 got = _dtype_name(cfg, "context_logits")
                 if got is not None and got != want:
-                    out.append(Finding(files[name], "output context_logits.data_type", f"{got} but the engine's logits "
-                                       f"are {engine.logits_dtype}", f"set logits_datatype to {want}"))
+                    out.append(
+                        Finding(
+                            files[name],
+                            "output context_logits.data_type",
+                            f"{got} but the engine's logits are {engine.logits_dtype}",
+                            f"set logits_datatype to {want}",
+                        )
+                    )
         ids = _param(llm, "gpu_device_ids")
         if ids and engine is not None:
             for inst in ids.split(";"):
                 if len(inst.split(",")) != engine.world_size:
-                    out.append(Finding(f, "parameters.gpu_device_ids", f"instance '{inst}' has "
-                                       f"{len(inst.split(','))} GPUs, the engine needs {engine.world_size}",
-                                       "give each instance as many GPUs as the engine has ranks"))
-        streams = any(any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name)
+                    out.append(
+                        Finding(
+                            f,
+                            "parameters.gpu_device_ids",
+                            f"instance '{inst}' has {len(inst.split(','))} GPUs, the engine needs {engine.world_size}",
+                            "give each instance as many GPUs as the engine has ranks",
+                        )
+                    )
+        streams = any(
+            any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name
+        )
         if streams and not llm.model_transaction_policy.decoupled:
-            out.append(Finding(f, "model_transaction_policy.decoupled", "false, but clients can request streaming "
-                               "(the backend rejects streaming and batch>1 requests)", "set decoupled: true"))
+            out.append(
+                Finding(
+                    f,
+                    "model_transaction_policy.decoupled",
+                    "false, but clients can request streaming (the backend rejects streaming and batch>1 requests)",
+                    "set decoupled: true",
+                )
+            )
     for name in ("preprocessing", "postprocessing"):
         if name in configs:
             tok = _param(configs[name], "tokenizer_dir") or ""
             if not (Path(tok, "tokenizer.json").is_file() or Path(tok, "tokenizer_config.json").is_file()):
-                out.append(Finding(files[name], "parameters.tokenizer_dir", f"no tokenizer at {tok or '(empty)'}",
-                                   "point it at the checkpoint directory with the tokenizer files"))
+                out.append(
+                    Finding(
+                        files[name],
+                        "parameters.tokenizer_dir",
+                        f"no tokenizer at {tok or '(empty)'}",
+                        "point it at the checkpoint directory with the tokenizer files",
+                    )
+                )
     for name, cfg in configs.items():
         if cfg.platform == "ensemble":
             out += _lint_ensemble(files[name], cfg, configs)
         if cfg.backend == "python" and not (repo / name / "1" / "model.py").is_file():
-            out.append(Finding(files[name], "backend", "python backend without 1/model.py",
-                               "add the model source (toolchain emits it)"))
+            out.append(
+                Finding(
+                    files[name],
+                    "backend",
+                    "python backend without 1/model.py",
+                    "add the model source (toolchain emits it)",
+                )
+            )
     return out
 
 
@@ -181,22 +295,41 @@ def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any]) -> list[Finding
         model = configs.get(step.model_name)
         where = f"ensemble_scheduling.step[{n}] ({step.model_name})"
         if model is None:
-            out.append(Finding(file, where, f"model {step.model_name} is not in the repository",
-                               "add it or fix model_name"))
+            out.append(
+                Finding(file, where, f"model {step.model_name} is not in the repository", "add it or fix model_name")
+            )
             continue
         inputs = {i.name for i in model.input}
         outputs = {o.name for o in model.output}
         for k, v in step.input_map.items():
             if k not in inputs:
-                out.append(Finding(file, f"{where}.input_map[{k}]", f"{step.model_name} has no input {k}",
-                                   "use the model's input name"))
+                out.append(
+                    Finding(
+                        file,
+                        f"{where}.input_map[{k}]",
+                        f"{step.model_name} has no input {k}",
+                        "use the model's input name",
+                    )
+                )
             if v not in available:
-                out.append(Finding(file, f"{where}.input_map[{k}]", f"{v} is neither an ensemble input nor an "
-                                   "earlier step's output", "fix the tensor name"))
+                out.append(
+                    Finding(
+                        file,
+                        f"{where}.input_map[{k}]",
+                        f"{v} is neither an ensemble input nor an earlier step's output",
+                        "fix the tensor name",
+                    )
+                )
         for k, v in step.output_map.items():
             if k not in outputs:
-                out.append(Finding(file, f"{where}.output_map[{k}]", f"{step.model_name} has no output {k}",
-                                   "use the model's output name"))
+                out.append(
+                    Finding(
+                        file,
+                        f"{where}.output_map[{k}]",
+                        f"{step.model_name} has no output {k}",
+                        "use the model's output name",
+                    )
+                )
             available.add(v)
     for o in ens.output:
         if o.name not in available:

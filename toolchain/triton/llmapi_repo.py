@@ -14,25 +14,43 @@ import yaml
 from toolchain.build.llmapi import llmapi_options
 from toolchain.spec.matrix import Cell
 
-INPUTS = [("text_input", "TYPE_STRING", [-1], False), ("streaming", "TYPE_BOOL", [1], True),
-          ("sampling_param_best_of", "TYPE_INT32", [1], True), ("sampling_param_temperature", "TYPE_FP32", [1], True),
-          ("sampling_param_top_k", "TYPE_INT32", [1], True), ("sampling_param_top_p", "TYPE_FP32", [1], True),
-          ("sampling_param_frequency_penalty", "TYPE_FP32", [1], True),
-          ("sampling_param_presence_penalty", "TYPE_FP32", [1], True),
-          ("sampling_param_max_tokens", "TYPE_INT32", [1], True), ("sampling_param_stop", "TYPE_STRING", [-1], True),
-          ("sampling_param_seed", "TYPE_UINT64", [1], True),
-          ("sampling_param_exclude_input_from_output", "TYPE_BOOL", [1], True),
-          ("sampling_param_return_perf_metrics", "TYPE_BOOL", [1], True), ("return_finish_reason", "TYPE_BOOL", [1], True),
-          ("return_stop_reason", "TYPE_BOOL", [1], True), ("return_cumulative_logprob", "TYPE_BOOL", [1], True),
-          ("stop", "TYPE_BOOL", [1], True)]
-OUTPUTS = [("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1]),
-           ("stop_reason", "TYPE_STRING", [-1]), ("cumulative_logprob", "TYPE_FP32", [-1]),
-           ("kv_cache_reused_block", "TYPE_INT32", [-1]), ("kv_cache_missed_block", "TYPE_INT32", [-1]),
-           ("kv_cache_alloc_new_blocks", "TYPE_INT32", [-1]), ("kv_cache_alloc_total_blocks", "TYPE_INT32", [-1]),
-           ("kv_cache_hit_rate", "TYPE_FP32", [-1]), ("arrival_time_ns", "TYPE_INT64", [1]),
-           ("first_scheduled_time_ns", "TYPE_INT64", [1]), ("first_token_time_ns", "TYPE_INT64", [1]),
-           ("last_token_time_ns", "TYPE_INT64", [1]), ("acceptance_rate", "TYPE_FP32", [1]),
-           ("total_accepted_draft_tokens", "TYPE_INT32", [1]), ("total_draft_tokens", "TYPE_INT32", [1])]
+INPUTS = [
+    ("text_input", "TYPE_STRING", [-1], False),
+    ("streaming", "TYPE_BOOL", [1], True),
+    ("sampling_param_best_of", "TYPE_INT32", [1], True),
+    ("sampling_param_temperature", "TYPE_FP32", [1], True),
+    ("sampling_param_top_k", "TYPE_INT32", [1], True),
+    ("sampling_param_top_p", "TYPE_FP32", [1], True),
+    ("sampling_param_frequency_penalty", "TYPE_FP32", [1], True),
+    ("sampling_param_presence_penalty", "TYPE_FP32", [1], True),
+    ("sampling_param_max_tokens", "TYPE_INT32", [1], True),
+    ("sampling_param_stop", "TYPE_STRING", [-1], True),
+    ("sampling_param_seed", "TYPE_UINT64", [1], True),
+    ("sampling_param_exclude_input_from_output", "TYPE_BOOL", [1], True),
+    ("sampling_param_return_perf_metrics", "TYPE_BOOL", [1], True),
+    ("return_finish_reason", "TYPE_BOOL", [1], True),
+    ("return_stop_reason", "TYPE_BOOL", [1], True),
+    ("return_cumulative_logprob", "TYPE_BOOL", [1], True),
+    ("stop", "TYPE_BOOL", [1], True),
+]
+OUTPUTS = [
+    ("text_output", "TYPE_STRING", [-1]),
+    ("finish_reason", "TYPE_STRING", [-1]),
+    ("stop_reason", "TYPE_STRING", [-1]),
+    ("cumulative_logprob", "TYPE_FP32", [-1]),
+    ("kv_cache_reused_block", "TYPE_INT32", [-1]),
+    ("kv_cache_missed_block", "TYPE_INT32", [-1]),
+    ("kv_cache_alloc_new_blocks", "TYPE_INT32", [-1]),
+    ("kv_cache_alloc_total_blocks", "TYPE_INT32", [-1]),
+    ("kv_cache_hit_rate", "TYPE_FP32", [-1]),
+    ("arrival_time_ns", "TYPE_INT64", [1]),
+    ("first_scheduled_time_ns", "TYPE_INT64", [1]),
+    ("first_token_time_ns", "TYPE_INT64", [1]),
+    ("last_token_time_ns", "TYPE_INT64", [1]),
+    ("acceptance_rate", "TYPE_FP32", [1]),
+    ("total_accepted_draft_tokens", "TYPE_INT32", [1]),
+    ("total_draft_tokens", "TYPE_INT32", [1]),
+]
 
 
 def llmapi_files(cell: Cell, hf_dir: Path) -> dict[str, str]:
@@ -48,12 +66,18 @@ def llmapi_files(cell: Cell, hf_dir: Path) -> dict[str, str]:
         cfg.output.append(pb.ModelOutput(name=name, data_type=pb.DataType.Value(dt), dims=dims))
     cfg.instance_group.append(pb.ModelInstanceGroup(count=1, kind=pb.ModelInstanceGroup.KIND_CPU))
     if cell.spec.serving.gpu_device_ids:
-        cfg.parameters["gpu_device_ids"].string_value = ";".join(",".join(map(str, g))
-                                                                 for g in cell.spec.serving.gpu_device_ids)
+        cfg.parameters["gpu_device_ids"].string_value = ";".join(
+            ",".join(map(str, g)) for g in cell.spec.serving.gpu_device_ids
+        )
     opts: dict[str, Any] = {"model": str(hf_dir.resolve()), **llmapi_options(cell)}
     opts["triton_config"] = {"max_batch_size": 0, "decoupled": cell.spec.serving.decoupled}
-    readme = ("This is TensorRT-LLM's `llmapi` Triton model. Copy `model.py` and `helpers.py` from\n"
-              "`triton_backend/all_models/llmapi/tensorrt_llm/1/` of the TensorRT-LLM release you serve with\n"
-              "into `tensorrt_llm/1/`, then serve it in NVIDIA's Triton container.\n")
-    return {"tensorrt_llm/config.pbtxt": to_pbtxt(cfg),
-            "tensorrt_llm/1/model.yaml": yaml.safe_dump(opts, sort_keys=False), "README.md": readme}
+    readme = (
+        "This is TensorRT-LLM's `llmapi` Triton model. Copy `model.py` and `helpers.py` from\n"
+        "`triton_backend/all_models/llmapi/tensorrt_llm/1/` of the TensorRT-LLM release you serve with\n"
+        "into `tensorrt_llm/1/`, then serve it in NVIDIA's Triton container.\n"
+    )
+    return {
+        "tensorrt_llm/config.pbtxt": to_pbtxt(cfg),
+        "tensorrt_llm/1/model.yaml": yaml.safe_dump(opts, sort_keys=False),
+        "README.md": readme,
+    }

@@ -88,8 +88,10 @@ def check_port(host: str, port: int, what: str) -> None:
         try:
             s.bind((host, port))
         except OSError:
-            raise UserInputError(f"{what} port {port} on {host} is already in use",
-                                 f"stop what listens there or pass another --{what}-port") from None
+            raise UserInputError(
+                f"{what} port {port} on {host} is already in use",
+                f"stop what listens there or pass another --{what}-port",
+            ) from None
 
 
 def pytriton_dir() -> Path:
@@ -106,8 +108,10 @@ def _check_python_env() -> None:
     import numpy
 
     if int(numpy.__version__.split(".")[0]) >= 2:
-        raise ServerError(f"numpy {numpy.__version__} is installed; Triton's Python backend needs numpy < 2",
-                          hint="pip install 'numpy<2' in the serving environment")
+        raise ServerError(
+            f"numpy {numpy.__version__} is installed; Triton's Python backend needs numpy < 2",
+            hint="pip install 'numpy<2' in the serving environment",
+        )
 
 
 def prepare_backends(ts: Path) -> Path:
@@ -115,19 +119,25 @@ def prepare_backends(ts: Path) -> Path:
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     stub = ts / "python_backend_stubs" / minor / "triton_python_backend_stub"
     if not stub.is_file():
-        raise ServerError(f"the Triton wheel has no Python backend stub for Python {minor}",
-                          hint="use Python 3.8-3.13 for the serving environment")
+        raise ServerError(
+            f"the Triton wheel has no Python backend stub for Python {minor}",
+            hint="use Python 3.8-3.13 for the serving environment",
+        )
     ldd = subprocess.run(["ldd", str(stub)], capture_output=True, text=True)
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     missing = [ln.split()[0] for ln in ldd.stdout.splitlines() if "not found" in ln]
     if missing and not any(Path(libdir, m).exists() for m in missing):
         raise ServerError(
             f"the Python {minor} backend stub cannot load {', '.join(missing)} (tritonserver would hang)",
-            hint=f"install libpython{minor} (Debian: apt install libpython{minor}) or use a Python with a shared lib")
+            hint=f"install libpython{minor} (Debian: apt install libpython{minor}) or use a Python with a shared lib",
+        )
     bk = cache_home() / "triton-backends" / minor
     (bk / "python").mkdir(parents=True, exist_ok=True)
-    for src in (ts / "backends" / "python" / "libtriton_python.so",
-                ts / "backends" / "python" / "triton_python_backend_utils.py", stub):
+    for src in (
+        ts / "backends" / "python" / "libtriton_python.so",
+        ts / "backends" / "python" / "triton_python_backend_utils.py",
+        stub,
+    ):
         dst = bk / "python" / src.name
         if dst.is_symlink() and dst.resolve() == src.resolve():
             continue
@@ -141,8 +151,16 @@ def _failed_models(log: str) -> list[str]:
     return sorted(set(re.findall(r"failed to load '([^']+)'", log)))
 
 
-def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, log_path: Path | None = None,
-          ready_timeout: float = 120.0, world_size: int = 1, extra_args: list[str] | None = None) -> Server:
+def start(
+    repo: Path,
+    *,
+    host: str = "127.0.0.1",
+    ports: Ports | None = None,
+    log_path: Path | None = None,
+    ready_timeout: float = 120.0,
+    world_size: int = 1,
+    extra_args: list[str] | None = None,
+) -> Server:
     """Start tritonserver on ``repo`` and wait until every model is ready (or fail with the log tail)."""
     repo = Path(repo).resolve()
     if not repo.is_dir():
@@ -154,11 +172,22 @@ def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, lo
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shm_prefix = f"tc{os.getpid()}x{ports.grpc}_"
     env = dict(os.environ)
-    net = [f"--http-address={host}", f"--http-port={ports.http}", f"--grpc-address={host}",
-           f"--grpc-port={ports.grpc}", f"--metrics-address={host}", f"--metrics-port={ports.metrics}"]
+    net = [
+        f"--http-address={host}",
+        f"--http-port={ports.http}",
+        f"--grpc-address={host}",
+        f"--grpc-port={ports.grpc}",
+        f"--metrics-address={host}",
+        f"--metrics-port={ports.metrics}",
+    ]
     if CONTAINER_TRITON.is_file():
-        base = [str(CONTAINER_TRITON), f"--model-repository={repo}", *net, "--disable-auto-complete-config",
-                f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+        base = [
+            str(CONTAINER_TRITON),
+            f"--model-repository={repo}",
+            *net,
+            "--disable-auto-complete-config",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        ]
         if world_size > 1:
             cmd = ["mpirun", "--allow-run-as-root"]
             for rank in range(world_size):
@@ -172,8 +201,10 @@ def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, lo
             cmd = base
     else:
         if world_size > 1:
-            raise ServerError(f"the engine has {world_size} ranks; serving it needs NVIDIA's Triton container on "
-                              f"{world_size} GPUs", hint="run `toolchain serve` on the GPU host")
+            raise ServerError(
+                f"the engine has {world_size} ranks; serving it needs NVIDIA's Triton container on {world_size} GPUs",
+                hint="run `toolchain serve` on the GPU host",
+            )
         _check_python_env()
         ts = pytriton_dir()
         bk = prepare_backends(ts)
@@ -188,9 +219,15 @@ def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, lo
         if env.get("LD_LIBRARY_PATH"):
             libs.append(env["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = ":".join(libs)
-        cmd = [str(ts / "bin" / "tritonserver"), f"--model-repository={repo}", f"--backend-directory={bk}",
-               f"--cache-directory={ts / 'caches'}", *net, "--allow-gpu-metrics=false",
-               f"--backend-config=python,shm-region-prefix-name={shm_prefix}"]
+        cmd = [
+            str(ts / "bin" / "tritonserver"),
+            f"--model-repository={repo}",
+            f"--backend-directory={bk}",
+            f"--cache-directory={ts / 'caches'}",
+            *net,
+            "--allow-gpu-metrics=false",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        ]
     cmd += extra_args or []
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -204,8 +241,9 @@ def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, lo
                 text = log_path.read_text(errors="replace")
                 failed = _failed_models(text)
                 which = f" (model{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed to load)" if failed else ""
-                raise ServerError(f"tritonserver exited with code {proc.returncode}{which}:\n{tail(log_path, 12)}",
-                                  log_path=log_path)
+                raise ServerError(
+                    f"tritonserver exited with code {proc.returncode}{which}:\n{tail(log_path, 12)}", log_path=log_path
+                )
             text = log_path.read_text(errors="replace")
             if any(s in text for s in STUB_FAILURES):
                 raise ServerError(f"the Python backend stub could not start:\n{tail(log_path, 8)}", log_path=log_path)
@@ -216,8 +254,9 @@ def start(repo: Path, *, host: str = "127.0.0.1", ports: Ports | None = None, lo
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise ServerError(f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}",
-                                  log_path=log_path)
+                raise ServerError(
+                    f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}", log_path=log_path
+                )
             time.sleep(0.2)
     except BaseException:
         server.stop(5)
