@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,4 +133,22 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_dir(dest: Path, label: str = "partial") -> Iterator[Path]:
+    """A temp dir beside ``dest``: renamed over ``dest`` when the block succeeds, removed when it fails
+    (exception, Ctrl-C, disk full), so nothing half-written ever sits at ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{label}.", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.replace(dest, old / "x")
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise

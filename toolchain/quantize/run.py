@@ -17,8 +17,6 @@ import contextlib
 import json
 import os
 import resource
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
-from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text
+from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
@@ -294,9 +292,7 @@ def quantize(
             q_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
         fake = acc_mod.compare(ref_logits.cpu(), q_logits.cpu(), eval_batch, "fakequant")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial.", dir=out.parent))
-    try:
+    with staged_dir(out) as tmp:
         state = tmp / "modelopt_state.pth"
         with _quiet():
             mto.save(model, str(state))
@@ -352,14 +348,6 @@ def quantize(
             acc_mod.gate(primary, accuracy_limits)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         _fsync_tree(tmp)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, trash / "old")
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return QuantizeResult(out, manifest, notes=notes)
 
 

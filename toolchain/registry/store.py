@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import stat
 import tempfile
 import time
@@ -14,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file
+from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file, staged_dir
 from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
@@ -184,9 +183,7 @@ class Registry:
                 dest.rmdir()
             else:
                 raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial.", dir=dest.parent))
-        try:
+        with staged_dir(dest) as tmp:
             for rel, f in m.files.items():
                 target = (tmp / rel).resolve()
                 if tmp.resolve() not in target.parents:
@@ -212,14 +209,6 @@ class Registry:
                 if f.executable and local is None:
                     target.chmod(0o755)
             self._verified.save()
-            if dest.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-                os.replace(dest, old / "x")
-                shutil.rmtree(old, ignore_errors=True)
-            os.replace(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return m
 
     # --- verify and gc ------------------------------------------------------------------------

@@ -10,14 +10,13 @@ parameters, its log and the repository's ``toolchain-repo.json``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toolchain.digest import staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.spec.matrix import Cell
 from toolchain.triton import tensors as T
@@ -256,9 +255,7 @@ def emit_repository(
     configs = build_configs(cell, engine, tokenizer_dir, reference=reference, reference_model_dir=reference_model_dir)
     if not SOURCES.is_dir():
         raise TritonRepoError(f"model sources not found at {SOURCES}", "reinstall the toolchain from its repository")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial.", dir=out.parent))
-    try:
+    with staged_dir(out) as tmp:
         for name, cfg in configs.items():
             d = tmp / name
             (d / "1").mkdir(parents=True)
@@ -278,14 +275,6 @@ def emit_repository(
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "x")
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

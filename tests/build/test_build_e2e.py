@@ -1,0 +1,144 @@
+"""End to end on CPU with the trtllm-build stand-in: build once, cache, rebuild only on build fields."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import SPECS
+from toolchain.build.engine import build_cell, quantized_checkpoint
+from toolchain.errors import BuildDriftError, CheckpointError, EngineBuildError, NeedsGPUError
+from toolchain.quantize.run import quantize, recipe_from_spec
+from toolchain.registry import open_registry
+from toolchain.spec.loader import load_spec
+from toolchain.spec.matrix import expand
+
+pytestmark = pytest.mark.slow
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{FAKES / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(FAKES / "py"))
+
+
+def _spec(tmp_path: Path, ckpt: Path, **changes) -> Path:
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(ckpt)
+    d["quantization"]["calibration"].update(samples=8, seq_len=32)
+    for path, value in changes.items():
+        node = d
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    p = tmp_path / f"spec-{abs(hash(json.dumps(changes, sort_keys=True)))}.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _quantized_cell(spec_path: Path):
+    spec = load_spec(spec_path)
+    cell = expand(spec)[0]
+    out = quantized_checkpoint(cell)
+    if not out.exists():
+        quantize(spec.local_source(), recipe_from_spec(spec), out, reuse=True)
+    return cell
+
+
+def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    first = build_cell(cell, reg)
+    assert first.status == "built"
+    m = reg.show(first.key)
+    assert {"config.json", "rank0.engine", "toolchain-build.log"} <= set(m.files)
+    prov = m.provenance
+    assert prov["tensorrt_llm"] == "1.2.1" and prov["tensorrt"].startswith("10.13.3")
+    assert prov["cell"]["gpu"] == "H100-SXM" and prov["command"][0] == "trtllm-build"
+    assert prov["container_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert build_cell(cell, reg).status == "cached"
+    # runtime field: same key, still cached
+    rt = _quantized_cell(_spec(tmp_path, tiny_checkpoint, **{"serving.kv_cache_free_gpu_mem_fraction": 0.5}))
+    assert build_cell(rt, reg).status == "cached"
+    # build field: new key, rebuilt (timing cache from the first build is reused)
+    bf = _quantized_cell(_spec(tmp_path, tiny_checkpoint, **{"build.max_num_tokens": 512}))
+    second = build_cell(bf, reg)
+    assert second.status == "built" and second.key != first.key
+    assert "--input_timing_cache" in second.command
+    assert build_cell(cell, reg, force=True).status == "built"
+
+
+def test_failed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    monkeypatch.setenv("FAKE_TRTLLM_FAIL", "1")
+    with pytest.raises(EngineBuildError) as e:
+        build_cell(cell, reg)
+    assert e.value.returncode == 1 and e.value.log_path and e.value.log_path.is_file()
+    assert "out of memory" in e.value.message and "nothing was published" in e.value.message
+    assert reg.keys() == []
+
+
+def test_killed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "30")
+    with pytest.raises(EngineBuildError):
+        build_cell(cell, reg, timeout=1)
+    assert reg.keys() == []
+
+
+def test_drift_is_loud(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    monkeypatch.setenv("FAKE_TRTLLM_DRIFT", "1")
+    with pytest.raises(BuildDriftError, match="max_batch_size: asked 8, engine has 9"):
+        build_cell(cell, reg)
+    assert reg.keys() == []
+
+
+def test_checkpoint_that_does_not_match_the_spec(stand_in, tiny_checkpoint, tmp_path) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    cfg_path = quantized_checkpoint(cell) / "trtllm" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization"]["quant_algo"] = "W4A16_AWQ"
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="no complete quantized checkpoint"):
+        build_cell(cell, reg)  # the manifest digest no longer matches: not a complete checkpoint
+    from toolchain.build.engine import check_checkpoint
+
+    with pytest.raises(CheckpointError, match=r"quant_algo 'W4A16_AWQ' != 'FP8' for fp8"):
+        check_checkpoint(cell, cfg_path.parent)
+
+
+def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path, cli) -> None:
+    spec = _spec(tmp_path, tiny_checkpoint)
+    _quantized_cell(spec)
+    r = cli("build", spec, "--all", "--registry", tmp_path / "reg")
+    assert r.exit_code == 4
+    assert "trtllm-build is not installed here" in r.output and "--max_batch_size 8" in r.output
+    r = cli("build", spec, "--all", "--dry-run", "--registry", tmp_path / "reg", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["cells"][0]["status"] == "planned"
+
+
+def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:
+    reg = open_registry(str(tmp_path / "reg"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint, runtime="pytorch"))
+    res = build_cell(cell, reg)
+    assert res.status == "published"
+    m = reg.show(res.key)
+    assert m.kind == "llmapi-profile" and "hf/hf_quant_config.json" in m.files
+    reg.get(res.key, tmp_path / "art")
+    opts = yaml.safe_load((tmp_path / "art" / "extra_llm_api_options.yaml").read_text())
+    assert opts["max_batch_size"] == 8 and opts["kv_cache_config"]["enable_block_reuse"] is True
+
+
+def test_needs_gpu_error_type() -> None:
+    assert NeedsGPUError("x").exit_code == 4

@@ -1,0 +1,1 @@
+"""trtllm-build synthesis and execution, LLM-API profiles, provenance, registry integration."""

@@ -1,0 +1,300 @@
+"""Build (or fetch) the artifact of each matrix cell, and publish it to the registry on success.
+
+runtime tensorrt: quantized TRT-LLM checkpoint → `trtllm-build` (log streamed to a file, temp
+output dir) → drift check of the engine's build_config → registry put with provenance.
+runtime pytorch: unified HF checkpoint + validated LLM-API options YAML → registry put.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolchain.build.llmapi import llmapi_options
+from toolchain.build.provenance import installed_versions, provenance
+from toolchain.build.synth import build_drift, expected_build_config, trtllm_build_args
+from toolchain.digest import cache_home, canonical_json, hash_file, sha256_text
+from toolchain.errors import (
+    BuildDriftError,
+    CheckpointError,
+    CompatibilityError,
+    EngineBuildError,
+    NeedsGPUError,
+    SpecError,
+)
+from toolchain.proc import run_logged, tail
+from toolchain.registry.store import Registry
+from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key
+from toolchain.spec.rules import check_cell, check_spec
+
+ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 (1.2.x line)"
+
+
+@dataclass
+class CellBuild:
+    cell: Cell
+    key: str
+    status: str  # cached | built | planned | published
+    command: list[str] = field(default_factory=list)
+    checkpoint: Path | None = None
+    log_path: Path | None = None
+    seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell.id, "engine_key": self.key, "status": self.status,
+                "command": shlex.join(self.command) if self.command else None,
+                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+                "log": str(self.log_path) if self.log_path else None, "seconds": self.seconds, "notes": self.notes}
+
+
+def quantized_checkpoint(cell: Cell) -> Path:
+    """Where `toolchain quantize` puts this cell's quantized checkpoint (TP/PP baked in)."""
+    from toolchain.quantize.run import default_out, recipe_from_spec
+
+    return default_out(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
+
+
+def check_checkpoint(cell: Cell, ckpt: Path) -> str:
+    """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
+    from toolchain.build.synth import CONVERTERS
+    from toolchain.quantize.run import QUANT_ALGO
+
+    cfg_path = ckpt / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{ckpt} has no config.json; it is not a TensorRT-LLM checkpoint",
+                              f"run `toolchain quantize {cell.spec.name}` first")
+    cfg = json.loads(cfg_path.read_text())
+    q = cell.spec.quantization
+    arch = cfg.get("architecture")
+    problems = []
+    if arch not in CONVERTERS:
+        problems.append(f"architecture {arch!r} is not one this toolchain builds")
+    if cfg.get("dtype") != cell.spec.model.dtype:
+        problems.append(f"dtype {cfg.get('dtype')!r} != spec model.dtype {cell.spec.model.dtype!r}")
+    qc = cfg.get("quantization") or {}
+    if q.weights in QUANT_ALGO and qc.get("quant_algo") != QUANT_ALGO[q.weights]:
+        problems.append(f"quant_algo {qc.get('quant_algo')!r} != {QUANT_ALGO[q.weights]!r} for {q.weights}")
+    want_kv = {"fp8": "FP8", "int8": "INT8"}.get(q.kv_cache)
+    if qc.get("kv_cache_quant_algo") != want_kv:
+        problems.append(f"kv_cache_quant_algo {qc.get('kv_cache_quant_algo')!r} != {want_kv!r}")
+    mapping = cfg.get("mapping") or {}
+    if mapping.get("world_size") != cell.world_size or mapping.get("tp_size", 1) != cell.tp:
+        problems.append(f"mapping world_size {mapping.get('world_size')} tp {mapping.get('tp_size')} != "
+                        f"cell TP{cell.tp} PP{cell.pp}")
+    missing = [r for r in range(cell.world_size) if not (ckpt / f"rank{r}.safetensors").is_file()]
+    if missing:
+        problems.append(f"rank{missing[0]}.safetensors is missing")
+    if problems:
+        raise CheckpointError(f"checkpoint {ckpt} does not match spec {cell.spec.name} cell {cell.id}: "
+                              + "; ".join(problems), "re-run `toolchain quantize SPEC --force`")
+    return str(arch)
+
+
+def timing_cache_key(cell: Cell) -> str:
+    t = cell.spec.target
+    return sha256_text(canonical_json({"kind": "timing-cache", "gpu": cell.gpu.nvml_name,
+                                       "trtllm": t.trtllm_version, "tensorrt": t.tensorrt_version}))
+
+
+class _GpuMemSampler:
+    """Peak GPU memory used during a build, sampled through NVML (None without a GPU)."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:
+            return
+        while not self._stop.wait(0.5):
+            used = sum(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in handles)
+            self.peak = max(self.peak or 0, used)
+
+    def __enter__(self) -> _GpuMemSampler:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(2)
+
+
+def _check_versions(cell: Cell, versions: dict[str, str | None]) -> None:
+    t = cell.spec.target
+    got_llm, got_trt = versions.get("tensorrt_llm"), versions.get("tensorrt")
+    if got_llm != t.trtllm_version:
+        raise CompatibilityError(f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
+                                 f"build inside the container for {t.trtllm_version}, or change target.trtllm_version")
+    if got_trt is not None and not str(got_trt).startswith(t.tensorrt_version):
+        raise CompatibilityError(f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
+                                 "use the matching container, or correct target.tensorrt_version")
+
+
+def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
+    from toolchain.hardware.detect import detect_gpus
+
+    gpus, reason = detect_gpus()
+    if not gpus:
+        notes.append(f"no GPU detected ({reason}); the build tool decides whether it can build")
+        return
+    if not any(g.name == cell.gpu.nvml_name for g in gpus):
+        raise CompatibilityError(f"cell {cell.id} targets {cell.gpu.nvml_name}; this host has {gpus[0].name}",
+                                 "build each cell on its own GPU class (see `toolchain matrix`)")
+
+
+def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> CellBuild:
+    problems = check_spec(cell.spec) + check_cell(cell)
+    if problems:
+        raise CompatibilityError(problems[0].line(), problems[0].fix)
+    ident = checkpoint_identity(cell.spec)
+    if ident is None:
+        raise SpecError(f"checkpoint not found at {cell.spec.local_source()}",
+                        hint="create it (scripts/make_tiny_checkpoint.py for tiny) or fix model.source")
+    key = engine_key(cell, ident)
+    ckpt = quantized_checkpoint(cell)
+    if cell.spec.runtime == "tensorrt":
+        cmd = trtllm_build_args(cell, ckpt / "trtllm", Path("<tmp>/engine"),
+                                timing_cache_in=Path("<tmp>/timing.cache"), timing_cache_out=Path("<tmp>/model.cache"))
+    else:
+        cmd = []
+    status = "cached" if registry.exists(key) and not force else "planned"
+    return CellBuild(cell, key, status, cmd, ckpt)
+
+
+def build_cell(cell: Cell, registry: Registry, *, force: bool = False, log_dir: Path | None = None,
+               timeout: float | None = None) -> CellBuild:
+    plan = plan_cell_build(cell, registry, force=force)
+    if plan.status == "cached":
+        return plan
+    from toolchain.quantize.run import verify_output
+
+    ckpt_root = plan.checkpoint
+    assert ckpt_root is not None
+    if verify_output(ckpt_root) is None:
+        from toolchain.quantize.run import recipe_from_spec, registry_key
+
+        qkey = registry_key(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
+        if qkey and registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
+            registry.get(qkey, ckpt_root, force=True)
+    if verify_output(ckpt_root) is None:
+        raise CheckpointError(f"no complete quantized checkpoint at {ckpt_root}",
+                              f"run `toolchain quantize` on the spec first (or `toolchain up SPEC`)")
+    if cell.spec.runtime == "pytorch":
+        return _publish_llmapi(cell, plan, registry)
+    arch = check_checkpoint(cell, ckpt_root / "trtllm")
+    log_dir = log_dir or cache_home() / "logs"
+    log_path = log_dir / f"build-{cell.id}-{plan.key[:12]}.log"
+    plan.log_path = log_path
+    if shutil.which("trtllm-build") is None:
+        cmd = trtllm_build_args(cell, ckpt_root / "trtllm", Path("<out>"), architecture=arch)
+        raise NeedsGPUError(
+            f"trtllm-build is not installed here (TensorRT-LLM needs an NVIDIA GPU host); it would run: "
+            f"{shlex.join(cmd)}",
+            f"run `toolchain build` inside {ENGINE_CONTAINER_HINT} on a {cell.gpu.name}",
+        )
+    versions = installed_versions()
+    _check_versions(cell, versions)
+    _check_local_gpu(cell, plan.notes)
+
+    work = Path(tempfile.mkdtemp(prefix=f"build-{plan.key[:12]}.", dir=_work_root()))
+    try:
+        out_dir = work / "engine"
+        tc_key = timing_cache_key(cell)
+        tc_in = None
+        if registry.exists(tc_key):
+            registry.get(tc_key, work / "tc")
+            tc_in = work / "tc" / "model.cache"
+        tc_out = work / "model.cache"
+        cmd = trtllm_build_args(cell, ckpt_root / "trtllm", out_dir, architecture=arch, timing_cache_in=tc_in,
+                                timing_cache_out=tc_out)
+        plan.command = cmd
+        if log_path.exists():
+            log_path.unlink()
+        t0 = time.time()
+        with _GpuMemSampler() as mem:
+            res = run_logged(cmd, log_path, cwd=work, timeout=timeout)
+        plan.seconds = round(res.seconds, 2)
+        if res.returncode != 0:
+            raise EngineBuildError(
+                f"trtllm-build failed for cell {cell.id} (exit {res.returncode}); nothing was published. "
+                f"Log tail:\n{tail(log_path, 15)}",
+                cmd=cmd, returncode=res.returncode, log_path=log_path)
+        _check_engine(cell, out_dir, arch, log_path)
+        shutil.copyfile(log_path, out_dir / "toolchain-build.log")
+        prov = provenance(versions) | {
+            "spec": cell.spec.model_dump(mode="json"), "cell": cell.axes(), "cell_id": cell.id,
+            "command": cmd, "build_seconds": round(time.time() - t0, 2), "peak_gpu_memory_bytes": mem.peak,
+            "checkpoint_manifest_digest": hash_file(ckpt_root / "manifest.json"),
+            "checkpoint": str(ckpt_root), "target": cell.spec.target.model_dump(),
+        }
+        if prov["container_image"] is None:
+            prov["container_image"] = cell.spec.target.container
+        registry.put(plan.key, out_dir, kind="engine", provenance=prov)
+        if tc_out.is_file():
+            (work / "tcpush").mkdir()
+            os.replace(tc_out, work / "tcpush" / "model.cache")
+            registry.put(tc_key, work / "tcpush", kind="timing-cache", provenance={"gpu": cell.gpu.nvml_name})
+        plan.status = "built"
+        return plan
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_root() -> Path:
+    p = cache_home() / "builds"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _check_engine(cell: Cell, out_dir: Path, arch: str, log_path: Path) -> None:
+    cfg_path = out_dir / "config.json"
+    if not cfg_path.is_file():
+        raise EngineBuildError(f"trtllm-build exited 0 but wrote no config.json in {out_dir}", log_path=log_path)
+    missing = [r for r in range(cell.world_size) if not (out_dir / f"rank{r}.engine").is_file()]
+    if missing:
+        raise EngineBuildError(f"trtllm-build wrote no rank{missing[0]}.engine", log_path=log_path)
+    drift = build_drift(expected_build_config(cell, arch), json.loads(cfg_path.read_text()))
+    if drift:
+        raise BuildDriftError(
+            f"the engine TensorRT-LLM built for cell {cell.id} differs from what was asked: " + "; ".join(drift),
+            log_path=log_path, hint="nothing was published; adjust the spec to what this TensorRT-LLM allows")
+
+
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry) -> CellBuild:
+    """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
+    assert plan.checkpoint is not None
+    hf = plan.checkpoint / "hf"
+    work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
+    try:
+        out = work / "artifact"
+        shutil.copytree(hf, out / "hf", copy_function=os.link)
+        opts = llmapi_options(cell)
+        (out / "extra_llm_api_options.yaml").write_text(yaml.safe_dump(opts, sort_keys=True))
+        prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
+            "spec": cell.spec.model_dump(mode="json"), "cell": cell.axes(), "cell_id": cell.id,
+            "command": ["trtllm-serve", "<artifact>/hf", "--extra_llm_api_options",
+                        "<artifact>/extra_llm_api_options.yaml"],
+            "target": cell.spec.target.model_dump(),
+        }
+        registry.put(plan.key, out, kind="llmapi-profile", provenance=prov)
+        plan.status = "published"
+        return plan
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

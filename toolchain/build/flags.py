@@ -1,0 +1,127 @@
+"""The `trtllm-build` flag table of TensorRT-LLM 1.x (facts §1.2, §1.3: build.py@65f1d15, plugin.py@c20322f).
+
+Used to check every synthesised argument list, and by the test stand-in for `trtllm-build`, which
+parses with exactly these types and choices (bool plugin flags take a value: ``enable``/``disable``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("auto", "float16", "float32", "bfloat16", "int32", "disable")
+ONOFF = ("enable", "disable")
+
+
+@dataclass(frozen=True)
+class Flag:
+    type: type
+    choices: tuple[str, ...] | None = None
+    default: object = None
+
+
+FLAGS: dict[str, Flag] = {
+    # general (build.py)
+    "--checkpoint_dir": Flag(str),
+    "--model_config": Flag(str),
+    "--build_config": Flag(str),
+    "--output_dir": Flag(str, default="engine_outputs"),
+    "--max_batch_size": Flag(int, default=2048),
+    "--max_input_len": Flag(int, default=1024),
+    "--max_seq_len": Flag(int),
+    "--max_beam_width": Flag(int, default=1),
+    "--max_num_tokens": Flag(int, default=8192),
+    "--opt_num_tokens": Flag(int),
+    "--max_prompt_embedding_table_size": Flag(int, default=0),
+    "--kv_cache_type": Flag(str, ("continuous", "paged", "disabled")),
+    "--input_timing_cache": Flag(str),
+    "--output_timing_cache": Flag(str, default="model.cache"),
+    "--profiling_verbosity": Flag(str, ("layer_names_only", "detailed", "none"), "layer_names_only"),
+    "--workers": Flag(int, default=1),
+    "--log_level": Flag(str, ("internal_error", "error", "warning", "info", "verbose", "debug", "trace"), "info"),
+    "--logits_dtype": Flag(str, ("float16", "float32")),
+    "--max_draft_len": Flag(int, default=0),
+    "--speculative_decoding_mode": Flag(str, ("draft_tokens_external", "lookahead_decoding", "medusa",
+                                              "explicit_draft_tokens", "eagle")),
+    "--max_lora_rank": Flag(int, default=64),
+    # plugins / features (plugin.py): dtype-valued
+    "--bert_attention_plugin": Flag(str, DTYPES, "auto"),
+    "--gpt_attention_plugin": Flag(str, DTYPES, "auto"),
+    "--gemm_plugin": Flag(str, ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable")),
+    "--gemm_swiglu_plugin": Flag(str, ("fp8", "disable"), "disable"),
+    "--fp8_rowwise_gemm_plugin": Flag(str, DTYPES, "disable"),
+    "--lora_plugin": Flag(str, DTYPES, "disable"),
+    "--moe_plugin": Flag(str, DTYPES, "auto"),
+    "--mamba_conv1d_plugin": Flag(str, DTYPES, "auto"),
+    "--nccl_plugin": Flag(str, DTYPES, "auto"),
+    "--low_latency_gemm_plugin": Flag(str, ("fp8", "disable"), "disable"),
+    "--low_latency_gemm_swiglu_plugin": Flag(str, ("fp8", "disable"), "disable"),
+    "--gemm_allreduce_plugin": Flag(str, ("float16", "bfloat16", "disable"), "disable"),
+    # bool features: a value is required
+    "--dora_plugin": Flag(str, ONOFF, "disable"),
+    "--context_fmha": Flag(str, ONOFF, "enable"),
+    "--bert_context_fmha_fp32_acc": Flag(str, ONOFF, "disable"),
+    "--remove_input_padding": Flag(str, ONOFF, "enable"),
+    "--tokens_per_block": Flag(int, default=32),
+    "--use_paged_context_fmha": Flag(str, ONOFF, "enable"),
+    "--use_fp8_context_fmha": Flag(str, ONOFF, "enable"),
+    "--fuse_fp4_quant": Flag(str, ONOFF, "disable"),
+    "--multiple_profiles": Flag(str, ONOFF, "disable"),
+    "--paged_state": Flag(str, ONOFF, "enable"),
+    "--streamingllm": Flag(str, ONOFF, "disable"),
+    "--norm_quant_fusion": Flag(str, ONOFF, "disable"),
+    "--reduce_fusion": Flag(str, ONOFF, "disable"),
+    "--user_buffer": Flag(str, ONOFF, "disable"),
+    "--use_fused_mlp": Flag(str, ONOFF, "enable"),
+    "--pp_reduce_scatter": Flag(str, ONOFF, "disable"),
+}
+STORE_TRUE = ("--strip_plan", "--weight_sparsity", "--weight_streaming", "--fast_build", "--enable_debug_output",
+              "--dry_run", "--monitor_memory", "--gather_context_logits", "--gather_generation_logits",
+              "--gather_all_token_logits")
+# Removed from trtllm-build (release notes 0.11-0.12, 0.14): never emit.
+REMOVED = ("--tp_size", "--pp_size", "--cp_size", "--max_output_len", "--strongly_typed", "--weight_only_precision",
+           "--use_custom_all_reduce", "--builder_opt", "--use_context_fmha_for_generation",
+           "--attention_qk_half_accumulation", "--enable_xqa", "--paged_kv_cache", "--auto_parallel",
+           "--gpus_per_node", "--cluster_key")
+
+
+def check_args(args: list[str]) -> list[str]:
+    """Problems with an argument list against the table (empty when it is valid)."""
+    problems = []
+    i = 0
+    seen = set()
+    while i < len(args):
+        a = args[i]
+        if a in REMOVED:
+            problems.append(f"{a} was removed from trtllm-build")
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        if a in STORE_TRUE:
+            seen.add(a)
+            i += 1
+            continue
+        flag = FLAGS.get(a)
+        if flag is None:
+            problems.append(f"unknown flag {a}")
+            i += 1
+            continue
+        if a in seen:
+            problems.append(f"{a} given twice")
+        seen.add(a)
+        if i + 1 >= len(args) or args[i + 1].startswith("--"):
+            problems.append(f"{a} needs a value")
+            i += 1
+            continue
+        v = args[i + 1]
+        if flag.type is int:
+            try:
+                int(v)
+            except ValueError:
+                problems.append(f"{a} takes an integer, got {v!r}")
+        if flag.choices and v not in flag.choices:
+            problems.append(f"{a} {v!r} is not one of {', '.join(flag.choices)}")
+        i += 2
+    if "--multiple_profiles" in seen and "--opt_num_tokens" in seen:
+        idx = args.index("--multiple_profiles")
+        if args[idx + 1] == "enable":
+            problems.append("--opt_num_tokens cannot be combined with --multiple_profiles enable")
+    return problems

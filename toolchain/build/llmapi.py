@@ -1,0 +1,96 @@
+"""LLM-API options (``extra_llm_api_options`` YAML) for the PyTorch runtime, TensorRT-LLM 1.2.
+
+Field names and rules: facts/trtllm-llmapi-and-serve.md §2-§3 and §11. Every key we write is
+checked against the allowed sets below (TensorRT-LLM rejects unknown keys at every level).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolchain.spec.matrix import Cell
+
+TOP = {"max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "tensor_parallel_size",
+       "pipeline_parallel_size", "enable_chunked_prefill", "kv_cache_config", "cuda_graph_config",
+       "scheduler_config", "backend", "return_perf_metrics", "enable_iter_perf_stats", "model"}
+KV = {"enable_block_reuse", "max_tokens", "free_gpu_memory_fraction", "tokens_per_block", "dtype",
+      "enable_partial_reuse", "host_cache_size"}
+CUDA_GRAPH = {"batch_sizes", "max_batch_size", "enable_padding"}
+SCHED = {"capacity_scheduler_policy", "context_chunking_policy"}
+LEGACY = {"pytorch_backend_config", "use_cuda_graph", "cuda_graph_batch_sizes", "cuda_graph_max_batch_size",
+          "cuda_graph_padding_enabled", "enable_overlap_scheduler", "kv_cache_dtype", "enable_chunked_context",
+          "quant_config", "build_config", "calib_config"}
+
+
+def llmapi_options(cell: Cell) -> dict[str, Any]:
+    spec = cell.spec
+    s, b = spec.serving, spec.build
+    kv: dict[str, Any] = {
+        "enable_block_reuse": s.enable_prefix_caching,
+        "free_gpu_memory_fraction": s.kv_cache_free_gpu_mem_fraction,
+        "tokens_per_block": b.tokens_per_block,
+        "dtype": "auto",  # FP8 KV comes from the checkpoint's kv_cache_quant_algo
+    }
+    if s.max_tokens_in_paged_kv_cache is not None:
+        kv["max_tokens"] = s.max_tokens_in_paged_kv_cache
+    opts: dict[str, Any] = {
+        "backend": "pytorch",
+        "max_batch_size": cell.max_batch_size,
+        "max_num_tokens": min(b.max_num_tokens, cell.max_seq_len * cell.max_batch_size),
+        "max_seq_len": cell.max_seq_len,
+        "max_beam_width": b.max_beam_width,
+        "tensor_parallel_size": cell.tp,
+        "pipeline_parallel_size": cell.pp,
+        "enable_chunked_prefill": s.enable_chunked_prefill,
+        "kv_cache_config": kv,
+        "scheduler_config": {"capacity_scheduler_policy": s.scheduler_policy.upper()},
+        "return_perf_metrics": True,
+    }
+    cg = s.cuda_graphs
+    if not cg.enabled:
+        opts["cuda_graph_config"] = None
+    else:
+        sizes = sorted(cg.batch_sizes) if cg.batch_sizes else None
+        g: dict[str, Any] = {"enable_padding": cg.padding,
+                             "max_batch_size": max(sizes) if sizes else cell.max_batch_size}
+        if sizes:
+            g["batch_sizes"] = sizes
+        opts["cuda_graph_config"] = g
+    problems = validate_options(opts)
+    if problems:
+        raise AssertionError(f"generated LLM-API options are invalid: {problems}")
+    return opts
+
+
+def validate_options(opts: dict[str, Any]) -> list[str]:
+    """Problems with an options dict against the 1.2 schema (a subset we emit, strictly checked)."""
+    out = []
+    for k in opts:
+        if k in LEGACY:
+            out.append(f"{k} is a legacy or TensorRT-backend-only key")
+        elif k not in TOP:
+            out.append(f"unknown top-level key {k}")
+    for k in opts.get("kv_cache_config") or {}:
+        if k not in KV:
+            out.append(f"unknown kv_cache_config key {k}")
+    cg = opts.get("cuda_graph_config")
+    if cg:
+        for k in cg:
+            if k not in CUDA_GRAPH:
+                out.append(f"unknown cuda_graph_config key {k}")
+        if cg.get("batch_sizes") and cg.get("max_batch_size") not in (0, max(cg["batch_sizes"])):
+            out.append("cuda_graph_config.max_batch_size must equal max(batch_sizes)")
+    sc = opts.get("scheduler_config") or {}
+    for k in sc:
+        if k not in SCHED:
+            out.append(f"unknown scheduler_config key {k}")
+    if sc.get("capacity_scheduler_policy") not in (None, "MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"):
+        out.append(f"bad capacity_scheduler_policy {sc.get('capacity_scheduler_policy')}")
+    kvc = opts.get("kv_cache_config") or {}
+    f = kvc.get("free_gpu_memory_fraction")
+    if f is not None and not 0 <= f <= 1:
+        out.append("kv_cache_config.free_gpu_memory_fraction must be in [0, 1]")
+    tpb = kvc.get("tokens_per_block")
+    if tpb is not None and (tpb < 2 or tpb & (tpb - 1)):
+        out.append("kv_cache_config.tokens_per_block must be a power of two")
+    return out

@@ -1,0 +1,167 @@
+"""Synthesise the exact `trtllm-build` command for one matrix cell, and predict the engine's
+``build_config`` TensorRT-LLM will write (its automatic adjustments included, facts §1.5), so a
+built engine can be checked for drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.build.flags import check_args
+from toolchain.errors import CompatibilityError
+from toolchain.spec.matrix import Cell
+
+FP8_CTX_QUANT = ("fp8", "w4a8_awq", "nvfp4")  # quant that keeps FP8 context FMHA (builder.py)
+# Architectures TensorRT-LLM applies reduce_fusion to (facts §1.5 item 4).
+REDUCE_FUSION_ARCHS = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM")
+# HF architecture -> the per-model converter an unquantized checkpoint needs (facts §2.4).
+CONVERTERS = {
+    "LlamaForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "MistralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "MixtralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "Qwen2ForCausalLM": "examples/models/core/qwen/convert_checkpoint.py",
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The build options after every rule: what we pass, and what the engine will record."""
+
+    dtype: str
+    gemm_plugin: str
+    use_paged_context_fmha: bool
+    use_fp8_context_fmha: bool
+    reduce_fusion: bool
+    max_num_tokens: int
+    tokens_per_block: int
+    multiple_profiles: bool
+    kv_cache_type: str
+
+
+def resolve(cell: Cell, architecture: str = "LlamaForCausalLM") -> Resolved:
+    spec, gpu = cell.spec, cell.gpu
+    q, b = spec.quantization, spec.build
+    dtype = spec.model.dtype
+    if b.gemm_plugin is not None:
+        gemm = b.gemm_plugin
+    elif q.weights == "fp8":
+        gemm = "disable"  # perf guide: GEMM plugin off for FP8
+    elif q.weights == "nvfp4":
+        gemm = "nvfp4"
+    else:
+        gemm = "auto"
+    if q.weights == "nvfp4" and gemm not in ("nvfp4", "disable"):
+        raise CompatibilityError(f"NVFP4 builds use the nvfp4 GEMM plugin; build.gemm_plugin {gemm} is not allowed",
+                                 "remove build.gemm_plugin or set it to nvfp4")
+    # builder.py's order of adjustments (facts §1.5 item 7)
+    kv_fp8 = q.kv_cache == "fp8"
+    paged = b.use_paged_context_fmha is not False
+    fp8_ctx = b.use_fp8_context_fmha is not False
+    if q.weights not in FP8_CTX_QUANT:
+        fp8_ctx = False
+        paged = paged and not kv_fp8
+    if gpu.sm < 89:
+        fp8_ctx = False
+        paged = paged and not kv_fp8
+    if paged:
+        fp8_ctx = kv_fp8
+    if q.kv_cache == "int8":
+        paged = False
+    reduce = b.reduce_fusion and cell.tp > 1 and architecture in REDUCE_FUSION_ARCHS
+    tokens = min(b.max_num_tokens, cell.max_seq_len * cell.max_batch_size)
+    tokens = max(tokens, b.tokens_per_block)
+    return Resolved(dtype, gemm, paged, fp8_ctx, reduce, tokens, b.tokens_per_block, b.multiple_profiles,
+                    b.kv_cache_type)
+
+
+def onoff(v: bool) -> str:
+    return "enable" if v else "disable"
+
+
+def trtllm_build_args(cell: Cell, checkpoint_dir: Path, output_dir: Path, *, architecture: str = "LlamaForCausalLM",
+                      timing_cache_in: Path | None = None, timing_cache_out: Path | None = None) -> list[str]:
+    """The full `trtllm-build` argument list (program name first) for one cell."""
+    r = resolve(cell, architecture)
+    b = cell.spec.build
+    args = [
+        "trtllm-build",
+        "--checkpoint_dir", str(checkpoint_dir),
+        "--output_dir", str(output_dir),
+        "--max_batch_size", str(cell.max_batch_size),
+        "--max_input_len", str(cell.max_input_len),
+        "--max_seq_len", str(cell.max_seq_len),
+        "--max_num_tokens", str(r.max_num_tokens),
+        "--max_beam_width", str(b.max_beam_width),
+        "--kv_cache_type", r.kv_cache_type,
+        "--tokens_per_block", str(r.tokens_per_block),
+        "--gpt_attention_plugin", "auto",
+        "--gemm_plugin", r.gemm_plugin,
+        "--context_fmha", "enable",
+        "--remove_input_padding", "enable",
+        "--use_paged_context_fmha", onoff(r.use_paged_context_fmha),
+        "--use_fp8_context_fmha", onoff(r.use_fp8_context_fmha),
+        "--multiple_profiles", onoff(r.multiple_profiles),
+        "--reduce_fusion", onoff(r.reduce_fusion),
+        "--logits_dtype", b.logits_dtype,
+        "--workers", str(cell.world_size),
+    ]
+    if timing_cache_in is not None:
+        args += ["--input_timing_cache", str(timing_cache_in)]
+    if timing_cache_out is not None:
+        args += ["--output_timing_cache", str(timing_cache_out)]
+    problems = check_args(args[1:])
+    if problems:  # a bug here, never a user mistake
+        raise AssertionError(f"synthesised trtllm-build arguments are invalid: {problems}")
+    return args
+
+
+def expected_build_config(cell: Cell, architecture: str = "LlamaForCausalLM") -> dict[str, Any]:
+    """The ``build_config`` fields of the engine's config.json that must equal what was asked."""
+    r = resolve(cell, architecture)
+    return {
+        "max_batch_size": cell.max_batch_size,
+        "max_input_len": cell.max_input_len,
+        "max_seq_len": cell.max_seq_len,
+        "max_num_tokens": r.max_num_tokens,
+        "max_beam_width": cell.spec.build.max_beam_width,
+        "kv_cache_type": r.kv_cache_type.upper(),
+        "plugin_config": {
+            "tokens_per_block": r.tokens_per_block,
+            "use_paged_context_fmha": r.use_paged_context_fmha,
+            "use_fp8_context_fmha": r.use_fp8_context_fmha,
+            "multiple_profiles": r.multiple_profiles,
+            "reduce_fusion": r.reduce_fusion,
+            "paged_kv_cache": r.kv_cache_type == "paged",
+        },
+    }
+
+
+def build_drift(expected: dict[str, Any], engine_config: dict[str, Any]) -> list[str]:
+    """Every field where the engine differs from what was asked."""
+    got = engine_config.get("build_config")
+    if not isinstance(got, dict):
+        return ["engine config.json has no build_config"]
+    out = []
+    for k, v in expected.items():
+        if k == "plugin_config":
+            pc = got.get("plugin_config") or {}
+            for pk, pv in v.items():
+                if pc.get(pk) != pv:
+                    out.append(f"plugin_config.{pk}: asked {pv!r}, engine has {pc.get(pk)!r}")
+        elif got.get(k) != v:
+            out.append(f"{k}: asked {v!r}, engine has {got.get(k)!r}")
+    return out
+
+
+def convert_checkpoint_args(cell: Cell, architecture: str, hf_dir: Path, out_dir: Path, trtllm_root: Path
+                            ) -> list[str]:
+    """The per-model converter for an unquantized (BF16/FP16) Hugging Face checkpoint."""
+    script = CONVERTERS.get(architecture)
+    if script is None:
+        raise CompatibilityError(f"no TensorRT-LLM converter is known for {architecture}",
+                                 f"supported: {', '.join(CONVERTERS)}")
+    return ["python3", str(trtllm_root / script), "--model_dir", str(hf_dir), "--output_dir", str(out_dir),
+            "--dtype", cell.spec.model.dtype, "--tp_size", str(cell.tp), "--pp_size", str(cell.pp),
+            "--workers", str(cell.world_size)]
