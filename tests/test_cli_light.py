@@ -18,9 +18,21 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 def test_every_command_has_help(cli) -> None:
-    for args in (["--help"], ["spec", "--help"], ["plan", "--help"], ["quantize", "--help"], ["build", "--help"],
-                 ["cache", "--help"], ["triton", "--help"], ["serve", "--help"], ["bench", "--help"],
-                 ["diagnose", "--help"], ["matrix", "--help"], ["up", "--help"], ["gpus", "--help"]):
+    for args in (
+        ["--help"],
+        ["spec", "--help"],
+        ["plan", "--help"],
+        ["quantize", "--help"],
+        ["build", "--help"],
+        ["cache", "--help"],
+        ["triton", "--help"],
+        ["serve", "--help"],
+        ["bench", "--help"],
+        ["diagnose", "--help"],
+        ["matrix", "--help"],
+        ["up", "--help"],
+        ["gpus", "--help"],
+    ):
         r = cli(*args)
         assert r.exit_code == 0, (args, r.output)
         assert "Usage" in r.output
@@ -32,7 +44,18 @@ def test_gpus_reports_no_gpu_cleanly(cli) -> None:
     import json
 
     data = json.loads(r.stdout)
-    assert {g["name"] for g in data["catalog"]} >= {"A100-40GB-SXM", "A100-80GB-SXM", "A10G", "L4", "L40S", "H100-SXM",
-                                                     "H100-PCIe", "H100-NVL", "H200-SXM", "B200", "GB200"}
+    assert {g["name"] for g in data["catalog"]} >= {
+        "A100-40GB-SXM",
+        "A100-80GB-SXM",
+        "A10G",
+        "L4",
+        "L40S",
+        "H100-SXM",
+        "H100-PCIe",
+        "H100-NVL",
+        "H200-SXM",
+        "B200",
+        "GB200",
+    }
     if not data["local"]:
         assert data["local_reason"]

@@ -142,3 +142,19 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> 
 
 def test_needs_gpu_error_type() -> None:
     assert NeedsGPUError("x").exit_code == 4
+
+
+def test_unquantized_checkpoint_goes_through_convert_checkpoint(stand_in, tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRTLLM_ROOT", str(FAKES / "trtllm_root"))
+    spec = _spec(tmp_path, tiny_checkpoint, **{"quantization.weights": "bf16", "quantization.kv_cache": "auto"})
+    cell = expand(load_spec(spec))[0]
+    reg = open_registry(str(tmp_path / "reg"))
+    res = build_cell(cell, reg)
+    assert res.status == "built"
+    assert "convert_checkpoint.py" in res.notes[-1] and "--dtype bfloat16" in res.notes[-1]
+    prov = reg.show(res.key).provenance
+    assert "convert_checkpoint.py" in prov["converter"]
+    assert "--gemm_plugin" in prov["command"] and prov["command"][prov["command"].index("--gemm_plugin") + 1] == "auto"
+    monkeypatch.setenv("TRTLLM_ROOT", str(tmp_path / "nowhere"))
+    with pytest.raises(NeedsGPUError, match="converter"):
+        build_cell(cell, reg, force=True)

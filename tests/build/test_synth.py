@@ -14,9 +14,16 @@ from toolchain.spec.models import EngineSpec
 
 BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
 CASES = [  # (weights, kv, gpu)
-    ("bf16", "auto", "A100-80GB-SXM"), ("fp16", "auto", "A10G"), ("int8_sq", "auto", "A100-80GB-SXM"),
-    ("int4_awq", "auto", "L4"), ("int8_wo", "auto", "A10G"), ("fp8", "fp8", "H100-SXM"),
-    ("fp8", "auto", "L40S"), ("w4a8_awq", "fp8", "H200-SXM"), ("nvfp4", "fp8", "B200"), ("fp8", "fp8", "GB200"),
+    ("bf16", "auto", "A100-80GB-SXM"),
+    ("fp16", "auto", "A10G"),
+    ("int8_sq", "auto", "A100-80GB-SXM"),
+    ("int4_awq", "auto", "L4"),
+    ("int8_wo", "auto", "A10G"),
+    ("fp8", "fp8", "H100-SXM"),
+    ("fp8", "auto", "L40S"),
+    ("w4a8_awq", "fp8", "H200-SXM"),
+    ("nvfp4", "fp8", "B200"),
+    ("fp8", "fp8", "GB200"),
 ]
 
 
@@ -42,8 +49,9 @@ def test_args_valid_against_flag_table(weights: str, kv: str, gpu: str, tmp_path
     for i, a in enumerate(args[1:], 1):
         if a.startswith("--") and FLAGS[a].choices == ("enable", "disable"):
             assert args[i + 1] in ("enable", "disable"), f"{a} without its value"
-    assert _flag(args, "--gemm_plugin") == {"bf16": "auto", "fp16": "auto", "fp8": "disable",
-                                            "nvfp4": "nvfp4"}.get(weights, "auto")
+    assert _flag(args, "--gemm_plugin") == {"bf16": "auto", "fp16": "auto", "fp8": "disable", "nvfp4": "nvfp4"}.get(
+        weights, "auto"
+    )
     assert _flag(args, "--workers") == str(cell.world_size)
     assert _flag(args, "--kv_cache_type") == "paged" and _flag(args, "--multiple_profiles") == "enable"
     fp8_ctx = _flag(args, "--use_fp8_context_fmha") == "enable"
@@ -83,11 +91,16 @@ def test_llmapi_options_follow_the_12_schema(cuda_graphs: bool) -> None:
     assert opts["kv_cache_config"]["enable_block_reuse"] is True
     assert opts["scheduler_config"] == {"capacity_scheduler_policy": "MAX_UTILIZATION"}
     if cuda_graphs:
-        assert opts["cuda_graph_config"] == {"enable_padding": True, "max_batch_size": 64,
-                                             "batch_sizes": [1, 2, 4, 8, 16, 32, 64]}
+        assert opts["cuda_graph_config"] == {
+            "enable_padding": True,
+            "max_batch_size": 64,
+            "batch_sizes": [1, 2, 4, 8, 16, 32, 64],
+        }
     else:
         assert opts["cuda_graph_config"] is None
-    assert validate_options({**opts, "use_cuda_graph": True}) == ["use_cuda_graph is a legacy or TensorRT-backend-only key"]
+    assert validate_options({**opts, "use_cuda_graph": True}) == [
+        "use_cuda_graph is a legacy or TensorRT-backend-only key"
+    ]
 
 
 def test_check_args_catches_mistakes() -> None:

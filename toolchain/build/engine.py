@@ -52,10 +52,16 @@ class CellBuild:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cell": self.cell.id, "engine_key": self.key, "status": self.status,
-                "command": shlex.join(self.command) if self.command else None,
-                "checkpoint": str(self.checkpoint) if self.checkpoint else None,
-                "log": str(self.log_path) if self.log_path else None, "seconds": self.seconds, "notes": self.notes}
+        return {
+            "cell": self.cell.id,
+            "engine_key": self.key,
+            "status": self.status,
+            "command": shlex.join(self.command) if self.command else None,
+            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+            "log": str(self.log_path) if self.log_path else None,
+            "seconds": self.seconds,
+            "notes": self.notes,
+        }
 
 
 def quantized_checkpoint(cell: Cell) -> Path:
@@ -72,8 +78,10 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
-        raise CheckpointError(f"{ckpt} has no config.json; it is not a TensorRT-LLM checkpoint",
-                              f"run `toolchain quantize {cell.spec.name}` first")
+        raise CheckpointError(
+            f"{ckpt} has no config.json; it is not a TensorRT-LLM checkpoint",
+            f"run `toolchain quantize {cell.spec.name}` first",
+        )
     cfg = json.loads(cfg_path.read_text())
     q = cell.spec.quantization
     arch = cfg.get("architecture")
@@ -90,21 +98,33 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
         problems.append(f"kv_cache_quant_algo {qc.get('kv_cache_quant_algo')!r} != {want_kv!r}")
     mapping = cfg.get("mapping") or {}
     if mapping.get("world_size") != cell.world_size or mapping.get("tp_size", 1) != cell.tp:
-        problems.append(f"mapping world_size {mapping.get('world_size')} tp {mapping.get('tp_size')} != "
-                        f"cell TP{cell.tp} PP{cell.pp}")
+        problems.append(
+            f"mapping world_size {mapping.get('world_size')} tp {mapping.get('tp_size')} != "
+            f"cell TP{cell.tp} PP{cell.pp}"
+        )
     missing = [r for r in range(cell.world_size) if not (ckpt / f"rank{r}.safetensors").is_file()]
     if missing:
         problems.append(f"rank{missing[0]}.safetensors is missing")
     if problems:
-        raise CheckpointError(f"checkpoint {ckpt} does not match spec {cell.spec.name} cell {cell.id}: "
-                              + "; ".join(problems), "re-run `toolchain quantize SPEC --force`")
+        raise CheckpointError(
+            f"checkpoint {ckpt} does not match spec {cell.spec.name} cell {cell.id}: " + "; ".join(problems),
+            "re-run `toolchain quantize SPEC --force`",
+        )
     return str(arch)
 
 
 def timing_cache_key(cell: Cell) -> str:
     t = cell.spec.target
-    return sha256_text(canonical_json({"kind": "timing-cache", "gpu": cell.gpu.nvml_name,
-                                       "trtllm": t.trtllm_version, "tensorrt": t.tensorrt_version}))
+    return sha256_text(
+        canonical_json(
+            {
+                "kind": "timing-cache",
+                "gpu": cell.gpu.nvml_name,
+                "trtllm": t.trtllm_version,
+                "tensorrt": t.tensorrt_version,
+            }
+        )
+    )
 
 
 class _GpuMemSampler:
@@ -140,11 +160,15 @@ def _check_versions(cell: Cell, versions: dict[str, str | None]) -> None:
     t = cell.spec.target
     got_llm, got_trt = versions.get("tensorrt_llm"), versions.get("tensorrt")
     if got_llm != t.trtllm_version:
-        raise CompatibilityError(f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
-                                 f"build inside the container for {t.trtllm_version}, or change target.trtllm_version")
+        raise CompatibilityError(
+            f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
+            f"build inside the container for {t.trtllm_version}, or change target.trtllm_version",
+        )
     if got_trt is not None and not str(got_trt).startswith(t.tensorrt_version):
-        raise CompatibilityError(f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
-                                 "use the matching container, or correct target.tensorrt_version")
+        raise CompatibilityError(
+            f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
+            "use the matching container, or correct target.tensorrt_version",
+        )
 
 
 def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
@@ -155,8 +179,10 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
         notes.append(f"no GPU detected ({reason}); the build tool decides whether it can build")
         return
     if not any(g.name == cell.gpu.nvml_name for g in gpus):
-        raise CompatibilityError(f"cell {cell.id} targets {cell.gpu.nvml_name}; this host has {gpus[0].name}",
-                                 "build each cell on its own GPU class (see `toolchain matrix`)")
+        raise CompatibilityError(
+            f"cell {cell.id} targets {cell.gpu.nvml_name}; this host has {gpus[0].name}",
+            "build each cell on its own GPU class (see `toolchain matrix`)",
+        )
 
 
 def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> CellBuild:
@@ -165,45 +191,56 @@ def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> C
         raise CompatibilityError(problems[0].line(), problems[0].fix)
     ident = checkpoint_identity(cell.spec)
     if ident is None:
-        raise SpecError(f"checkpoint not found at {cell.spec.local_source()}",
-                        hint="create it (scripts/make_tiny_checkpoint.py for tiny) or fix model.source")
+        raise SpecError(
+            f"checkpoint not found at {cell.spec.local_source()}",
+            hint="create it (scripts/make_tiny_checkpoint.py for tiny) or fix model.source",
+        )
     key = engine_key(cell, ident)
     ckpt = quantized_checkpoint(cell)
     if cell.spec.runtime == "tensorrt":
-        cmd = trtllm_build_args(cell, ckpt / "trtllm", Path("<tmp>/engine"),
-                                timing_cache_in=Path("<tmp>/timing.cache"), timing_cache_out=Path("<tmp>/model.cache"))
+        cmd = trtllm_build_args(
+            cell,
+            Path("<converted checkpoint>") if is_unquantized(cell) else ckpt / "trtllm",
+            Path("<tmp>/engine"),
+            timing_cache_in=Path("<tmp>/timing.cache"),
+            timing_cache_out=Path("<tmp>/model.cache"),
+        )
     else:
         cmd = []
     status = "cached" if registry.exists(key) and not force else "planned"
     return CellBuild(cell, key, status, cmd, ckpt)
 
 
-def build_cell(cell: Cell, registry: Registry, *, force: bool = False, log_dir: Path | None = None,
-               timeout: float | None = None) -> CellBuild:
+def build_cell(
+    cell: Cell, registry: Registry, *, force: bool = False, log_dir: Path | None = None, timeout: float | None = None
+) -> CellBuild:
     plan = plan_cell_build(cell, registry, force=force)
     if plan.status == "cached":
         return plan
-    from toolchain.quantize.run import verify_output
+    from toolchain.quantize.run import source_dir, verify_output
 
     ckpt_root = plan.checkpoint
     assert ckpt_root is not None
-    if verify_output(ckpt_root) is None:
-        from toolchain.quantize.run import recipe_from_spec, registry_key
+    unquantized = is_unquantized(cell)
+    if not unquantized:
+        if verify_output(ckpt_root) is None:
+            from toolchain.quantize.run import recipe_from_spec, registry_key
 
-        qkey = registry_key(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
-        if qkey and registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
-            registry.get(qkey, ckpt_root, force=True)
-    if verify_output(ckpt_root) is None:
-        raise CheckpointError(f"no complete quantized checkpoint at {ckpt_root}",
-                              f"run `toolchain quantize` on the spec first (or `toolchain up SPEC`)")
+            qkey = registry_key(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
+            if qkey and registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
+                registry.get(qkey, ckpt_root, force=True)
+        if verify_output(ckpt_root) is None:
+            raise CheckpointError(
+                f"no complete quantized checkpoint at {ckpt_root}",
+                "run `toolchain quantize` on the spec first (or `toolchain up SPEC`)",
+            )
     if cell.spec.runtime == "pytorch":
-        return _publish_llmapi(cell, plan, registry)
-    arch = check_checkpoint(cell, ckpt_root / "trtllm")
+        return _publish_llmapi(cell, plan, registry, source_dir(cell.spec) if unquantized else ckpt_root / "hf")
     log_dir = log_dir or cache_home() / "logs"
     log_path = log_dir / f"build-{cell.id}-{plan.key[:12]}.log"
     plan.log_path = log_path
     if shutil.which("trtllm-build") is None:
-        cmd = trtllm_build_args(cell, ckpt_root / "trtllm", Path("<out>"), architecture=arch)
+        cmd = trtllm_build_args(cell, Path("<converted>") if unquantized else ckpt_root / "trtllm", Path("<out>"))
         raise NeedsGPUError(
             f"trtllm-build is not installed here (TensorRT-LLM needs an NVIDIA GPU host); it would run: "
             f"{shlex.join(cmd)}",
@@ -215,6 +252,10 @@ def build_cell(cell: Cell, registry: Registry, *, force: bool = False, log_dir: 
 
     work = Path(tempfile.mkdtemp(prefix=f"build-{plan.key[:12]}.", dir=_work_root()))
     try:
+        if log_path.exists():
+            log_path.unlink()
+        ckpt_dir = _convert(cell, source_dir(cell.spec), work, log_path, plan) if unquantized else ckpt_root / "trtllm"
+        arch = check_checkpoint(cell, ckpt_dir)
         out_dir = work / "engine"
         tc_key = timing_cache_key(cell)
         tc_in = None
@@ -222,11 +263,10 @@ def build_cell(cell: Cell, registry: Registry, *, force: bool = False, log_dir: 
             registry.get(tc_key, work / "tc")
             tc_in = work / "tc" / "model.cache"
         tc_out = work / "model.cache"
-        cmd = trtllm_build_args(cell, ckpt_root / "trtllm", out_dir, architecture=arch, timing_cache_in=tc_in,
-                                timing_cache_out=tc_out)
+        cmd = trtllm_build_args(
+            cell, ckpt_dir, out_dir, architecture=arch, timing_cache_in=tc_in, timing_cache_out=tc_out
+        )
         plan.command = cmd
-        if log_path.exists():
-            log_path.unlink()
         t0 = time.time()
         with _GpuMemSampler() as mem:
             res = run_logged(cmd, log_path, cwd=work, timeout=timeout)
@@ -235,14 +275,23 @@ def build_cell(cell: Cell, registry: Registry, *, force: bool = False, log_dir: 
             raise EngineBuildError(
                 f"trtllm-build failed for cell {cell.id} (exit {res.returncode}); nothing was published. "
                 f"Log tail:\n{tail(log_path, 15)}",
-                cmd=cmd, returncode=res.returncode, log_path=log_path)
+                cmd=cmd,
+                returncode=res.returncode,
+                log_path=log_path,
+            )
         _check_engine(cell, out_dir, arch, log_path)
         shutil.copyfile(log_path, out_dir / "toolchain-build.log")
         prov = provenance(versions) | {
-            "spec": cell.spec.model_dump(mode="json"), "cell": cell.axes(), "cell_id": cell.id,
-            "command": cmd, "build_seconds": round(time.time() - t0, 2), "peak_gpu_memory_bytes": mem.peak,
-            "checkpoint_manifest_digest": hash_file(ckpt_root / "manifest.json"),
-            "checkpoint": str(ckpt_root), "target": cell.spec.target.model_dump(),
+            "spec": cell.spec.model_dump(mode="json"),
+            "cell": cell.axes(),
+            "cell_id": cell.id,
+            "command": cmd,
+            "build_seconds": round(time.time() - t0, 2),
+            "peak_gpu_memory_bytes": mem.peak,
+            "checkpoint_manifest_digest": None if unquantized else hash_file(ckpt_root / "manifest.json"),
+            "converter": plan.notes[-1] if unquantized else None,
+            "checkpoint": str(ckpt_root),
+            "target": cell.spec.target.model_dump(),
         }
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
@@ -274,13 +323,44 @@ def _check_engine(cell: Cell, out_dir: Path, arch: str, log_path: Path) -> None:
     if drift:
         raise BuildDriftError(
             f"the engine TensorRT-LLM built for cell {cell.id} differs from what was asked: " + "; ".join(drift),
-            log_path=log_path, hint="nothing was published; adjust the spec to what this TensorRT-LLM allows")
+            log_path=log_path,
+            hint="nothing was published; adjust the spec to what this TensorRT-LLM allows",
+        )
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry) -> CellBuild:
+def is_unquantized(cell: Cell) -> bool:
+    q = cell.spec.quantization
+    return q.weights in ("bf16", "fp16") and q.kv_cache == "auto"
+
+
+def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild) -> Path:
+    """Unquantized checkpoints go through TensorRT-LLM's per-model convert_checkpoint.py."""
+    from toolchain.build.synth import convert_checkpoint_args
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    arch = (cfg.get("architectures") or ["?"])[0]
+    root = Path(os.environ.get("TRTLLM_ROOT", "/app/tensorrt_llm"))
+    cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
+    if not Path(cmd[1]).is_file():
+        raise NeedsGPUError(
+            f"the TensorRT-LLM converter {cmd[1]} is not here",
+            "set TRTLLM_ROOT to the TensorRT-LLM source tree of the targeted release",
+        )
+    res = run_logged(cmd, log_path, cwd=work)
+    if res.returncode != 0:
+        raise EngineBuildError(
+            f"convert_checkpoint.py failed (exit {res.returncode}); nothing was published. "
+            f"Log tail:\n{tail(log_path, 15)}",
+            cmd=cmd,
+            returncode=res.returncode,
+            log_path=log_path,
+        )
+    plan.notes.append(shlex.join(cmd))
+    return work / "ckpt"
+
+
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry, hf: Path) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
-    assert plan.checkpoint is not None
-    hf = plan.checkpoint / "hf"
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:
         out = work / "artifact"
@@ -288,9 +368,15 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry) -> CellBuil
         opts = llmapi_options(cell)
         (out / "extra_llm_api_options.yaml").write_text(yaml.safe_dump(opts, sort_keys=True))
         prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
-            "spec": cell.spec.model_dump(mode="json"), "cell": cell.axes(), "cell_id": cell.id,
-            "command": ["trtllm-serve", "<artifact>/hf", "--extra_llm_api_options",
-                        "<artifact>/extra_llm_api_options.yaml"],
+            "spec": cell.spec.model_dump(mode="json"),
+            "cell": cell.axes(),
+            "cell_id": cell.id,
+            "command": [
+                "trtllm-serve",
+                "<artifact>/hf",
+                "--extra_llm_api_options",
+                "<artifact>/extra_llm_api_options.yaml",
+            ],
             "target": cell.spec.target.model_dump(),
         }
         registry.put(plan.key, out, kind="llmapi-profile", provenance=prov)

@@ -40,8 +40,9 @@ FLAGS: dict[str, Flag] = {
     "--log_level": Flag(str, ("internal_error", "error", "warning", "info", "verbose", "debug", "trace"), "info"),
     "--logits_dtype": Flag(str, ("float16", "float32")),
     "--max_draft_len": Flag(int, default=0),
-    "--speculative_decoding_mode": Flag(str, ("draft_tokens_external", "lookahead_decoding", "medusa",
-                                              "explicit_draft_tokens", "eagle")),
+    "--speculative_decoding_mode": Flag(
+        str, ("draft_tokens_external", "lookahead_decoding", "medusa", "explicit_draft_tokens", "eagle")
+    ),
     "--max_lora_rank": Flag(int, default=64),
     # plugins / features (plugin.py): dtype-valued
     "--bert_attention_plugin": Flag(str, DTYPES, "auto"),
@@ -74,14 +75,36 @@ FLAGS: dict[str, Flag] = {
     "--use_fused_mlp": Flag(str, ONOFF, "enable"),
     "--pp_reduce_scatter": Flag(str, ONOFF, "disable"),
 }
-STORE_TRUE = ("--strip_plan", "--weight_sparsity", "--weight_streaming", "--fast_build", "--enable_debug_output",
-              "--dry_run", "--monitor_memory", "--gather_context_logits", "--gather_generation_logits",
-              "--gather_all_token_logits")
+STORE_TRUE = (
+    "--strip_plan",
+    "--weight_sparsity",
+    "--weight_streaming",
+    "--fast_build",
+    "--enable_debug_output",
+    "--dry_run",
+    "--monitor_memory",
+    "--gather_context_logits",
+    "--gather_generation_logits",
+    "--gather_all_token_logits",
+)
 # Removed from trtllm-build (release notes 0.11-0.12, 0.14): never emit.
-REMOVED = ("--tp_size", "--pp_size", "--cp_size", "--max_output_len", "--strongly_typed", "--weight_only_precision",
-           "--use_custom_all_reduce", "--builder_opt", "--use_context_fmha_for_generation",
-           "--attention_qk_half_accumulation", "--enable_xqa", "--paged_kv_cache", "--auto_parallel",
-           "--gpus_per_node", "--cluster_key")
+REMOVED = (
+    "--tp_size",
+    "--pp_size",
+    "--cp_size",
+    "--max_output_len",
+    "--strongly_typed",
+    "--weight_only_precision",
+    "--use_custom_all_reduce",
+    "--builder_opt",
+    "--use_context_fmha_for_generation",
+    "--attention_qk_half_accumulation",
+    "--enable_xqa",
+    "--paged_kv_cache",
+    "--auto_parallel",
+    "--gpus_per_node",
+    "--cluster_key",
+)
 
 
 def check_args(args: list[str]) -> list[str]:

@@ -10,16 +10,46 @@ from typing import Any
 
 from toolchain.spec.matrix import Cell
 
-TOP = {"max_batch_size", "max_num_tokens", "max_seq_len", "max_beam_width", "tensor_parallel_size",
-       "pipeline_parallel_size", "enable_chunked_prefill", "kv_cache_config", "cuda_graph_config",
-       "scheduler_config", "backend", "return_perf_metrics", "enable_iter_perf_stats", "model"}
-KV = {"enable_block_reuse", "max_tokens", "free_gpu_memory_fraction", "tokens_per_block", "dtype",
-      "enable_partial_reuse", "host_cache_size"}
+TOP = {
+    "max_batch_size",
+    "max_num_tokens",
+    "max_seq_len",
+    "max_beam_width",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "enable_chunked_prefill",
+    "kv_cache_config",
+    "cuda_graph_config",
+    "scheduler_config",
+    "backend",
+    "return_perf_metrics",
+    "enable_iter_perf_stats",
+    "model",
+}
+KV = {
+    "enable_block_reuse",
+    "max_tokens",
+    "free_gpu_memory_fraction",
+    "tokens_per_block",
+    "dtype",
+    "enable_partial_reuse",
+    "host_cache_size",
+}
 CUDA_GRAPH = {"batch_sizes", "max_batch_size", "enable_padding"}
 SCHED = {"capacity_scheduler_policy", "context_chunking_policy"}
-LEGACY = {"pytorch_backend_config", "use_cuda_graph", "cuda_graph_batch_sizes", "cuda_graph_max_batch_size",
-          "cuda_graph_padding_enabled", "enable_overlap_scheduler", "kv_cache_dtype", "enable_chunked_context",
-          "quant_config", "build_config", "calib_config"}
+LEGACY = {
+    "pytorch_backend_config",
+    "use_cuda_graph",
+    "cuda_graph_batch_sizes",
+    "cuda_graph_max_batch_size",
+    "cuda_graph_padding_enabled",
+    "enable_overlap_scheduler",
+    "kv_cache_dtype",
+    "enable_chunked_context",
+    "quant_config",
+    "build_config",
+    "calib_config",
+}
 
 
 def llmapi_options(cell: Cell) -> dict[str, Any]:
@@ -51,8 +81,10 @@ def llmapi_options(cell: Cell) -> dict[str, Any]:
         opts["cuda_graph_config"] = None
     else:
         sizes = sorted(cg.batch_sizes) if cg.batch_sizes else None
-        g: dict[str, Any] = {"enable_padding": cg.padding,
-                             "max_batch_size": max(sizes) if sizes else cell.max_batch_size}
+        g: dict[str, Any] = {
+            "enable_padding": cg.padding,
+            "max_batch_size": max(sizes) if sizes else cell.max_batch_size,
+        }
         if sizes:
             g["batch_sizes"] = sizes
         opts["cuda_graph_config"] = g

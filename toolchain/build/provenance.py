@@ -54,8 +54,14 @@ def provenance(versions: dict[str, str | None]) -> dict[str, Any]:
     gpus, reason = detect_gpus()
     g = gpus[0] if gpus else None
     return {
-        "gpu": {"name": g.name, "compute_capability": g.compute_capability, "memory_bytes": g.memory_total_bytes,
-                "count": len(gpus)} if g else None,
+        "gpu": {
+            "name": g.name,
+            "compute_capability": g.compute_capability,
+            "memory_bytes": g.memory_total_bytes,
+            "count": len(gpus),
+        }
+        if g
+        else None,
         "gpu_absent_reason": reason,
         "driver": g.driver if g else None,
         "cuda": cuda_driver_version(),

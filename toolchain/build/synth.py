@@ -53,8 +53,10 @@ def resolve(cell: Cell, architecture: str = "LlamaForCausalLM") -> Resolved:
     else:
         gemm = "auto"
     if q.weights == "nvfp4" and gemm not in ("nvfp4", "disable"):
-        raise CompatibilityError(f"NVFP4 builds use the nvfp4 GEMM plugin; build.gemm_plugin {gemm} is not allowed",
-                                 "remove build.gemm_plugin or set it to nvfp4")
+        raise CompatibilityError(
+            f"NVFP4 builds use the nvfp4 GEMM plugin; build.gemm_plugin {gemm} is not allowed",
+            "remove build.gemm_plugin or set it to nvfp4",
+        )
     # builder.py's order of adjustments (facts §1.5 item 7)
     kv_fp8 = q.kv_cache == "fp8"
     paged = b.use_paged_context_fmha is not False
@@ -72,40 +74,67 @@ def resolve(cell: Cell, architecture: str = "LlamaForCausalLM") -> Resolved:
     reduce = b.reduce_fusion and cell.tp > 1 and architecture in REDUCE_FUSION_ARCHS
     tokens = min(b.max_num_tokens, cell.max_seq_len * cell.max_batch_size)
     tokens = max(tokens, b.tokens_per_block)
-    return Resolved(dtype, gemm, paged, fp8_ctx, reduce, tokens, b.tokens_per_block, b.multiple_profiles,
-                    b.kv_cache_type)
+    return Resolved(
+        dtype, gemm, paged, fp8_ctx, reduce, tokens, b.tokens_per_block, b.multiple_profiles, b.kv_cache_type
+    )
 
 
 def onoff(v: bool) -> str:
     return "enable" if v else "disable"
 
 
-def trtllm_build_args(cell: Cell, checkpoint_dir: Path, output_dir: Path, *, architecture: str = "LlamaForCausalLM",
-                      timing_cache_in: Path | None = None, timing_cache_out: Path | None = None) -> list[str]:
+def trtllm_build_args(
+    cell: Cell,
+    checkpoint_dir: Path,
+    output_dir: Path,
+    *,
+    architecture: str = "LlamaForCausalLM",
+    timing_cache_in: Path | None = None,
+    timing_cache_out: Path | None = None,
+) -> list[str]:
     """The full `trtllm-build` argument list (program name first) for one cell."""
     r = resolve(cell, architecture)
     b = cell.spec.build
     args = [
         "trtllm-build",
-        "--checkpoint_dir", str(checkpoint_dir),
-        "--output_dir", str(output_dir),
-        "--max_batch_size", str(cell.max_batch_size),
-        "--max_input_len", str(cell.max_input_len),
-        "--max_seq_len", str(cell.max_seq_len),
-        "--max_num_tokens", str(r.max_num_tokens),
-        "--max_beam_width", str(b.max_beam_width),
-        "--kv_cache_type", r.kv_cache_type,
-        "--tokens_per_block", str(r.tokens_per_block),
-        "--gpt_attention_plugin", "auto",
-        "--gemm_plugin", r.gemm_plugin,
-        "--context_fmha", "enable",
-        "--remove_input_padding", "enable",
-        "--use_paged_context_fmha", onoff(r.use_paged_context_fmha),
-        "--use_fp8_context_fmha", onoff(r.use_fp8_context_fmha),
-        "--multiple_profiles", onoff(r.multiple_profiles),
-        "--reduce_fusion", onoff(r.reduce_fusion),
-        "--logits_dtype", b.logits_dtype,
-        "--workers", str(cell.world_size),
+        "--checkpoint_dir",
+        str(checkpoint_dir),
+        "--output_dir",
+        str(output_dir),
+        "--max_batch_size",
+        str(cell.max_batch_size),
+        "--max_input_len",
+        str(cell.max_input_len),
+        "--max_seq_len",
+        str(cell.max_seq_len),
+        "--max_num_tokens",
+        str(r.max_num_tokens),
+        "--max_beam_width",
+        str(b.max_beam_width),
+        "--kv_cache_type",
+        r.kv_cache_type,
+        "--tokens_per_block",
+        str(r.tokens_per_block),
+        "--gpt_attention_plugin",
+        "auto",
+        "--gemm_plugin",
+        r.gemm_plugin,
+        "--context_fmha",
+        "enable",
+        "--remove_input_padding",
+        "enable",
+        "--use_paged_context_fmha",
+        onoff(r.use_paged_context_fmha),
+        "--use_fp8_context_fmha",
+        onoff(r.use_fp8_context_fmha),
+        "--multiple_profiles",
+        onoff(r.multiple_profiles),
+        "--reduce_fusion",
+        onoff(r.reduce_fusion),
+        "--logits_dtype",
+        b.logits_dtype,
+        "--workers",
+        str(cell.world_size),
     ]
     if timing_cache_in is not None:
         args += ["--input_timing_cache", str(timing_cache_in)]
@@ -155,13 +184,28 @@ def build_drift(expected: dict[str, Any], engine_config: dict[str, Any]) -> list
     return out
 
 
-def convert_checkpoint_args(cell: Cell, architecture: str, hf_dir: Path, out_dir: Path, trtllm_root: Path
-                            ) -> list[str]:
+def convert_checkpoint_args(cell: Cell, architecture: str, hf_dir: Path, out_dir: Path, trtllm_root: Path) -> list[str]:
     """The per-model converter for an unquantized (BF16/FP16) Hugging Face checkpoint."""
     script = CONVERTERS.get(architecture)
     if script is None:
-        raise CompatibilityError(f"no TensorRT-LLM converter is known for {architecture}",
-                                 f"supported: {', '.join(CONVERTERS)}")
-    return ["python3", str(trtllm_root / script), "--model_dir", str(hf_dir), "--output_dir", str(out_dir),
-            "--dtype", cell.spec.model.dtype, "--tp_size", str(cell.tp), "--pp_size", str(cell.pp),
-            "--workers", str(cell.world_size)]
+        raise CompatibilityError(
+            f"no TensorRT-LLM converter is known for {architecture}", f"supported: {', '.join(CONVERTERS)}"
+        )
+    import sys
+
+    return [
+        sys.executable,
+        str(trtllm_root / script),
+        "--model_dir",
+        str(hf_dir),
+        "--output_dir",
+        str(out_dir),
+        "--dtype",
+        cell.spec.model.dtype,
+        "--tp_size",
+        str(cell.tp),
+        "--pp_size",
+        str(cell.pp),
+        "--workers",
+        str(cell.world_size),
+    ]

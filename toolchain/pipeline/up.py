@@ -83,6 +83,13 @@ def run_up(
     res.profile_id = profile_id(cell, res.engine_key)
 
     qout = quantized_checkpoint(cell)
+    from toolchain.build.engine import is_unquantized
+
+    if is_unquantized(cell):
+        raise SpecError(
+            f"spec {spec.name} asks for no quantization; `up` runs the ModelOpt pipeline",
+            hint="set quantization.weights (e.g. fp8), or use `toolchain build` directly",
+        )
     progress(f"quantize ({spec.quantization.weights}, KV {spec.quantization.kv_cache}) with ModelOpt")
     q = quantize(
         spec.local_source() or Path(),
