@@ -179,3 +179,20 @@ def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
     assert "prefill-decode-interference" in rules
     r = cli("diagnose")
     assert r.exit_code == 2
+
+
+def test_jsonl_dataset_workload(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from toolchain.bench.workload import dataset
+    from toolchain.errors import UserInputError
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "The quick brown fox", "max_tokens": 7}\n\n{"prompt": "Hello"}\n')
+    reqs = dataset(p, tok, Dist.parse("3"), 0, 10)
+    assert [r.max_tokens for r in reqs] == [7, 3]
+    assert reqs[0].prompt_tokens == len(tok.encode("The quick brown fox", add_special_tokens=False))
+    p.write_text("not json\n")
+    with pytest.raises(UserInputError, match=r"d\.jsonl:1"):
+        dataset(p, tok, Dist.parse("3"), 0, 10)

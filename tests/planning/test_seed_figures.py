@@ -147,3 +147,30 @@ def test_bad_traffic_and_bad_config(cli, tmp_path) -> None:
     (ck / "config.json").write_text(json.dumps({"hidden_size": 8}))
     r = cli("plan", tmp_path / "c.yaml")
     assert r.exit_code == 2 and "missing num_hidden_layers" in r.output
+
+
+def test_unknown_model_type_is_refused(cli, tmp_path) -> None:
+    import yaml
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "deepseek_v3",
+                "num_hidden_layers": 2,
+                "hidden_size": 8,
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+            }
+        )
+    )
+    d = {
+        "name": "x",
+        "model": {"source": str(ck)},
+        "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
+        "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(d))
+    r = cli("plan", tmp_path / "c.yaml")
+    assert r.exit_code == 2 and "model_type 'deepseek_v3'" in r.output and "model.architecture" in r.output

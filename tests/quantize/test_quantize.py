@@ -168,3 +168,24 @@ def test_cli_from_flags_json_and_existing_output(cli, tiny_checkpoint: Path, tmp
     assert r.exit_code == 2 and "already exists" in r.output and "--force" in r.output
     r = cli("quantize", "--model", tiny_checkpoint, "--format", "int3", "--out", tmp_path / "x")
     assert r.exit_code == 2 and "unknown format 'int3'" in r.output
+
+
+def test_calibration_sources(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from toolchain.quantize.calib import load_texts, tokenize
+
+    (tmp_path / "c.txt").write_text("first line of text\n\nsecond line\n")
+    (tmp_path / "c.jsonl").write_text('{"text": "alpha"}\n{"text": "beta"}\n')
+    assert sorted(set(load_texts("c.txt", tmp_path, 0, 4))) == ["first line of text", "second line"]
+    assert sorted(set(load_texts(str(tmp_path / "c.jsonl"), tmp_path, 0, 4))) == ["alpha", "beta"]
+    (tmp_path / "bad.jsonl").write_text('{"txt": 1}\n')
+    with pytest.raises(UserInputError, match=r"bad\.jsonl:1"):
+        load_texts("bad.jsonl", tmp_path, 0, 2)
+    with pytest.raises(UserInputError, match="does not exist"):
+        load_texts("missing.txt", tmp_path, 0, 2)
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    b1, d1 = tokenize(tok, load_texts("builtin", tmp_path, 7, 8), 32, 4)
+    _, d2 = tokenize(tok, load_texts("builtin", tmp_path, 7, 8), 32, 4)
+    _, d3 = tokenize(tok, load_texts("builtin", tmp_path, 8, 8), 32, 4)
+    assert d1 == d2 != d3 and len(b1) == 2 and tuple(b1[0].input_ids.shape) == (4, 32)

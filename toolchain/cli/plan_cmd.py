@@ -33,6 +33,15 @@ def register(app: typer.Typer) -> None:
 
         s = load_spec(spec)
         arch = arch_for_spec(s)
+        local = s.local_source()
+        if local is not None and (local / "config.json").is_file():
+            import json as _json
+
+            from toolchain.planning.arch import unknown_fields
+
+            extra = unknown_fields(_json.loads((local / "config.json").read_text()))
+            if extra:
+                err.print(f"note: config.json fields the planner does not use: {', '.join(extra)}", highlight=False)
         cells = [find_cell(s, cell)] if cell else expand(s)
         plans = [plan_cell(c, arch) for c in cells]
         if json_out:

@@ -104,7 +104,7 @@ def run_up(
     acc = q.manifest["accuracy"][q.manifest["accuracy"]["gate"]]
     res.stages["accuracy"] = (
         f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f} "
-        f"[{q.manifest['accuracy']['gate']}]"
+        f"({q.manifest['accuracy']['gate']})"
     )
 
     progress("plan")

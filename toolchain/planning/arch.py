@@ -112,7 +112,30 @@ _KNOWN = {
 }
 
 
+# Decoder families whose shape the formulas here describe (dense or MoE, GQA/MQA attention).
+KNOWN_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen2_moe",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "granite",
+    "olmo2",
+)
+
+
 def arch_from_config(cfg: dict[str, Any], name: str = "model", where: str = "config.json") -> ModelArch:
+    mtype = cfg.get("model_type")
+    if mtype is not None and mtype not in KNOWN_MODEL_TYPES:
+        raise ModelConfigError(
+            f"{where}: model_type {mtype!r} is not an architecture the planner's formulas describe",
+            f"known: {', '.join(KNOWN_MODEL_TYPES)}; or set model.architecture to a catalog entry",
+        )
     missing = [k for k in _REQUIRED if k not in cfg]
     if missing:
         raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")

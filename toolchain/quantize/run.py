@@ -430,10 +430,12 @@ def source_dir(spec: Any) -> Path:
 
 
 def default_out(spec: Any, recipe: Recipe) -> Path:
-    """Where a spec's quantized checkpoint lives: keyed by spec name, source and recipe."""
+    """Where a spec's quantized checkpoint lives: keyed by spec name, checkpoint content and recipe."""
     from toolchain.digest import cache_home
+    from toolchain.spec.matrix import checkpoint_identity
 
-    ident = sha256_text(canonical_json({"source": spec.model.source, "recipe": recipe.to_json()}))[:12]
+    source = checkpoint_identity(spec) or {"source": spec.model.source}
+    ident = sha256_text(canonical_json({"checkpoint": source, "recipe": recipe.to_json()}))[:12]
     return cache_home() / "quantized" / f"{spec.name}-{recipe.weights}-tp{recipe.tp}pp{recipe.pp}-{ident}"
 
 
