@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real pipeline on a GPU host, inside NVIDIA's TensorRT-LLM/Triton container (1.2.x line):
+# The real pipeline on a GPU host, inside NVIDIA's TensorRT-LLM/Triton container:
 # quantize -> build -> emit -> serve with the tensorrtllm backend -> benchmark -> diagnose, then a
 # table of measured TPOT against the planner's floor.
 #
@@ -7,7 +7,7 @@
 #   outside the container it re-runs itself in $IMAGE with `docker run --gpus all`;
 #   inside (where /opt/tritonserver/bin/tritonserver exists) it runs the pipeline.
 set -euo pipefail
-IMAGE=${IMAGE:-nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3}   # TensorRT-LLM 1.2.x line
+IMAGE=${IMAGE:-nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3}   # TensorRT-LLM 1.1.0, TensorRT 10.13.3.9 (Triton compatibility matrix)
 SPEC=${1:-engine_specs/llama-3.1-8b-fp8.yaml}
 CELL=${2:-}
 cd "$(dirname "$0")/.."

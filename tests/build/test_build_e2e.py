@@ -59,7 +59,7 @@ def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_che
     m = reg.show(first.key)
     assert {"config.json", "rank0.engine", "toolchain-build.log"} <= set(m.files)
     prov = m.provenance
-    assert prov["tensorrt_llm"] == "1.2.1" and prov["tensorrt"].startswith("10.13.3")
+    assert prov["tensorrt_llm"] == "1.1.0" and prov["tensorrt"].startswith("10.13.3")
     assert prov["cell"]["gpu"] == "H100-SXM" and prov["command"][0] == "trtllm-build"
     assert prov["container_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
     assert build_cell(cell, reg).status == "cached"
@@ -130,7 +130,8 @@ def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path
 
 def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
-    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint, runtime="pytorch"))
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint, runtime="pytorch", **{
+        "target.trtllm_version": "1.2.1", "target.container": None}))
     res = build_cell(cell, reg)
     assert res.status == "published"
     m = reg.show(res.key)

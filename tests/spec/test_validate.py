@@ -33,6 +33,7 @@ def test_every_shipped_spec_validates(cli) -> None:
         ("bad-tp-heads.yaml", "TP 3 does not divide the 32 attention heads"),
         ("bad-awq-group.yaml", "AWQ group size 128 does not divide the input dimension"),
         ("bad-version.yaml", "outside 1.0-1.2.x"),
+        ("bad-container-version.yaml", "25.12-trtllm-python-py3 ships TensorRT-LLM 1.1.0 and TensorRT 10.13.3.9"),
         ("bad-yaml.yaml", "not valid YAML"),
         ("bad-empty.yaml", "the file is empty"),
         ("bad-list.yaml", "top level is list"),

@@ -14,6 +14,15 @@ from toolchain.spec.models import EngineSpec
 
 SUPPORTED_TENSORRT = ((1, 0), (1, 2))  # TensorRT engine path: 1.0 .. 1.2.x
 PYTORCH_MIN = (1, 2)
+# What each Triton TensorRT-LLM container ships (NVIDIA's Triton "Release Compatibility Matrix",
+# container trtllm-python-py3: docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/
+# introduction/compatibility.html): tag -> (TensorRT-LLM, TensorRT).
+CONTAINERS = {
+    "25.12": ("1.1.0", "10.13.3.9"),
+    "25.11": ("1.0.3.2510", "10.13.3.9"),
+    "25.10": ("1.0.0", "10.11.0.33"),
+    "25.09": ("1.0.0", "10.11.0.33"),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,16 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
                 "set target.trtllm_version to a 1.2.x release, or use runtime: pytorch",
             )
         )
+    image = spec.target.container or ""
+    tag = image.rsplit(":", 1)[-1].split("-", 1)[0] if "tritonserver:" in image and "-trtllm" in image else None
+    if tag in CONTAINERS:
+        llm, trt = CONTAINERS[tag]
+        if spec.target.trtllm_version != llm or not trt.startswith(spec.target.tensorrt_version):
+            out.append(Problem(None, f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
+                                     f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
+                                     f"{spec.target.tensorrt_version}",
+                               f"set target.trtllm_version: \"{llm}\" and target.tensorrt_version: "
+                               f"\"{'.'.join(trt.split('.')[:3])}\", or pick the container of the release you want"))
     if spec.runtime == "pytorch" and ver < PYTORCH_MIN:
         out.append(
             Problem(
