@@ -37,7 +37,7 @@ from toolchain.registry.store import Registry
 from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key
 from toolchain.spec.rules import check_cell, check_spec
 
-ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 (TensorRT-LLM 1.0-1.2.x; 25.12 ships 1.1.0)"
+ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 (TensorRT-LLM 1.1.0)"
 
 
 @dataclass
