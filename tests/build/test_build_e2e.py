@@ -130,8 +130,11 @@ def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path
 
 def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
-    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint, runtime="pytorch", **{
-        "target.trtllm_version": "1.2.1", "target.container": None}))
+    cell = _quantized_cell(
+        _spec(
+            tmp_path, tiny_checkpoint, runtime="pytorch", **{"target.trtllm_version": "1.2.1", "target.container": None}
+        )
+    )
     res = build_cell(cell, reg)
     assert res.status == "published"
     m = reg.show(res.key)

@@ -195,3 +195,17 @@ def test_cli_lint_exit_codes(cli, reference_repo, tmp_path) -> None:
     repo = _broken(reference_repo, tmp_path, "tensorrt_llm", lambda t: t.replace("decoupled: true", "decoupled: false"))
     r = cli("triton", "lint", repo)
     assert r.exit_code == 2 and "set decoupled: true" in r.output
+
+
+def test_multi_gpu_launch_is_one_tritonserver_per_rank_under_mpirun(tmp_path: Path) -> None:
+    from toolchain.triton.server import container_command
+
+    net = ["--grpc-port=8001"]
+    cmd = container_command(Path("/opt/tritonserver/bin/tritonserver"), tmp_path, net, "p_", 2)
+    assert cmd[:2] == ["mpirun", "--allow-run-as-root"]
+    ranks = " ".join(cmd[2:]).split(" : ")
+    assert len(ranks) == 2 and all(r.startswith("-n 1 /opt/tritonserver/bin/tritonserver") for r in ranks)
+    assert "--load-model=tensorrt_llm" not in ranks[0] and "--model-control-mode=explicit" in ranks[1]
+    assert "shm-region-prefix-name=p_r0_" in ranks[0] and "shm-region-prefix-name=p_r1_" in ranks[1]
+    single = container_command(Path("/opt/tritonserver/bin/tritonserver"), tmp_path, net, "p_", 1)
+    assert single[0] == "/opt/tritonserver/bin/tritonserver" and "--disable-auto-complete-config" in single

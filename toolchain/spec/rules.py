@@ -60,11 +60,16 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
     if tag in CONTAINERS:
         llm, trt = CONTAINERS[tag]
         if spec.target.trtllm_version != llm or not trt.startswith(spec.target.tensorrt_version):
-            out.append(Problem(None, f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
-                                     f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
-                                     f"{spec.target.tensorrt_version}",
-                               f"set target.trtllm_version: \"{llm}\" and target.tensorrt_version: "
-                               f"\"{'.'.join(trt.split('.')[:3])}\", or pick the container of the release you want"))
+            out.append(
+                Problem(
+                    None,
+                    f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
+                    f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
+                    f"{spec.target.tensorrt_version}",
+                    f'set target.trtllm_version: "{llm}" and target.tensorrt_version: '
+                    f'"{".".join(trt.split(".")[:3])}", or pick the container of the release you want',
+                )
+            )
     if spec.runtime == "pytorch" and ver < PYTORCH_MIN:
         out.append(
             Problem(

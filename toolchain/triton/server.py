@@ -147,6 +147,31 @@ def prepare_backends(ts: Path) -> Path:
     return bk
 
 
+def container_command(binary: Path, repo: Path, net: list[str], shm_prefix: str, world_size: int) -> list[str]:
+    """The command launch_triton_server.py builds (facts §6): one tritonserver per rank under mpirun;
+    ranks > 0 load only tensorrt_llm; each rank gets its own Python shared-memory prefix."""
+
+    def rank_args(rank: int | None) -> list[str]:
+        prefix = shm_prefix if rank is None else f"{shm_prefix}r{rank}_"
+        args = [
+            str(binary),
+            f"--model-repository={repo}",
+            *net,
+            "--disable-auto-complete-config",
+            f"--backend-config=python,shm-region-prefix-name={prefix}",
+        ]
+        if rank:
+            args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+        return args
+
+    if world_size <= 1:
+        return rank_args(None)
+    cmd = ["mpirun", "--allow-run-as-root"]
+    for rank in range(world_size):
+        cmd += ["-n", "1", *rank_args(rank), ":"]
+    return cmd[:-1]
+
+
 def _failed_models(log: str) -> list[str]:
     return sorted(set(re.findall(r"failed to load '([^']+)'", log)))
 
@@ -181,24 +206,7 @@ def start(
         f"--metrics-port={ports.metrics}",
     ]
     if CONTAINER_TRITON.is_file():
-        base = [
-            str(CONTAINER_TRITON),
-            f"--model-repository={repo}",
-            *net,
-            "--disable-auto-complete-config",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
-        ]
-        if world_size > 1:
-            cmd = ["mpirun", "--allow-run-as-root"]
-            for rank in range(world_size):
-                rank_args = list(base)
-                rank_args[-1] = f"--backend-config=python,shm-region-prefix-name={shm_prefix}r{rank}_"
-                if rank:
-                    rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
-                cmd += ["-n", "1", *rank_args, ":"]
-            cmd = cmd[:-1]
-        else:
-            cmd = base
+        cmd = container_command(CONTAINER_TRITON, repo, net, shm_prefix, world_size)
     else:
         if world_size > 1:
             raise ServerError(
