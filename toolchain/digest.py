@@ -47,8 +47,8 @@ def fastest_algo() -> str:
     return "blake3"
 
 
-def hash_file(path: Path, algo: str = ALGO) -> str:
-    """``<algo>:<hex>`` of a file, read once in large chunks."""
+def hash_file(path: Path, algo: str = ALGO, sink: int | None = None) -> str:
+    """``<algo>:<hex>`` of a file, read once in large chunks (and written to fd ``sink`` on the way)."""
     h = new_hasher(algo)
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(CHUNK)
@@ -58,6 +58,8 @@ def hash_file(path: Path, algo: str = ALGO) -> str:
             if not n:
                 break
             h.update(view[:n])
+            if sink is not None:
+                os.write(sink, view[:n])
     return f"{algo}:{h.hexdigest()}"
 
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import CHUNK, new_hasher
+from toolchain.digest import hash_file
 from toolchain.errors import (
     CorruptArtifactError,
     RegistryError,
@@ -66,20 +66,6 @@ class Backend:
 
 
 # --- local -------------------------------------------------------------------------------------
-
-
-def _copy_hashing(src: Path, dst_fd: int, algo: str) -> str:
-    h = new_hasher(algo)
-    with open(src, "rb", buffering=0) as f:
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-            os.write(dst_fd, view[:n])
-    return f"{algo}:{h.hexdigest()}"
 
 
 def link_or_copy(src: Path, dst: Path) -> str:
@@ -149,7 +135,7 @@ class LocalBackend(Backend):
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = self._tmp()
         try:
-            got = _copy_hashing(src, fd, digest.split(":", 1)[0])
+            got = hash_file(src, digest.split(":", 1)[0], sink=fd)
             os.fsync(fd)
             os.close(fd)
             if got != digest:
