@@ -59,3 +59,28 @@ def test_gpus_reports_no_gpu_cleanly(cli) -> None:
     }
     if not data["local"]:
         assert data["local_reason"]
+
+
+def test_user_mistakes_across_commands_are_one_line_exit_2(cli, tmp_path) -> None:
+    import yaml
+
+    from tests.conftest import SPECS
+
+    spec = SPECS / "llama-3.1-8b-fp8.yaml"
+    r = cli("build", spec, "--all", "--cell", "x", "--dry-run")
+    assert r.exit_code == 2 and "choose --cell ID or --all" in r.output
+    r = cli("build", spec, "--cell", "nope", "--dry-run")
+    assert r.exit_code == 2 and "no cell 'nope'" in r.output
+    d = yaml.safe_load(spec.read_text())
+    del d["model"]["architecture"]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(d))
+    r = cli("plan", tmp_path / "s.yaml")  # HF_HUB_OFFLINE=1 in tests: the Hub is not reachable
+    assert r.exit_code == 2 and "cannot fetch config.json" in r.output and "model.architecture" in r.output
+    r = cli("serve", tmp_path / "no-such-repo")
+    assert r.exit_code == 2
+    r = cli("bench", "--requests", "1")
+    assert r.exit_code == 2 and "--url is required" in r.output
+    r = cli("matrix", spec, "--format", "jenkins", "--offline")
+    assert r.exit_code == 2 and "unknown --format" in r.output
+    for out in (r.output,):
+        assert "Traceback" not in out
