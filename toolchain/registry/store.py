@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import tempfile
@@ -18,7 +17,6 @@ from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
     ManifestError,
-    RegistryError,
     UserInputError,
 )
 from toolchain.registry.backends import Backend, open_backend
@@ -284,13 +282,3 @@ def entry_summary(m: EntryManifest, tags: dict[str, str]) -> dict[str, Any]:
         "tags": sorted(t for t, k in tags.items() if k == m.key),
         "gpu": m.provenance.get("gpu", {}).get("name") if isinstance(m.provenance.get("gpu"), dict) else None,
     }
-
-
-def load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RegistryError(f"cannot read {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{path} is not a JSON object")
-    return data

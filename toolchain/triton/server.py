@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -269,13 +267,3 @@ def start(
     except BaseException:
         server.stop(5)
         raise
-
-
-def repository_index(server: Server) -> list[dict[str, object]]:
-    req = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return list(json.loads(r.read()))
-
-
-def which_tritonserver() -> str:
-    return str(CONTAINER_TRITON) if CONTAINER_TRITON.is_file() else str(shutil.which("tritonserver") or "pytriton")
