@@ -122,20 +122,33 @@ def dir_digest(root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | 
     return f"{ALGO}:{sha256_text(canonical_json(entries))}"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a unique temp file beside ``path``, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+@contextlib.contextmanager
+def staged_file(dest: Path, *, tmp_dir: Path | None = None, mode: int | None = None) -> Iterator[int]:
+    """A file descriptor on a unique temp file (beside ``dest`` or in ``tmp_dir``): fsynced and renamed
+    over ``dest`` when the block succeeds, removed when it fails, so ``dest`` is never half-written."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=tmp_dir or dest.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield fd
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, dest)
     except BaseException:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a staged temp file."""
+    with staged_file(path) as fd:
+        os.write(fd, text.encode("utf-8"))
 
 
 @contextlib.contextmanager

@@ -12,14 +12,13 @@ import contextlib
 import fcntl
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import hash_file
+from toolchain.digest import hash_file, staged_file
 from toolchain.errors import (
     CorruptArtifactError,
     RegistryError,
@@ -109,48 +108,21 @@ class LocalBackend(Backend):
     def read_bytes(self, path: str) -> bytes:
         return self._p(path).read_bytes()
 
-    def _tmp(self) -> tuple[int, str]:
-        return tempfile.mkstemp(prefix="w.", dir=self.root / "tmp")
-
     def write_bytes(self, path: str, data: bytes) -> None:
-        dst = self._p(path)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = self._tmp()
-        try:
+        with staged_file(self._p(path), tmp_dir=self.root / "tmp") as fd:
             os.write(fd, data)
-            os.fsync(fd)
-            os.close(fd)
-            os.replace(tmp, dst)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def put_file(self, path: str, src: Path, digest: str) -> None:
         dst = self._p(path)
         if dst.is_file():
             return  # content-addressed: already there
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = self._tmp()
-        try:
+        with staged_file(dst, tmp_dir=self.root / "tmp", mode=0o444) as fd:
             got = hash_file(src, digest.split(":", 1)[0], sink=fd)
-            os.fsync(fd)
-            os.close(fd)
             if got != digest:
                 raise CorruptArtifactError(
                     f"{src} changed while it was being stored ({got} != {digest})",
                     "make sure nothing writes to the directory during push",
                 )
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dst)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def get_file(self, path: str, dest: Path) -> None:
         self.restore_methods.add(link_or_copy(self._p(path), dest))
