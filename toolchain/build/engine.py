@@ -269,16 +269,7 @@ def build_cell(
         plan.command = cmd
         t0 = time.time()
         with _GpuMemSampler() as mem:
-            res = run_logged(cmd, log_path, cwd=work, timeout=timeout)
-        plan.seconds = round(res.seconds, 2)
-        if res.returncode != 0:
-            raise EngineBuildError(
-                f"trtllm-build failed for cell {cell.id} (exit {res.returncode}); nothing was published. "
-                f"Log tail:\n{tail(log_path, 15)}",
-                cmd=cmd,
-                returncode=res.returncode,
-                log_path=log_path,
-            )
+            plan.seconds = round(_run_step(f"trtllm-build for cell {cell.id}", cmd, log_path, work, timeout), 2)
         _check_engine(cell, out_dir, arch, log_path)
         shutil.copyfile(log_path, out_dir / "toolchain-build.log")
         prov = provenance(versions) | {
@@ -328,6 +319,19 @@ def _check_engine(cell: Cell, out_dir: Path, arch: str, log_path: Path) -> None:
         )
 
 
+def _run_step(what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: float | None) -> float:
+    """Run one build step with its output in the build log; a failure names the log and publishes nothing."""
+    res = run_logged(cmd, log_path, cwd=cwd, timeout=timeout)
+    if res.returncode != 0:
+        raise EngineBuildError(
+            f"{what} failed (exit {res.returncode}); nothing was published. Log tail:\n{tail(log_path, 15)}",
+            cmd=cmd,
+            returncode=res.returncode,
+            log_path=log_path,
+        )
+    return res.seconds
+
+
 def is_unquantized(cell: Cell) -> bool:
     q = cell.spec.quantization
     return q.weights in ("bf16", "fp16") and q.kv_cache == "auto"
@@ -346,15 +350,7 @@ def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBui
             f"the TensorRT-LLM converter {cmd[1]} is not here",
             "set TRTLLM_ROOT to the TensorRT-LLM source tree of the targeted release",
         )
-    res = run_logged(cmd, log_path, cwd=work)
-    if res.returncode != 0:
-        raise EngineBuildError(
-            f"convert_checkpoint.py failed (exit {res.returncode}); nothing was published. "
-            f"Log tail:\n{tail(log_path, 15)}",
-            cmd=cmd,
-            returncode=res.returncode,
-            log_path=log_path,
-        )
+    _run_step("convert_checkpoint.py", cmd, log_path, work, None)
     plan.notes.append(shlex.join(cmd))
     return work / "ckpt"
 
