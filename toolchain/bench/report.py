@@ -59,6 +59,42 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+COLUMNS = (
+    "load",
+    "ok",
+    "err",
+    "req/s",
+    "tok/s",
+    "goodput",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "ITL p50",
+    "ITL p99",
+    "tokens",
+)
+
+
+def row_cells(r: dict[str, Any]) -> list[str]:
+    """One table row as text, in COLUMNS order (latencies in ms); shared by the CLI and the reports."""
+    return [
+        r["load"],
+        str(r["requests"]),
+        str(r["errors"]),
+        f"{r['req_s']:.2f}",
+        f"{r['tok_s']:.1f}",
+        f"{r['goodput']:.2f}",
+        _f(r["ttft_p50"]),
+        _f(r["ttft_p99"]),
+        _f(r["tpot_p50"]),
+        _f(r["tpot_p99"]),
+        _f(r["itl_p50"]),
+        _f(r["itl_p99"]),
+        r["tokens"],
+    ]
+
+
 def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = table_rows(results)
@@ -68,18 +104,8 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
     for k in ("engine_key", "profile_id", "spec", "cell", "gpu", "reference"):
         if prov.get(k) is not None:
             md.append(f"- {k}: `{prov[k]}`")
-    md += [
-        "",
-        "| load | ok | err | req/s | tok/s | goodput | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | "
-        "ITL p99 | tokens |",
-        "|" + "---|" * 13,
-    ]
-    for r in rows:
-        md.append(
-            f"| {r['load']} | {r['requests']} | {r['errors']} | {r['req_s']:.2f} | {r['tok_s']:.1f} | "
-            f"{r['goodput']:.2f} | {_f(r['ttft_p50'])} | {_f(r['ttft_p99'])} | {_f(r['tpot_p50'])} | "
-            f"{_f(r['tpot_p99'])} | {_f(r['itl_p50'])} | {_f(r['itl_p99'])} | {r['tokens']} |"
-        )
+    md += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    md += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
     if floor_ms is not None:
         best = min((r["tpot_p50"] for r in rows if r["tpot_p50"] is not None), default=None)
         md += [
@@ -91,30 +117,8 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
     md += [""] + [f"![{name}]({p.name})" for name, p in plots.items()]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     body = "".join(f"<p>{html.escape(line)}</p>" if not line.startswith("|") else "" for line in md[:8])
-    head = "".join(
-        f"<th>{html.escape(h)}</th>"
-        for h in ("load", "ok", "err", "req/s", "tok/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99")
-    )
-    trs = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(v))}</td>"
-            for v in (
-                r["load"],
-                r["requests"],
-                r["errors"],
-                f"{r['req_s']:.2f}",
-                f"{r['tok_s']:.1f}",
-                f"{r['goodput']:.2f}",
-                _f(r["ttft_p50"]),
-                _f(r["ttft_p99"]),
-                _f(r["tpot_p50"]),
-                _f(r["tpot_p99"]),
-            )
-        )
-        + "</tr>"
-        for r in rows
-    )
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in COLUMNS)
+    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in rows)
     imgs = "".join(f'<img src="{p.name}" alt="{html.escape(n)}" width="520">' for n, p in plots.items())
     (out_dir / "report.html").write_text(
         f"<html><body>{body}<table border=1><tr>{head}</tr>{trs}</table>{imgs}</body></html>"

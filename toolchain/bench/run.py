@@ -166,5 +166,11 @@ def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:
     }
 
 
+def without_records(result: dict[str, Any]) -> dict[str, Any]:
+    """The result without per-request raw timings (for terminals and summaries)."""
+    runs = [{k: v for k, v in r.items() if k != "records"} for r in result["runs"]]
+    return {k: v for k, v in result.items() if k != "runs"} | {"runs": runs}
+
+
 def save(result: dict[str, Any], path: Path) -> None:
     atomic_write_text(path, json.dumps(result, indent=1, default=str))

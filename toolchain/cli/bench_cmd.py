@@ -59,7 +59,7 @@ def bench(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from toolchain.bench.run import run_bench, save
+    from toolchain.bench.run import run_bench, save, without_records
     from toolchain.bench.setup import make_config
     from toolchain.cli.render import Stages, err, print_json
     from toolchain.errors import UserInputError
@@ -102,10 +102,7 @@ def bench(
     if out:
         save(result, out)
     if json_out:
-        print_json(
-            {k: v for k, v in result.items() if k != "runs"}
-            | {"runs": [{k: v for k, v in r.items() if k != "records"} for r in result["runs"]]}
-        )
+        print_json(without_records(result))
     else:
         print_table(result)
         if out:
@@ -117,40 +114,14 @@ def bench(
 def print_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from toolchain.bench.report import _f, table_rows
+    from toolchain.bench.report import COLUMNS, _f, row_cells, table_rows
     from toolchain.cli.render import err, out
 
     t = Table(title=f"bench {result['provenance']['model']} @ {result['provenance']['url']} (ms)")
-    for c in (
-        "load",
-        "ok",
-        "err",
-        "req/s",
-        "tok/s",
-        "goodput",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p50",
-        "TPOT p99",
-        "ITL p50",
-        "ITL p99",
-    ):
+    for c in COLUMNS[:-1]:
         t.add_column(c)
     for r in table_rows([result]):
-        t.add_row(
-            r["load"],
-            str(r["requests"]),
-            str(r["errors"]),
-            f"{r['req_s']:.2f}",
-            f"{r['tok_s']:.1f}",
-            f"{r['goodput']:.2f}",
-            _f(r["ttft_p50"]),
-            _f(r["ttft_p99"]),
-            _f(r["tpot_p50"]),
-            _f(r["tpot_p99"]),
-            _f(r["itl_p50"]),
-            _f(r["itl_p99"]),
-        )
+        t.add_row(*row_cells(r)[:-1])
     out.print(t)
     for run in result["runs"]:
         if run["client"].get("warning"):

@@ -34,11 +34,11 @@ def register(app: typer.Typer) -> None:
         if json_out:
             from dataclasses import asdict
 
+            from toolchain.bench.run import without_records
+
             d = asdict(res)
             if d["bench"]:
-                d["bench"] = {k: v for k, v in d["bench"].items() if k != "runs"} | {
-                    "runs": [{k: v for k, v in r.items() if k != "records"} for r in d["bench"]["runs"]]
-                }
+                d["bench"] = without_records(d["bench"])
             print_json(d)
             return
         if res.bench:
