@@ -35,7 +35,7 @@ from toolchain.errors import (
 from toolchain.proc import run_logged, tail
 from toolchain.registry.store import Registry
 from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key
-from toolchain.spec.rules import check_cell, check_spec
+from toolchain.spec.rules import require_compatible
 
 ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 (TensorRT-LLM 1.1.0)"
 
@@ -186,9 +186,7 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
 
 
 def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> CellBuild:
-    problems = check_spec(cell.spec) + check_cell(cell)
-    if problems:
-        raise CompatibilityError(problems[0].line(), problems[0].fix)
+    require_compatible(cell.spec, [cell])
     ident = checkpoint_identity(cell.spec)
     if ident is None:
         raise SpecError(

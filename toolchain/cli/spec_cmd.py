@@ -11,23 +11,6 @@ from toolchain.cli.options import JsonOpt, SpecArg, SpecsArg
 app = typer.Typer(help="Validate engine specs, print their JSON Schema, expand their matrix.", no_args_is_help=True)
 
 
-def check_all(spec: Any) -> list[Any]:
-    """Every compatibility problem of a spec, across all its cells."""
-    from toolchain.errors import ModelConfigError
-    from toolchain.planning.arch import arch_for_spec
-    from toolchain.spec.matrix import expand
-    from toolchain.spec.rules import check_cell, check_spec
-
-    problems = check_spec(spec)
-    try:
-        arch = arch_for_spec(spec, allow_network=False)
-    except ModelConfigError:
-        arch = None
-    for cell in expand(spec):
-        problems.extend(check_cell(cell, arch))
-    return problems
-
-
 @app.command()
 def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     """Parse every SPEC strictly and check its compatibility rules for every matrix cell.
@@ -38,6 +21,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     from toolchain.errors import CompatibilityError, ToolchainError
     from toolchain.spec.loader import load_spec
     from toolchain.spec.matrix import expand
+    from toolchain.spec.rules import all_problems
 
     results: list[dict[str, Any]] = []
     failures: list[tuple[str, ToolchainError]] = []
@@ -45,7 +29,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
         try:
             spec = load_spec(path)
             cells = expand(spec)
-            problems = check_all(spec)
+            problems = all_problems(spec)
             if problems:
                 first = problems[0]
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.digest import cache_home
-from toolchain.errors import CompatibilityError, SpecError
+from toolchain.errors import SpecError
 from toolchain.spec.matrix import Cell, expand, find_cell
 from toolchain.spec.models import EngineSpec
 
@@ -66,14 +66,12 @@ def run_up(
     from toolchain.quantize.run import quantize, recipe_from_spec
     from toolchain.registry import open_registry
     from toolchain.spec.matrix import checkpoint_identity, engine_key, profile_id
-    from toolchain.spec.rules import check_cell, check_spec
+    from toolchain.spec.rules import require_compatible
     from toolchain.triton import server as S
     from toolchain.triton.deploy import emit_for_cell
 
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
-    problems = check_spec(spec) + check_cell(cell)
-    if problems:
-        raise CompatibilityError(problems[0].line(), problems[0].fix)
+    require_compatible(spec, [cell])
     res = UpResult(spec.name, cell.id, None, None)
 
     res.stages["checkpoint"] = _ensure_checkpoint(spec, progress)

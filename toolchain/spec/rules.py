@@ -250,3 +250,30 @@ def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
                     )
                     break
     return out
+
+
+def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Problem]:
+    """Every problem of a spec and its cells (default: all), with the shape rules when the model's
+    architecture is known offline (local config.json or the catalog)."""
+    from toolchain.errors import ModelConfigError
+    from toolchain.planning.arch import arch_for_spec
+    from toolchain.spec.matrix import expand
+
+    problems = check_spec(spec)
+    try:
+        arch = arch_for_spec(spec, allow_network=False)
+    except ModelConfigError:
+        arch = None
+    for cell in expand(spec) if cells is None else cells:
+        problems.extend(check_cell(cell, arch))
+    return problems
+
+
+def require_compatible(spec: EngineSpec, cells: list[Cell] | None = None) -> None:
+    """Raise the first problem as a CompatibilityError (with how many more there are)."""
+    from toolchain.errors import CompatibilityError
+
+    problems = all_problems(spec, cells)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CompatibilityError(problems[0].line().rsplit(" — ", 1)[0] + more, problems[0].fix)
