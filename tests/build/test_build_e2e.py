@@ -144,10 +144,6 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> 
     assert opts["max_batch_size"] == 8 and opts["kv_cache_config"]["enable_block_reuse"] is True
 
 
-def test_needs_gpu_error_type() -> None:
-    assert NeedsGPUError("x").exit_code == 4
-
-
 def test_unquantized_checkpoint_goes_through_convert_checkpoint(stand_in, tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("TRTLLM_ROOT", str(FAKES / "trtllm_root"))
     spec = _spec(tmp_path, tiny_checkpoint, **{"quantization.weights": "bf16", "quantization.kv_cache": "auto"})

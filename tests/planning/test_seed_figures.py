@@ -107,6 +107,22 @@ def _spec_with(tmp_path, **over):
     return p
 
 
+def _local_spec(tmp_path, config_text: str):
+    import yaml
+
+    ck = tmp_path / "ck"
+    ck.mkdir(exist_ok=True)
+    (ck / "config.json").write_text(config_text)
+    d = {
+        "name": "x",
+        "model": {"source": str(ck)},
+        "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
+        "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(d))
+    return tmp_path / "c.yaml"
+
+
 def test_slo_below_floor_is_one_line_exit_2(cli, tmp_path) -> None:
     p = _spec_with(tmp_path, slo={"tpot_ms": {"p99": 5}})
     r = cli("plan", p)
@@ -130,47 +146,19 @@ def test_bad_traffic_and_bad_config(cli, tmp_path) -> None:
     p = _spec_with(tmp_path, traffic={"peak_rps": 0, "input_tokens": {"mean": 10}, "output_tokens": {"mean": 10}})
     r = cli("plan", p)
     assert r.exit_code == 2 and "traffic.peak_rps" in r.output
-    ck = tmp_path / "ck"
-    ck.mkdir()
-    (ck / "config.json").write_text("{not json")
-    d = {
-        "name": "x",
-        "model": {"source": str(ck)},
-        "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
-        "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]},
-    }
-    import yaml
-
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(d))
-    r = cli("plan", tmp_path / "c.yaml")
+    r = cli("plan", _local_spec(tmp_path, "{not json"))
     assert r.exit_code == 2 and "not valid JSON" in r.output
-    (ck / "config.json").write_text(json.dumps({"hidden_size": 8}))
-    r = cli("plan", tmp_path / "c.yaml")
+    r = cli("plan", _local_spec(tmp_path, json.dumps({"hidden_size": 8})))
     assert r.exit_code == 2 and "missing num_hidden_layers" in r.output
 
 
 def test_unknown_model_type_is_refused(cli, tmp_path) -> None:
-    import yaml
-
-    ck = tmp_path / "ck"
-    ck.mkdir()
-    (ck / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "deepseek_v3",
-                "num_hidden_layers": 2,
-                "hidden_size": 8,
-                "num_attention_heads": 2,
-                "vocab_size": 10,
-            }
-        )
-    )
-    d = {
-        "name": "x",
-        "model": {"source": str(ck)},
-        "target": {"trtllm_version": "1.2.1", "tensorrt_version": "10.13"},
-        "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [1], "max_seq_len": [128]},
+    cfg = {
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 2,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "vocab_size": 10,
     }
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(d))
-    r = cli("plan", tmp_path / "c.yaml")
+    r = cli("plan", _local_spec(tmp_path, json.dumps(cfg)))
     assert r.exit_code == 2 and "model_type 'deepseek_v3'" in r.output and "model.architecture" in r.output

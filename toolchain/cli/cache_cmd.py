@@ -125,15 +125,15 @@ def gc(
 
     r = open_registry(registry)
     plan = r.gc_plan()
-    summary = {"blobs": len(plan.blobs), "tmp": len(plan.tmp), "tags": len(plan.manifests), "bytes": plan.bytes}
+    summary = {"blobs": len(plan.blobs), "tmp": len(plan.tmp), "tags": len(plan.tags), "bytes": plan.bytes}
     if json_out:
         print_json({**summary, "dry_run": dry_run})
     err.print(
         f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
-        f"{len(plan.manifests)} dangling tags; frees {fmt_bytes(plan.bytes)}",
+        f"{len(plan.tags)} dangling tags; frees {fmt_bytes(plan.bytes)}",
         highlight=False,
     )
-    if dry_run or not (plan.blobs or plan.tmp or plan.manifests):
+    if dry_run or not (plan.blobs or plan.tmp or plan.tags):
         return
     if not yes and not typer.confirm("Delete these?", err=True):
         raise typer.Exit(1)

@@ -8,7 +8,6 @@ serving stage uses the CPU reference model and says so.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,5 +190,4 @@ def run_up(
     finally:
         progress("stop the server")
         srv.stop()
-    shutil.rmtree(work / "tmp", ignore_errors=True)
     return res

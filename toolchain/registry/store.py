@@ -35,7 +35,7 @@ def manifest_path(key: str) -> str:
 @dataclass(frozen=True)
 class GcPlan:
     blobs: list[tuple[str, int]]
-    manifests: list[str]
+    tags: list[str]  # dangling refs/tags/<name> paths
     tmp: list[tuple[str, int]]
 
     @property
@@ -263,7 +263,7 @@ class Registry:
     def gc(self, plan: GcPlan) -> int:
         for p, _ in [*plan.blobs, *plan.tmp]:
             self.backend.delete(p)
-        for p in plan.manifests:
+        for p in plan.tags:
             self.backend.delete(p)
         return plan.bytes
 

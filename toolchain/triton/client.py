@@ -1,4 +1,5 @@
-"""Small synchronous helpers over tritonclient for one-off requests (tests, `up`, smoke checks)."""
+"""A synchronous one-request streaming helper over tritonclient (smoke checks and tests; the load
+generator is toolchain.bench.loadgen)."""
 
 from __future__ import annotations
 
