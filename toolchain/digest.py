@@ -6,6 +6,7 @@ Digests always carry their algorithm: ``sha256:<hex>``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -107,10 +108,16 @@ def cache_home() -> Path:
     return Path(os.environ.get("TOOLCHAIN_CACHE", Path.home() / ".cache" / "toolchain"))
 
 
+@functools.cache
+def _shared_stat_cache(path: Path) -> StatCache:
+    """One StatCache per cache file and process, so repeated digests do not reload it from disk."""
+    return StatCache(path)
+
+
 def dir_digest(root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None) -> str:
     """Digest of a directory's relative file names and contents."""
     own = cache is None
-    cache = cache or StatCache(cache_home() / "statcache.json")
+    cache = cache or _shared_stat_cache(cache_home() / "statcache.json")
     entries = []
     for f in iter_files(root):
         rel = f.relative_to(root).as_posix()

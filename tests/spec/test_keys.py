@@ -149,3 +149,23 @@ def test_field_table_covers_every_model_field() -> None:
 
     assert leaves(EngineSpec) == set(field_table())
     assert typing.get_origin(EngineSpec.model_fields["runtime"].annotation) is typing.Literal
+
+
+GOLDEN_SPEC = """
+name: golden
+model: {source: "hf://org/model@0123456789abcdef0123456789abcdef01234567"}
+quantization: {weights: fp8, kv_cache: fp8}
+target: {trtllm_version: "1.1.0", tensorrt_version: "10.13.3"}
+matrix: {gpu: [H100-SXM], max_batch_size: [64], max_seq_len: [4096]}
+"""
+
+
+def test_golden_key_is_the_same_on_every_run_and_python() -> None:
+    """A registry shared by a fleet only works if the key never drifts for the same inputs. If this value
+    changes on purpose (a new build field, a new default), bump KEY_SCHEMA and update it here."""
+    from toolchain.spec.loader import parse_spec_text
+
+    cell = expand(parse_spec_text(GOLDEN_SPEC))[0]
+    key = engine_key(cell, checkpoint_identity(cell.spec))  # type: ignore[arg-type]
+    assert key == "42b3bdd95c34a0e604e1f7ff1fa9f9655a8fe732ffb0282b8ba03b16a440c43d"
+    assert profile_id(cell, key) == "4dddbc8cd57712bb0201d31a42c2fd51e56048159ce6a9de56cbd81969e12e76"
