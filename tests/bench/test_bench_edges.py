@@ -169,7 +169,7 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint
                 break
         time.sleep(2.5)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["stop"] == "interrupted"

@@ -11,7 +11,6 @@ from toolchain.bench.run import BenchConfig
 from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
 from toolchain.errors import UserInputError
 
-
 DEFAULT_INPUT, DEFAULT_OUTPUT = "64", "32"
 
 

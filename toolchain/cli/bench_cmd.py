@@ -34,7 +34,9 @@ def bench(
     warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first and excluded")] = 2,
     input_tokens: Annotated[
         str | None,
-        typer.Option("--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P [default: the spec's traffic, else 64]"),
+        typer.Option(
+            "--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P [default: the spec's traffic, else 64]"
+        ),
     ] = None,
     output_tokens: Annotated[
         str | None,
