@@ -84,8 +84,8 @@ def make_config(
     prov: dict[str, Any] = {}
     slo: dict[str, float | None] = {}
     if spec:
-        from toolchain.spec.loader import load_spec
-        from toolchain.spec.matrix import checkpoint_identity, engine_key, expand, find_cell, profile_id
+        from toolchain.specs.loader import load_spec
+        from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, find_cell, profile_id
 
         s = load_spec(spec)
         cell = find_cell(s, cell_id) if cell_id else expand(s)[0]

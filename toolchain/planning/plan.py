@@ -19,7 +19,7 @@ from typing import Any
 from toolchain.planning import bytes as B
 from toolchain.planning.arch import ModelArch
 from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 RESERVE_BYTES = 1.5e9
 GRAPH_BYTES = 64 * 2**20
