@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import SPECS
-from toolchain.spec.loader import load_spec
+from toolchain.specs.loader import load_spec
 
 pytestmark = pytest.mark.slow
 

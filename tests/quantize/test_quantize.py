@@ -63,7 +63,7 @@ def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Pa
     from safetensors.torch import load_file, save_file
 
     from toolchain.quantize.accuracy import check_export, gate
-    from toolchain.spec.models import AccuracyGate
+    from toolchain.specs.models import AccuracyGate
 
     out = quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q").out
     limits = AccuracyGate(max_rel_logit_error=0.2, min_top1_agreement=0.7, max_ppl_increase=0.1)
@@ -82,7 +82,7 @@ def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Pa
 
 
 def test_gate_threshold_from_spec_fails_the_run_and_leaves_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from toolchain.spec.models import AccuracyGate
+    from toolchain.specs.models import AccuracyGate
 
     strict = AccuracyGate(max_rel_logit_error=0.001, min_top1_agreement=0.99, max_ppl_increase=0.0)
     with pytest.raises(AccuracyGateError):

@@ -26,8 +26,8 @@ def tiny_spec(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="session")
 def reference_repo(tiny_spec: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from toolchain.spec.loader import load_spec
-    from toolchain.spec.matrix import expand
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
     from toolchain.triton.deploy import emit_for_cell
 
     cell = expand(load_spec(tiny_spec))[0]

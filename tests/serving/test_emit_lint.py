@@ -13,8 +13,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.serving.conftest import write_tiny_spec
 from toolchain.errors import OutputExistsError, TritonRepoError
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import expand
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
 from toolchain.triton.deploy import emit_for_cell
 from toolchain.triton.emit import EngineInfo, emit_repository
 from toolchain.triton.lint import lint_repository

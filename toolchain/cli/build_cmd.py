@@ -29,12 +29,12 @@ def register(app: typer.Typer) -> None:
         """
         import shlex
 
-        from toolchain.build.engine import build_cell, plan_cell_build
         from toolchain.cli.render import err, print_json
+        from toolchain.compile.engine import build_cell, plan_cell_build
         from toolchain.errors import UserInputError
         from toolchain.registry import open_registry
-        from toolchain.spec.loader import load_spec
-        from toolchain.spec.matrix import expand, find_cell
+        from toolchain.specs.loader import load_spec
+        from toolchain.specs.matrix import expand, find_cell
 
         if bool(cell) == all_cells:
             raise UserInputError("choose --cell ID or --all", "`toolchain spec expand SPEC` lists cell ids")

@@ -28,8 +28,8 @@ def register(app: typer.Typer) -> None:
         from toolchain.planning.arch import arch_for_spec
         from toolchain.planning.plan import explain as explain_plan
         from toolchain.planning.plan import plan_cell
-        from toolchain.spec.loader import load_spec
-        from toolchain.spec.matrix import expand, find_cell
+        from toolchain.specs.loader import load_spec
+        from toolchain.specs.matrix import expand, find_cell
 
         s = load_spec(spec)
         arch = arch_for_spec(s)

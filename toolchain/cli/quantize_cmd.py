@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
                     "give either a SPEC or --model/--format, not both",
                     "drop --model/--format to use the spec's model and quantization",
                 )
-            from toolchain.spec.loader import load_spec
-            from toolchain.spec.matrix import expand
+            from toolchain.specs.loader import load_spec
+            from toolchain.specs.matrix import expand
 
             s = load_spec(spec)
             if s.quantization.weights in ("bf16", "fp16") and s.quantization.kv_cache == "auto":

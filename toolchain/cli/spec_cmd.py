@@ -19,9 +19,9 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     """
     from toolchain.cli.render import err, print_json
     from toolchain.errors import CompatibilityError, ToolchainError
-    from toolchain.spec.loader import load_spec
-    from toolchain.spec.matrix import expand
-    from toolchain.spec.rules import all_problems
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
+    from toolchain.specs.rules import all_problems
 
     results: list[dict[str, Any]] = []
     failures: list[tuple[str, ToolchainError]] = []
@@ -57,7 +57,7 @@ def schema() -> None:
     Examples: toolchain spec schema > engine-spec.schema.json
     """
     from toolchain.cli.render import print_json
-    from toolchain.spec.models import schema as spec_schema
+    from toolchain.specs.models import schema as spec_schema
 
     print_json(spec_schema())
 
@@ -71,8 +71,8 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     from toolchain.cli.render import out, print_json
-    from toolchain.spec.loader import load_spec
-    from toolchain.spec.matrix import identities
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import identities
 
     s = load_spec(spec)
     ids = identities(s)

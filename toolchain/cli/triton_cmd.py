@@ -32,8 +32,8 @@ def emit(
         --engine 3f2a9c1d --out ./repo
     """
     from toolchain.cli.render import err, print_json
-    from toolchain.spec.loader import load_spec
-    from toolchain.spec.matrix import expand, find_cell
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand, find_cell
     from toolchain.triton.deploy import emit_for_cell
 
     s = load_spec(spec)

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         from toolchain.cli.bench_cmd import print_table
         from toolchain.cli.render import Stages, err, out, print_json
         from toolchain.pipeline.up import run_up
-        from toolchain.spec.loader import load_spec
+        from toolchain.specs.loader import load_spec
 
         s = load_spec(spec)
         res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=Stages(quiet=False))

@@ -10,8 +10,8 @@ import yaml
 
 from toolchain.digest import canonical_json, sha256_text
 from toolchain.errors import UserInputError
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import checkpoint_identity, engine_key, expand
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import checkpoint_identity, engine_key, expand
 
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",

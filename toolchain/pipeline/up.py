@@ -14,8 +14,8 @@ from typing import Any
 
 from toolchain.digest import cache_home
 from toolchain.errors import SpecError
-from toolchain.spec.matrix import Cell, expand, find_cell
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.matrix import Cell, expand, find_cell
+from toolchain.specs.models import EngineSpec
 
 
 @dataclass
@@ -57,15 +57,15 @@ def run_up(
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.build.engine import build_cell, quantized_checkpoint
+    from toolchain.compile.engine import build_cell, quantized_checkpoint
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
     from toolchain.planning.arch import arch_for_spec
     from toolchain.planning.plan import plan_cell
     from toolchain.quantize.run import quantize, recipe_from_spec
     from toolchain.registry import open_registry
-    from toolchain.spec.matrix import checkpoint_identity, engine_key, profile_id
-    from toolchain.spec.rules import require_compatible
+    from toolchain.specs.matrix import checkpoint_identity, engine_key, profile_id
+    from toolchain.specs.rules import require_compatible
     from toolchain.triton import server as S
     from toolchain.triton.deploy import emit_for_cell
 
@@ -80,7 +80,7 @@ def run_up(
     res.profile_id = profile_id(cell, res.engine_key)
 
     qout = quantized_checkpoint(cell)
-    from toolchain.build.engine import is_unquantized
+    from toolchain.compile.engine import is_unquantized
 
     if is_unquantized(cell):
         raise SpecError(

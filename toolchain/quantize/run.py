@@ -432,7 +432,7 @@ def source_dir(spec: Any) -> Path:
 def default_out(spec: Any, recipe: Recipe) -> Path:
     """Where a spec's quantized checkpoint lives: keyed by spec name, checkpoint content and recipe."""
     from toolchain.digest import cache_home
-    from toolchain.spec.matrix import checkpoint_identity
+    from toolchain.specs.matrix import checkpoint_identity
 
     source = checkpoint_identity(spec) or {"source": spec.model.source}
     ident = sha256_text(canonical_json({"checkpoint": source, "recipe": recipe.to_json()}))[:12]
@@ -441,7 +441,7 @@ def default_out(spec: Any, recipe: Recipe) -> Path:
 
 def registry_key(spec: Any, recipe: Recipe) -> str | None:
     """Registry key of a spec's quantized checkpoint: input checkpoint identity + recipe + quantizer."""
-    from toolchain.spec.matrix import QUANTIZER, checkpoint_identity
+    from toolchain.specs.matrix import QUANTIZER, checkpoint_identity
 
     ident = checkpoint_identity(spec)
     if ident is None:

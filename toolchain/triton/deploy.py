@@ -8,12 +8,12 @@ from typing import Any
 
 from toolchain.digest import cache_home
 from toolchain.errors import TritonRepoError
-from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key, profile_id
+from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key, profile_id
 from toolchain.triton.emit import EngineInfo, emit_repository
 
 
 def tokenizer_dir(cell: Cell) -> Path:
-    from toolchain.build.engine import quantized_checkpoint
+    from toolchain.compile.engine import quantized_checkpoint
 
     q = quantized_checkpoint(cell) / "trtllm"
     if (q / "tokenizer.json").is_file():
@@ -39,7 +39,7 @@ def emit_for_cell(
         "profile_id": profile_id(cell, key) if key else None,
     }
     if cell.spec.runtime == "pytorch":
-        from toolchain.build.engine import quantized_checkpoint
+        from toolchain.compile.engine import quantized_checkpoint
         from toolchain.triton.llmapi_repo import llmapi_files
 
         out = Path(out)

@@ -18,7 +18,7 @@ from typing import Any
 
 from toolchain.digest import staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 from toolchain.triton import tensors as T
 
 REFERENCE_NOTE = "CPU reference model (PyTorch + transformers), not TensorRT-LLM: same tensors, not the same engine"
@@ -67,7 +67,7 @@ class EngineInfo:
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
-        from toolchain.build.synth import resolve
+        from toolchain.compile.synth import resolve
 
         r = resolve(cell)
         return cls(

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from toolchain.build.llmapi import llmapi_options
-from toolchain.spec.matrix import Cell
+from toolchain.compile.llmapi import llmapi_options
+from toolchain.specs.matrix import Cell
 
 INPUTS = [
     ("text_input", "TYPE_STRING", [-1], False),

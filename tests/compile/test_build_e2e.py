@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from tests.conftest import SPECS
-from toolchain.build.engine import build_cell, quantized_checkpoint
+from toolchain.compile.engine import build_cell, quantized_checkpoint
 from toolchain.errors import BuildDriftError, CheckpointError, EngineBuildError, NeedsGPUError
 from toolchain.quantize.run import quantize, recipe_from_spec
 from toolchain.registry import open_registry
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import expand
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
 
 pytestmark = pytest.mark.slow
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -112,7 +112,7 @@ def test_checkpoint_that_does_not_match_the_spec(stand_in, tiny_checkpoint, tmp_
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="no complete quantized checkpoint"):
         build_cell(cell, reg)  # the manifest digest no longer matches: not a complete checkpoint
-    from toolchain.build.engine import check_checkpoint
+    from toolchain.compile.engine import check_checkpoint
 
     with pytest.raises(CheckpointError, match=r"quant_algo 'W4A16_AWQ' != 'FP8' for fp8"):
         check_checkpoint(cell, cfg_path.parent)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolchain.errors import SpecError
-from toolchain.spec.loader import parse_spec_text
+from toolchain.specs.loader import parse_spec_text
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=False), st.text(max_size=12))
 values = st.recursive(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 TOP = {
     "max_batch_size",

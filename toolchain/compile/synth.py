@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.flags import check_args
+from toolchain.compile.flags import check_args
 from toolchain.errors import CompatibilityError
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 FP8_CTX_QUANT = ("fp8", "w4a8_awq", "nvfp4")  # quant that keeps FP8 context FMHA (builder.py)
 # Architectures TensorRT-LLM applies reduce_fusion to (facts §1.5 item 4).

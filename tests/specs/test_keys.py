@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from tests.conftest import SPECS
-from toolchain.spec.fields import field_table
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import checkpoint_identity, engine_key, expand, profile_id
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.fields import field_table
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, profile_id
+from toolchain.specs.models import EngineSpec
 
 CKPT = {"digest": "sha256:" + "0" * 64}
 BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
@@ -135,7 +135,7 @@ def test_checkpoint_and_cell_axes_change_the_key() -> None:
 
 def test_field_table_covers_every_model_field() -> None:
     # every leaf of the JSON schema appears in the table
-    from toolchain.spec.loader import _unwrap
+    from toolchain.specs.loader import _unwrap
 
     def leaves(model: Any, prefix: str = "") -> set[str]:
         out = set()
@@ -163,7 +163,7 @@ matrix: {gpu: [H100-SXM], max_batch_size: [64], max_seq_len: [4096]}
 def test_golden_key_is_the_same_on_every_run_and_python() -> None:
     """A registry shared by a fleet only works if the key never drifts for the same inputs. If this value
     changes on purpose (a new build field, a new default), bump KEY_SCHEMA and update it here."""
-    from toolchain.spec.loader import parse_spec_text
+    from toolchain.specs.loader import parse_spec_text
 
     cell = expand(parse_spec_text(GOLDEN_SPEC))[0]
     key = engine_key(cell, checkpoint_identity(cell.spec))  # type: ignore[arg-type]

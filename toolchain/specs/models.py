@@ -6,7 +6,7 @@ Every leaf field declares a *scope* in its ``json_schema_extra``:
 - ``runtime``: a serving knob; part of the profile id, never a rebuild;
 - ``plan``: only used by the planner and reports (names, SLOs, traffic).
 
-``toolchain.spec.fields.field_table()`` reads these declarations; a test holds that every
+``toolchain.specs.fields.field_table()`` reads these declarations; a test holds that every
 field has one and that keys and profile ids follow them.
 """
 

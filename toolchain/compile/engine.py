@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from toolchain.build.llmapi import llmapi_options
-from toolchain.build.provenance import installed_versions, provenance
-from toolchain.build.synth import build_drift, expected_build_config, trtllm_build_args
+from toolchain.compile.llmapi import llmapi_options
+from toolchain.compile.provenance import installed_versions, provenance
+from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
 from toolchain.digest import cache_home, canonical_json, hash_file, sha256_text
 from toolchain.errors import (
     BuildDriftError,
@@ -34,8 +34,8 @@ from toolchain.errors import (
 )
 from toolchain.proc import run_logged, tail
 from toolchain.registry.store import Registry
-from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key
-from toolchain.spec.rules import require_compatible
+from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key
+from toolchain.specs.rules import require_compatible
 
 ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 (TensorRT-LLM 1.1.0)"
 
@@ -73,7 +73,7 @@ def quantized_checkpoint(cell: Cell) -> Path:
 
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
-    from toolchain.build.synth import CONVERTERS
+    from toolchain.compile.synth import CONVERTERS
     from toolchain.quantize.run import QUANT_ALGO
 
     cfg_path = ckpt / "config.json"
@@ -337,7 +337,7 @@ def is_unquantized(cell: Cell) -> bool:
 
 def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild) -> Path:
     """Unquantized checkpoints go through TensorRT-LLM's per-model convert_checkpoint.py."""
-    from toolchain.build.synth import convert_checkpoint_args
+    from toolchain.compile.synth import convert_checkpoint_args
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = (cfg.get("architectures") or ["?"])[0]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from toolchain.spec.matrix import Cell
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.matrix import Cell
+from toolchain.specs.models import EngineSpec
 
 SUPPORTED_TENSORRT = ((1, 0), (1, 2))  # TensorRT engine path: 1.0 .. 1.2.x
 PYTORCH_MIN = (1, 2)
@@ -257,7 +257,7 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     architecture is known offline (local config.json or the catalog)."""
     from toolchain.errors import ModelConfigError
     from toolchain.planning.arch import arch_for_spec
-    from toolchain.spec.matrix import expand
+    from toolchain.specs.matrix import expand
 
     problems = check_spec(spec)
     try:

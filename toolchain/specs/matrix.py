@@ -4,7 +4,7 @@ Engine key = sha256 over the canonical JSON of everything that changes the built
 checkpoint identity (content digest of a local checkpoint, or repo@revision of an hf:// one)
 together with the quantization recipe that turns it into the quantized checkpoint, the runtime,
 TensorRT-LLM and TensorRT versions, the GPU (full NVML name and compute capability), TP/PP and
-every spec field declared ``build`` in ``toolchain.spec.fields``.
+every spec field declared ``build`` in ``toolchain.specs.fields``.
 
 Profile id = sha256 over the engine key plus every ``runtime`` field. Changing a runtime knob
 makes a new profile and never a rebuild.
@@ -19,8 +19,8 @@ from typing import Any
 from toolchain.digest import canonical_json, dir_digest, sha256_text
 from toolchain.errors import SpecError
 from toolchain.hardware.catalog import GPU, lookup_gpu
-from toolchain.spec.fields import values_in_scope
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.fields import values_in_scope
+from toolchain.specs.models import EngineSpec
 
 KEY_SCHEMA = 1
 # The quantizer whose output the key stands for (pinned in pyproject's [quantize] extra).

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import SPECS
-from toolchain.build.flags import FLAGS, REMOVED, check_args
-from toolchain.build.llmapi import llmapi_options, validate_options
-from toolchain.build.synth import expected_build_config, resolve, trtllm_build_args
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import expand
-from toolchain.spec.models import EngineSpec
+from toolchain.compile.flags import FLAGS, REMOVED, check_args
+from toolchain.compile.llmapi import llmapi_options, validate_options
+from toolchain.compile.synth import expected_build_config, resolve, trtllm_build_args
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
+from toolchain.specs.models import EngineSpec
 
 BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
 CASES = [  # (weights, kv, gpu)

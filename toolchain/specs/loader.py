@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from toolchain.errors import SpecError
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.models import EngineSpec
 
 
 def _node_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

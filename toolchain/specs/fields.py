@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from toolchain.spec.loader import _unwrap
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.loader import _unwrap
+from toolchain.specs.models import EngineSpec
 
 
 @cache

@@ -1,0 +1,51 @@
+"""The README's test command collects every test file, and `.ci/run` runs exactly that command.
+
+pytest skips folders named `build`, `dist` and others by default (`norecursedirs`); a test folder with such a
+name is silently never run. This test collects with the README's own command and compares against the files.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_test_command() -> str:
+    """The `... -m pytest ...` line of the README's quick start."""
+    lines = [ln.strip() for ln in (REPO / "README.md").read_text().splitlines() if "-m pytest" in ln]
+    assert len(lines) == 1, f"expected one pytest command in README.md, found {lines}"
+    return lines[0]
+
+
+def pytest_args(command: str) -> list[str]:
+    """The arguments the README passes to pytest (after `-m pytest`)."""
+    words = shlex.split(command.split("&&")[-1])
+    return words[words.index("pytest") + 1 :]
+
+
+def test_readme_test_command_collects_every_test_file() -> None:
+    args = pytest_args(readme_test_command())
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--collect-only", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    collected = {line.split("::", 1)[0] for line in proc.stdout.splitlines() if "::" in line}
+    on_disk = {p.relative_to(REPO).as_posix() for p in (REPO / "tests").rglob("test_*.py")}
+    assert on_disk, "no test files found"
+    assert on_disk - collected == set(), "test files the README's command never collects"
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    command = readme_test_command()
+    assert re.search(r"^\s*" + re.escape(command) + r"\s*$", ci, re.MULTILINE), f".ci/run does not run `{command}`"
