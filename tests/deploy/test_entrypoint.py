@@ -21,7 +21,7 @@ from toolchain.deploy import DeployOptions
 from toolchain.digest import dir_digest
 from toolchain.pipeline.fleet import deploy_cell
 from toolchain.registry import open_registry
-from toolchain.spec.loader import load_spec
+from toolchain.specs.loader import load_spec
 from toolchain.triton.server import free_port
 
 pytestmark = pytest.mark.slow

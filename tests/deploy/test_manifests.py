@@ -16,8 +16,8 @@ from toolchain.deploy.manifests import PINNED, kustomization, manifests, queue_q
 from toolchain.deploy.sizing import size_cell
 from toolchain.planning.arch import arch_for_spec
 from toolchain.planning.plan import plan_cell
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import expand
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
 
 CELLS = [c for spec in SHIPPED for c in expand(load_spec(spec))]
 

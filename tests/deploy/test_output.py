@@ -16,7 +16,7 @@ from tests.deploy.conftest import render_kustomization
 from toolchain.deploy import DeployOptions
 from toolchain.errors import DeployError
 from toolchain.pipeline.fleet import deploy_cell
-from toolchain.spec.loader import load_spec
+from toolchain.specs.loader import load_spec
 
 SECRET = "s3cr3t-VALUE-that-must-never-be-written"
 

@@ -15,8 +15,8 @@ from toolchain.errors import DeployError
 from toolchain.hardware.catalog import CATALOG
 from toolchain.planning.arch import arch_for_spec
 from toolchain.planning.plan import plan_cell
-from toolchain.spec.loader import load_spec
-from toolchain.spec.matrix import expand
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
 
 
 def _target(app: str = "app") -> Target:

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from toolchain.cli.render import out as stdout
         from toolchain.deploy import DeployOptions
         from toolchain.errors import UserInputError
-        from toolchain.spec.loader import load_spec
+        from toolchain.specs.loader import load_spec
 
         s = load_spec(spec)
         opts = DeployOptions(

@@ -38,7 +38,7 @@ from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, 
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import staged_dir
 from toolchain.errors import DeployError, OutputExistsError
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 __all__ = ["DeployOptions", "DeployResult", "Sizing", "size_cell", "write_deployment"]
 

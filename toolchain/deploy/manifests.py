@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolchain.deploy.sizing import GIB, Sizing
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 # What the manifests are written for and checked against (tests validate offline with these versions).
 PINNED = {

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from toolchain.errors import DeployError
-from toolchain.spec.matrix import Cell
+from toolchain.specs.matrix import Cell
 
 GIB = 2**30
 SHM_PER_RANK = 1 * GIB

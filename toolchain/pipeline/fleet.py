@@ -16,14 +16,14 @@ from typing import Any
 from toolchain.deploy import DeployOptions, DeployResult, Sizing, size_cell, write_deployment
 from toolchain.digest import cache_home
 from toolchain.errors import DeployError, PlanError
-from toolchain.spec.matrix import Cell, checkpoint_identity, engine_key, expand, find_cell, profile_id
-from toolchain.spec.models import EngineSpec
+from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key, expand, find_cell, profile_id
+from toolchain.specs.models import EngineSpec
 
 _FULL_KEY = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _cell(spec: EngineSpec, cell_id: str | None) -> Cell:
-    from toolchain.spec.rules import require_compatible
+    from toolchain.specs.rules import require_compatible
 
     cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
