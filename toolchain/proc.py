@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shlex
 import signal
 import subprocess
@@ -57,9 +58,15 @@ def run_logged(
     timeout: float | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit."""
+    """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit.
+
+    The deadline is checked on a clock, not on output: a child that prints nothing is still
+    stopped (its whole process group, SIGTERM then SIGKILL) when ``timeout`` seconds have passed,
+    and the result has returncode -9.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    deadline = t0 + timeout if timeout else None
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(cmd)}\n".encode())
         log.flush()
@@ -67,19 +74,47 @@ def run_logged(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
         )
         assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        pending = b""
+
+        def emit(chunk: bytes) -> None:
+            nonlocal pending
+            log.write(chunk)
+            log.flush()
+            if on_line is None:
+                return
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                on_line(raw.decode("utf-8", "replace").rstrip("\r"))
+
         try:
-            deadline = t0 + timeout if timeout else None
-            for raw in iter(proc.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
-                if on_line is not None:
-                    on_line(raw.decode("utf-8", "replace").rstrip("\n"))
-                if deadline and time.monotonic() > deadline:
-                    stop_group(proc)
-                    log.write(f"[toolchain] killed after {timeout:.0f} s timeout\n".encode())
-                    return RunResult(-9, time.monotonic() - t0, log_path)
-            rc = proc.wait()
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                while True:
+                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if deadline is not None and wait == 0.0:
+                        stop_group(proc, grace=2.0)
+                        log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
+                        return RunResult(-9, time.monotonic() - t0, log_path)
+                    if not sel.select(min(wait, 0.5) if wait is not None else 0.5):
+                        continue
+                    chunk = os.read(fd, 65536)
+                    if not chunk:  # every writer closed the pipe
+                        break
+                    emit(chunk)
+            if pending and on_line is not None:
+                on_line(pending.decode("utf-8", "replace"))
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                rc = proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                stop_group(proc, grace=2.0)
+                log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
+                return RunResult(-9, time.monotonic() - t0, log_path)
         except BaseException:
             stop_group(proc)
             raise
+        finally:
+            proc.stdout.close()
     return RunResult(rc, time.monotonic() - t0, log_path)

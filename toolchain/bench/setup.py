@@ -12,6 +12,17 @@ from toolchain.bench.run import BenchConfig
 from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
 from toolchain.errors import UserInputError
 
+DEFAULT_INPUT, DEFAULT_OUTPUT = "64", "32"
+
+
+def dist_text(d: Any) -> str:
+    """A spec's TokenDist in the --input-tokens/--output-tokens form (N, normal:M:S, uniform:LO:HI)."""
+    if d.dist == "fixed":
+        return str(d.mean)
+    if d.dist == "normal":
+        return f"normal:{d.mean}:{d.std:g}"
+    return f"uniform:{d.min}:{d.max}"
+
 
 def parse_list(text: str | None, kind: type) -> list[Any]:
     if not text:
@@ -53,8 +64,8 @@ def make_config(
     requests: int,
     duration: float | None,
     warmup: int,
-    input_tokens: str,
-    output_tokens: str,
+    input_tokens: str | None,
+    output_tokens: str | None,
     shared: str | None,
     dataset_path: Path | None,
     tokenizer: Path | None,
@@ -92,11 +103,20 @@ def make_config(
         art = for_cell(cell)
         prov.update(art.identity(), gpu=cell.gpu.name)
         slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
+        if s.traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
+            input_tokens = input_tokens or dist_text(s.traffic.input_tokens)
+            output_tokens = output_tokens or dist_text(s.traffic.output_tokens)
+    input_tokens, output_tokens = input_tokens or DEFAULT_INPUT, output_tokens or DEFAULT_OUTPUT
     if repo and (repo / "toolchain-repo.json").is_file():
         meta = json.loads((repo / "toolchain-repo.json").read_text())
         prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
         prov["reference"] = meta.get("reference_note")
     tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
+    prov["workload"] = {
+        "input_tokens": "dataset" if dataset_path else input_tokens,
+        "output_tokens": output_tokens,
+        "shared_prefix": shared,
+    }
     out_d = Dist.parse(output_tokens)
     if dataset_path:
         reqs = dataset(dataset_path, tok, out_d, seed, requests + warmup)

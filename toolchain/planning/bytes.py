@@ -3,6 +3,9 @@
 - Weights: Linear layers at the weight format's bytes per parameter (FP8/INT8 1 B, INT4 0.5 B
   plus one FP16 scale per AWQ group, NVFP4 0.5 B plus one FP8 scale per 16 values, BF16 2 B);
   embeddings, lm_head and norms stay in the model dtype (ModelOpt's default excludes).
+- Bytes read by one decode step: every weight except the input-embedding table, of which only the
+  looked-up rows (one per sequence in the batch) are read; when the table is tied to ``lm_head``
+  the whole matrix is read anyway (by the output projection), so it counts in full.
 - KV cache per token = 2 (K and V) × layers × KV heads × head dim × bytes of the KV dtype.
 """
 
@@ -45,6 +48,17 @@ def weight_bytes(arch: ModelArch, weights: str, dtype: str = "bfloat16", group_s
     """Total weight bytes of the quantized model."""
     other = arch.embed_params + arch.lm_head_params + arch.norm_params
     return arch.linear_params * bytes_per_param(weights, group_size) + other * DTYPE_BYTES[dtype]
+
+
+def decode_weight_bytes(
+    arch: ModelArch, weights: str, dtype: str = "bfloat16", group_size: int = 128, batch: int = 1
+) -> float:
+    """Weight bytes one decode step of ``batch`` sequences reads (whole model, before TP/PP split)."""
+    total = weight_bytes(arch, weights, dtype, group_size)
+    if arch.tie_embeddings:
+        return total
+    row = arch.hidden_size * DTYPE_BYTES[dtype]
+    return total - arch.embed_params * DTYPE_BYTES[dtype] + min(batch, arch.vocab_size) * row
 
 
 def kv_dtype_bytes(kv_cache: str, dtype: str = "bfloat16") -> float:

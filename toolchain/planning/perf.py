@@ -1,6 +1,7 @@
 """Performance floors and fleet sizing.
 
-- TPOT floor: every decode step reads all weights of a rank plus the KV cache of every request
+- TPOT floor: every decode step reads the weights of a rank (the input-embedding table only for
+  the looked-up rows, unless it is tied to lm_head) plus the KV cache of every request
   in the batch; at HBM bandwidth B, TPOT_min = (weight bytes + KV bytes read) / B.
 - Prefill time ≈ 2 × active params × prompt tokens / (peak FLOP/s × MFU).
 - Fleet sizing (five steps): peak tok/s = peak rps × avg output tokens; tok/s per instance at the

@@ -75,6 +75,7 @@ class CellPlan:
     prefill_ms_avg_input: float
     mfu: float
     avg_input: int
+    decode_read_bytes_per_gpu: float = 0.0
     tpot_target_ms: float | None = None
     batch_at_sla: int | None = None
     tok_s_per_gpu_at_sla: float | None = None
@@ -117,9 +118,14 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
     conc_avg = kv_tokens // _tokens_rounded(max(1, avg_ctx), tpb)
     kv_use = (cell.max_batch_size * _tokens_rounded(max(1, avg_ctx), tpb)) / kv_tokens if kv_tokens else float("inf")
     hbm = gpu.hbm_bytes_s
-    tpot_b1 = tpot_floor_ms(w_gpu * cell.pp, kv_tok * cell.pp * avg_ctx, hbm)
+
+    # a decode step walks every PP stage in turn: it reads the weights of one TP rank of the whole model
+    def read_tp(batch: int) -> float:
+        return B.decode_weight_bytes(arch, q.weights, dtype, q.awq_group_size, batch) / cell.tp
+
+    tpot_b1 = tpot_floor_ms(read_tp(1), kv_tok * cell.pp * avg_ctx, hbm)
     kv_batch = max(1, min(cell.max_batch_size, conc_avg))
-    tpot_kvb = tpot_floor_ms(w_gpu * cell.pp, kv_tok * cell.pp * avg_ctx * kv_batch, hbm)
+    tpot_kvb = tpot_floor_ms(read_tp(kv_batch), kv_tok * cell.pp * avg_ctx * kv_batch, hbm)
     mfu = traffic.mfu if traffic else 0.5
     pre = prefill_ms(arch.active_params / cell.tp, avg_in, gpu.peak_flops(q.weights), mfu)
     plan = CellPlan(
@@ -152,6 +158,7 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
         pre,
         mfu,
         avg_in,
+        read_tp(1) / cell.pp,
     )
     if free <= 0:
         plan.errors.append(
@@ -179,7 +186,7 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
         elif plan.free_bytes > 0:
             # largest batch whose floor meets the SLO, within the engine and the KV budget
             per_req = kv_tok * cell.pp * avg_ctx
-            b_sla = int((target / 1000.0 * hbm - w_gpu * cell.pp) // per_req) if per_req else cell.max_batch_size
+            b_sla = int((target / 1000.0 * hbm - read_tp(1)) // per_req) if per_req else cell.max_batch_size
             b_sla = max(1, min(b_sla, cell.max_batch_size, max(1, conc_avg)))
             plan.batch_at_sla = b_sla
             plan.tok_s_per_gpu_at_sla = 1000.0 / target * b_sla / (cell.tp * cell.pp)
@@ -232,7 +239,10 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f"  KV budget = free × fraction = {plan.kv_budget_bytes / g:.2f} GB → {plan.kv_tokens:,} tokens",
         f"  concurrency = KV tokens ÷ block-rounded context: {plan.max_concurrency_at_max_seq} at max_seq_len, "
         f"{plan.max_concurrency_at_avg} at {plan.avg_context} tokens",
-        f"  TPOT floor (batch 1) = (weights/TP + KV of {plan.avg_context} tokens) ÷ HBM = "
+        f"  weights read per decode step = weights − input embedding table + looked-up rows"
+        f"{' (table tied to lm_head: read in full)' if arch.tie_embeddings else ''} = "
+        f"{plan.decode_read_bytes_per_gpu * plan.pp / g:.2f} GB per TP rank",
+        f"  TPOT floor (batch 1) = (weights read/TP + KV of {plan.avg_context} tokens) ÷ HBM = "
         f"{plan.tpot_floor_b1_ms:.2f} ms",
         f"  TPOT floor (batch {plan.kv_batch}) = {plan.tpot_floor_kv_batch_ms:.2f} ms",
         f"  prefill({plan.avg_input} tokens) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU {plan.mfu:.0%}) = "
@@ -248,7 +258,8 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f = plan.fleet
         lines.append(
             f"  fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per instance "
-            f"= {f['raw_gpus']:.1f} raw GPUs → ÷ utilization × headroom = {f['total_gpus']} GPUs"
+            f"= {f['raw_instances']:.1f} instances × {f['gpus_per_instance']} GPUs = {f['raw_gpus']:.1f} raw GPUs "
+            f"→ ÷ utilization × headroom = {f['total_gpus']} GPUs ({f['total_instances']} instances)"
         )
     if plan.speculative_tokens:
         lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
