@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from toolchain.digest import canonical_json, dir_digest, sha256_text
@@ -99,8 +100,9 @@ def checkpoint_identity(spec: EngineSpec) -> dict[str, Any] | None:
 
 def key_material(cell: Cell, checkpoint: dict[str, Any]) -> dict[str, Any]:
     spec = cell.spec
-    build = values_in_scope(spec, "build", skip=("matrix.", "parallelism.", "model.source"))
-    return {
+    # the draft model of draft-target is its own engine with its own key (toolchain.specs.speculative)
+    build = values_in_scope(spec, "build", skip=("matrix.", "parallelism.", "model.source", "speculative.draft."))
+    material: dict[str, Any] = {
         "schema": KEY_SCHEMA,
         "checkpoint": checkpoint,
         "quantizer": QUANTIZER
@@ -115,6 +117,20 @@ def key_material(cell: Cell, checkpoint: dict[str, Any]) -> dict[str, Any]:
         },
         "build": build,
     }
+    heads = heads_identity(spec)
+    if heads is not None:
+        material["speculative_heads"] = heads
+    return material
+
+
+def heads_identity(spec: EngineSpec) -> dict[str, Any] | None:
+    """Content digest of a local Medusa/EAGLE heads checkpoint (converted into the engine's weights)."""
+    sd = spec.speculative
+    if sd is None or sd.heads is None or sd.heads.source.startswith("hf://"):
+        return None
+    p = Path(sd.heads.source).expanduser()
+    p = p if p.is_absolute() else (spec.base_dir / p).resolve()
+    return {"digest": dir_digest(p)} if p.is_dir() else None
 
 
 def engine_key(cell: Cell, checkpoint: dict[str, Any]) -> str:
