@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from toolchain.specs.rules import Problem
 
 BUILD: JsonDict = {"scope": "build"}
+PLAN: JsonDict = {"scope": "plan"}
 
 SpecMode = Literal["draft_target", "medusa", "eagle", "lookahead"]
 # --speculative_decoding_mode value per mode (build.py choices)
@@ -68,6 +69,9 @@ class DraftModel(_Strict):
         "bf16", description="Draft weight format (draft-target supports FP16/BF16/FP8)", json_schema_extra=BUILD
     )
     kv_cache: Literal["auto", "fp8"] = Field("auto", description="Draft KV-cache dtype", json_schema_extra=BUILD)
+    architecture: str | None = Field(
+        None, description="Draft model's name in the planner's offline architecture catalog", json_schema_extra=PLAN
+    )
 
     @field_validator("source")
     @classmethod
@@ -176,7 +180,7 @@ def draft_spec(spec: EngineSpec) -> EngineSpec:
     out = spec.model_copy(
         update={
             "name": f"{spec.name}-draft",
-            "model": ModelSource(source=d.source, dtype=spec.model.dtype),
+            "model": ModelSource(source=d.source, dtype=spec.model.dtype, architecture=d.architecture),
             "quantization": Quantization(
                 weights=d.weights,
                 kv_cache=d.kv_cache,
