@@ -148,3 +148,19 @@ def test_llmapi_options_use_pytorch_decoding_types() -> None:
 
     with pytest.raises(CompatibilityError):
         llmapi_feature_options(cell(speculative={"mode": "lookahead"}))
+
+
+def test_pytorch_options_file_carries_the_features() -> None:
+    from toolchain.compile.llmapi import llmapi_options, validate_options
+
+    c = cell(
+        speculative={**DRAFT, "draft": {"source": "./draft"}},
+        runtime="pytorch",
+        target={"trtllm_version": "1.2.0", "tensorrt_version": "10.13.3"},
+        lora={"adapters": ["hf://org/ad@v1"]},
+    )
+    o = llmapi_options(c)
+    assert o["speculative_config"]["decoding_type"] == "Draft_Target"
+    assert Path(o["speculative_config"]["speculative_model"]).is_absolute()
+    assert o["lora_config"]["lora_dir"] == ["org/ad"]
+    assert validate_options({**o, "lora_config": {"lora_dirs": []}}) == ["unknown lora_config key lora_dirs"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import EngineSpec
 from toolchain.specs.speculative import LLMAPI_DECODING_TYPE
 
 HEAD_CONVERTERS = {
@@ -111,14 +112,13 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_di
             raise CompatibilityError(
                 f"speculative mode {sd.mode} is not available on the PyTorch runtime", "use runtime: tensorrt"
             )
-        model = (
-            draft_dir or (sd.draft.source if sd.draft else None) or heads_dir or (sd.heads.source if sd.heads else None)
-        )
+        source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
+        model = draft_dir or heads_dir or _local_or_repo(spec, source)
         opts["speculative_config"] = {"decoding_type": kind, "max_draft_len": sd.draft_len, "speculative_model": model}
     lo = spec.lora
     if lo is not None:
         lc: dict[str, Any] = {
-            "lora_dir": list(lo.adapters),
+            "lora_dir": [_local_or_repo(spec, a) for a in lo.adapters],
             "max_lora_rank": lo.max_rank,
             "lora_target_modules": list(lo.target_modules),
         }
@@ -126,3 +126,11 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_di
             lc["max_loras"] = lo.max_loras
         opts["lora_config"] = lc
     return opts
+
+
+def _local_or_repo(spec: EngineSpec, source: str) -> str:
+    """A local checkpoint as an absolute path, an hf:// one as the Hub id the LLM API downloads."""
+    if source.startswith("hf://"):
+        return source.removeprefix("hf://").split("@", 1)[0]
+    p = Path(source).expanduser()
+    return str(p if p.is_absolute() else (spec.base_dir / p).resolve())
