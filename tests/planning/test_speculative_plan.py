@@ -85,13 +85,23 @@ def test_cell_plan_gives_break_even_and_lora_memory() -> None:
         "target": {"trtllm_version": "1.1.0", "tensorrt_version": "10.13.3"},
         "matrix": {"gpu": ["H200-SXM"], "max_batch_size": [8], "max_seq_len": [4096]},
         "serving": {"streaming": False},
-        "speculative": {"mode": "draft_target", "max_draft_len": 5,
-                        "draft": {"source": "hf://meta-llama/Llama-3.1-8B-Instruct@main", "weights": "fp8",
-                                  "architecture": "llama-3.1-8b"}},
+        "speculative": {
+            "mode": "draft_target",
+            "max_draft_len": 5,
+            "draft": {
+                "source": "hf://meta-llama/Llama-3.1-8B-Instruct@main",
+                "weights": "fp8",
+                "architecture": "llama-3.1-8b",
+            },
+        },
         "lora": {"max_rank": 16, "target_modules": ["attn_q", "attn_v"]},
         "slo": {"tpot_ms": {"p99": 60}},
-        "traffic": {"peak_rps": 1, "input_tokens": {"mean": 512}, "output_tokens": {"mean": 256},
-                    "speculative": {"draft_len": 5, "acceptance_rate": 0.75}},
+        "traffic": {
+            "peak_rps": 1,
+            "input_tokens": {"mean": 512},
+            "output_tokens": {"mean": 256},
+            "speculative": {"draft_len": 5, "acceptance_rate": 0.75},
+        },
     }
     spec = parse_spec_text(yaml.safe_dump(text))
     cell = expand(spec)[0]

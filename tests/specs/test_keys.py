@@ -9,9 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from tests.conftest import SPECS
+from toolchain.artifacts.keys import engine_key, profile_id, source_identity
 from toolchain.specs.fields import field_table
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, profile_id
+from toolchain.specs.matrix import expand
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.speculative import draft_cell
 
@@ -113,7 +114,7 @@ def _ids(spec: EngineSpec, *, draft: bool = False) -> tuple[str, str]:
     cell = expand(spec)[0]
     if draft:
         cell = draft_cell(cell)
-    ckpt = checkpoint_identity(cell.spec)
+    ckpt = source_identity(cell.spec)
     assert ckpt is not None
     key = engine_key(cell, ckpt)
     return key, profile_id(cell, key)
@@ -193,6 +194,6 @@ def test_golden_key_is_the_same_on_every_run_and_python() -> None:
     from toolchain.specs.loader import parse_spec_text
 
     cell = expand(parse_spec_text(GOLDEN_SPEC))[0]
-    key = engine_key(cell, checkpoint_identity(cell.spec))  # type: ignore[arg-type]
+    key = engine_key(cell, source_identity(cell.spec))  # type: ignore[arg-type]
     assert key == "42b3bdd95c34a0e604e1f7ff1fa9f9655a8fe732ffb0282b8ba03b16a440c43d"
     assert profile_id(cell, key) == "4dddbc8cd57712bb0201d31a42c2fd51e56048159ce6a9de56cbd81969e12e76"

@@ -168,7 +168,8 @@ def test_lora_block_takes_exactly_the_upstream_module_names() -> None:
 
 
 def test_absent_blocks_leave_existing_keys_alone() -> None:
-    from toolchain.specs.matrix import engine_key, expand, key_material
+    from toolchain.artifacts.keys import engine_key, key_material
+    from toolchain.specs.matrix import expand
 
     cell = expand(spec())[0]
     ckpt = {"digest": "sha256:" + "0" * 64}
