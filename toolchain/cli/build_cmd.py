@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
 
         from toolchain.artifacts.cell import for_cells
         from toolchain.cli.render import err, print_json
-        from toolchain.compile.engine import build_cell, plan_cell_build
+        from toolchain.compile.draft import builds_for
+        from toolchain.compile.engine import CellBuild
         from toolchain.errors import UserInputError
         from toolchain.registry import open_registry
         from toolchain.specs.loader import load_spec
@@ -42,21 +43,22 @@ def register(app: typer.Typer) -> None:
         s = load_spec(spec)
         cells = [find_cell(s, cell)] if cell else expand(s)
         reg = open_registry(registry)
-        results = []
-        for art in for_cells(s, cells):
-            c = art.cell
-            r = (
-                plan_cell_build(art, reg, force=force)
-                if dry_run
-                else build_cell(art, reg, force=force, timeout=timeout)
-            )
+        results: list[CellBuild] = []
+
+        def _report(r: CellBuild) -> None:
+            c = r.cell
             results.append(r)
             if not json_out:
-                err.print(f"{r.status:9} {c.id}  key {r.key}", highlight=False, markup=False)
+                role = " (draft)" if c.spec.name != s.name else ""
+                err.print(f"{r.status:9} {c.id}{role}  key {r.key}", highlight=False, markup=False)
                 if dry_run and r.command:
                     err.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
                 for n in r.notes:
                     err.print(f"          note: {n}", highlight=False, markup=False)
+
+        for art in for_cells(s, cells):
+            for r in builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout):
+                _report(r)
         if json_out:
             print_json(
                 {"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": [r.to_json() for r in results]}

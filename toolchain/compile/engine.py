@@ -27,6 +27,7 @@ from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.source import source_dir
 from toolchain.compile.llmapi import llmapi_options
 from toolchain.compile.provenance import installed_versions, provenance
+from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
 from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
 from toolchain.digest import hash_file
 from toolchain.errors import (
@@ -58,6 +59,7 @@ class CellBuild:
     def to_json(self) -> dict[str, Any]:
         return {
             "cell": self.cell.id,
+            "spec": self.cell.spec.name,
             "engine_key": self.key,
             "status": self.status,
             "command": shlex.join(self.command) if self.command else None,
@@ -83,7 +85,7 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     q = cell.spec.quantization
     arch = cfg.get("architecture")
     problems = []
-    if arch not in CONVERTERS:
+    if arch not in CONVERTERS and arch != heads_architecture(cell):
         problems.append(f"architecture {arch!r} is not one this toolchain builds")
     if cfg.get("dtype") != cell.spec.model.dtype:
         problems.append(f"dtype {cfg.get('dtype')!r} != spec model.dtype {cell.spec.model.dtype!r}")
@@ -201,6 +203,7 @@ def build_cell(
     force: bool = False,
     log_dir: Path | None = None,
     timeout: float | None = None,
+    provenance_extra: dict[str, Any] | None = None,
 ) -> CellBuild:
     plan = plan_cell_build(art, registry, force=force)
     if plan.status == "cached":
@@ -274,6 +277,7 @@ def build_cell(
         }
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
+        prov |= provenance_extra or {}
         registry.put(plan.key, out_dir, kind="engine", provenance=prov)
         if tc_out.is_file():
             (work / "tcpush").mkdir()
@@ -327,7 +331,11 @@ def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBui
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = (cfg.get("architectures") or ["?"])[0]
     root = settings.trtllm_root()
-    cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
+    heads = heads_dir(cell)  # Medusa/EAGLE: base and heads convert together (compile.speculative)
+    if heads is not None:
+        cmd = heads_convert_args(cell, hf_dir, heads, work / "ckpt", root)
+    else:
+        cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
     if not Path(cmd[1]).is_file():
         raise NeedsGPUError(
             f"the TensorRT-LLM converter {cmd[1]} is not here",
