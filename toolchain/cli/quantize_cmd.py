@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
           toolchain quantize --model ./tiny-llama --format fp8 --kv-cache fp8 --out ./tiny-fp8
         """
         from toolchain.cli.render import Stages, err, print_json
+        from toolchain.cli.render import out as out_console
         from toolchain.errors import UserInputError
         from toolchain.quantize.run import Recipe, default_out, recipe_from_spec, source_dir
         from toolchain.quantize.run import quantize as run_quantize
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
             acc = m["accuracy"][m["accuracy"]["gate"]]
             for n in res.notes:
                 err.print(f"note: {n}", highlight=False)
-            err.print(
+            (err if json_out else out_console).print(  # the result is data: stdout (stderr under --json)
                 f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
                 f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f}, "
                 f"ppl {acc['ppl_increase']:+.1%} [{m['accuracy']['gate']}]; "

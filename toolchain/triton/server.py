@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import socket
@@ -27,6 +28,7 @@ from pathlib import Path
 from toolchain.digest import cache_home
 from toolchain.errors import ServerError, UserInputError
 from toolchain.proc import stop_group, tail
+from toolchain.progress import Heartbeat, Progress, silent
 
 CONTAINER_TRITON = Path("/opt/tritonserver/bin/tritonserver")
 STUB_FAILURES = ("error while loading shared libraries", "triton_python_backend_stub is not found")
@@ -183,6 +185,7 @@ def start(
     ready_timeout: float = 120.0,
     world_size: int = 1,
     extra_args: list[str] | None = None,
+    progress: Progress = silent,
 ) -> Server:
     """Start tritonserver on ``repo`` and wait until every model is ready (or fail with the log tail)."""
     repo = Path(repo).resolve()
@@ -241,7 +244,10 @@ def start(
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
+    progress(f"tritonserver starting: log {log_path}")
+    beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url))
     try:
+        beat.__enter__()
         while True:
             if proc.poll() is not None:
                 text = log_path.read_text(errors="replace")
@@ -267,3 +273,16 @@ def start(
     except BaseException:
         server.stop(5)
         raise
+    finally:
+        beat.__exit__()
+
+
+def model_states(http_url: str) -> str | None:
+    """Model load states from Triton's repository index API, e.g. 'ensemble READY, tensorrt_llm LOADING'."""
+    req = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=0.5) as r:
+            models = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
