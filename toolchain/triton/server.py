@@ -245,7 +245,7 @@ def start(
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
-    beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url))
+    beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path))
     try:
         beat.__enter__()
         while True:
@@ -277,12 +277,32 @@ def start(
         beat.__exit__()
 
 
-def model_states(http_url: str) -> str | None:
-    """Model load states from Triton's repository index API, e.g. 'ensemble READY, tensorrt_llm LOADING'."""
+_LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
+_LOADED = re.compile(r"\"successfully loaded '([^']+)'")
+_FAILED = re.compile(r"failed to load '([^']+)'")
+
+
+def model_states(http_url: str, log_path: Path | None = None) -> str | None:
+    """Model load states, e.g. 'ensemble READY, tensorrt_llm LOADING'.
+
+    From Triton's repository index API once the HTTP service is up; tritonserver starts its endpoints
+    only after the initial load, so until then the states come from its own log lines (loading: /
+    successfully loaded / failed to load).
+    """
     req = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
     try:
         with urllib.request.urlopen(req, timeout=0.5) as r:
             models = json.loads(r.read())
+        return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
     except (OSError, ValueError):
+        pass
+    if log_path is None:
         return None
-    return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
+    text = tail(log_path, 400)
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        for rx, state in ((_LOADING, "LOADING"), (_LOADED, "READY"), (_FAILED, "UNAVAILABLE")):
+            m = rx.search(line)
+            if m:
+                states[m.group(1)] = state
+    return ", ".join(f"{k} {v}" for k, v in sorted(states.items())) or None
