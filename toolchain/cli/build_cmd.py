@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
         """
         import shlex
 
+        from toolchain.artifacts.cell import for_cells
         from toolchain.cli.render import Stages, err, out, print_json
         from toolchain.compile.engine import build_cell, plan_cell_build
         from toolchain.errors import NeedsGPUError, UserInputError
@@ -44,17 +45,18 @@ def register(app: typer.Typer) -> None:
         results: list[dict[str, object]] = []
         stopped: NeedsGPUError | None = None
         stages = Stages()
-        for c in cells:
+        for art in for_cells(s, cells):
+            c = art.cell
             try:
                 r = (
-                    plan_cell_build(c, reg, force=force)
+                    plan_cell_build(art, reg, force=force)
                     if dry_run
-                    else build_cell(c, reg, force=force, timeout=timeout, progress=stages)
+                    else build_cell(art, reg, force=force, timeout=timeout, progress=stages)
                 )
             except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
                 if not json_out:
                     raise
-                r = plan_cell_build(c, reg, force=force)
+                r = plan_cell_build(art, reg, force=force)
                 results.append(r.to_json() | {"status": "needs-gpu", "error": e.message, "hint": e.hint})
                 stopped = e
                 break
