@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.compile.engine import CellBuild, build_cell, plan_cell_build
+from toolchain.progress import Progress, silent
 from toolchain.registry.store import Registry
 from toolchain.specs.speculative import draft_cell
 
@@ -25,6 +26,7 @@ def builds_for(
     dry_run: bool = False,
     force: bool = False,
     timeout: float | None = None,
+    progress: Progress = silent,
 ) -> list[CellBuild]:
     """Plan or build every engine a cell needs: the draft first (draft-target), then the cell's own."""
     out: list[CellBuild] = []
