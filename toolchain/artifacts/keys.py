@@ -56,8 +56,9 @@ def pending_source(spec: EngineSpec) -> SourceIdentity:
 
 def key_material(cell: Cell, source: SourceIdentity) -> dict[str, Any]:
     spec = cell.spec
-    build = values_in_scope(spec, "build", skip=("matrix.", "parallelism.", "model.source"))
-    return {
+    # the draft model of draft-target is its own engine with its own key (toolchain.specs.speculative)
+    build = values_in_scope(spec, "build", skip=("matrix.", "parallelism.", "model.source", "speculative.draft."))
+    material: dict[str, Any] = {
         "schema": KEY_SCHEMA,
         "checkpoint": source,
         "quantizer": None if is_unquantized(spec) else QUANTIZER,
@@ -70,6 +71,20 @@ def key_material(cell: Cell, source: SourceIdentity) -> dict[str, Any]:
         },
         "build": build,
     }
+    heads = heads_identity(spec)
+    if heads is not None:
+        material["speculative_heads"] = heads
+    return material
+
+
+def heads_identity(spec: EngineSpec) -> SourceIdentity | None:
+    """Content digest of a local Medusa/EAGLE heads checkpoint (converted into the engine's weights)."""
+    sd = spec.speculative
+    if sd is None or sd.heads is None or sd.heads.source.startswith("hf://"):
+        return None
+    p = Path(sd.heads.source).expanduser()
+    p = p if p.is_absolute() else (spec.base_dir / p).resolve()
+    return {"digest": directory_digest(p)} if p.is_dir() else None
 
 
 def engine_key(cell: Cell, source: SourceIdentity) -> str:
