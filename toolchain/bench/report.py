@@ -19,7 +19,7 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
         except (OSError, json.JSONDecodeError) as e:
             raise UserInputError(
                 f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
-            ) from None
+            ) from e
         if d.get("kind") != "toolchain.bench-result":
             raise UserInputError(f"{p} is not a toolchain bench result")
         out.append(d)
