@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
+from toolchain import settings
 from toolchain.cli import (
     bench_cmd,
     build_cmd,
@@ -42,7 +42,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except ToolchainError as e:
-            if os.environ.get("TOOLCHAIN_DEBUG") == "1":
+            if settings.debug():
                 import traceback
 
                 traceback.print_exc()

@@ -13,10 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.cell import CellArtifacts, for_cell
+from toolchain.artifacts.keys import profile_id
+from toolchain.artifacts.layout import cache
 from toolchain.deploy import DeployOptions, DeployResult, Sizing, size_cell, write_deployment
-from toolchain.digest import cache_home
 from toolchain.errors import DeployError, PlanError
-from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key, expand, find_cell, profile_id
+from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 
 _FULL_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -53,7 +55,7 @@ def size_only(spec: EngineSpec, cell_id: str | None, options: DeployOptions) -> 
     return cell, sizing
 
 
-def _engine_key(cell: Cell, engine: str | None, registry: str, reference: bool) -> str:
+def _engine_key(art: CellArtifacts, engine: str | None, registry: str, reference: bool) -> str:
     if engine:
         if _FULL_KEY.match(engine):
             return engine
@@ -65,13 +67,14 @@ def _engine_key(cell: Cell, engine: str | None, registry: str, reference: bool) 
             "the CPU reference deployment serves a checkpoint pushed to the registry; name its key",
             "push the checkpoint with `toolchain cache push DIR --kind checkpoint` and pass --engine KEY",
         )
-    ident = checkpoint_identity(cell.spec)
-    if ident is None:
+    cell = art.cell
+    key = art.engine_key
+    if key is None:
         raise DeployError(
             f"the engine key of cell {cell.id} needs the checkpoint at {cell.spec.local_source()}",
             "pass --engine KEY (see `toolchain cache ls`), or put the checkpoint there",
         )
-    return engine_key(cell, ident)
+    return key
 
 
 def deploy_cell(
@@ -86,14 +89,14 @@ def deploy_cell(
     progress: Any = lambda s: None,
 ) -> DeployResult:
     """Plan, emit and write the deployment of one cell."""
-    from toolchain.triton.deploy import tokenizer_dir
     from toolchain.triton.emit import EngineInfo, emit_repository
 
     cell = _cell(spec, cell_id)
     progress(f"planning cell {cell.id}")
     plan = plan_for(cell)
-    key = _engine_key(cell, engine, options.registry, reference)
-    tok = tokenizer if tokenizer is not None else tokenizer_dir(cell)
+    art = for_cell(cell)
+    key = _engine_key(art, engine, options.registry, reference)
+    tok = tokenizer if tokenizer is not None else art.tokenizer_dir()
     in_pod = f"{options.engines_root.rstrip('/')}/{key}"
     info = dataclasses.replace(
         EngineInfo.predicted(cell),
@@ -113,7 +116,7 @@ def deploy_cell(
             reference_model_dir=Path(in_pod) if reference else None,
         )
         progress(f"writing the build context and manifests to {out}")
-        host: tuple[Path, ...] = (cache_home(), spec.base_dir, Path(scratch))
+        host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch))
         local = spec.local_source()
         if local is not None:
             host += (local,)
