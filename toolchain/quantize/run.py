@@ -19,16 +19,17 @@ import os
 import resource
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
+from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
-from toolchain.digest import canonical_json, hash_file, sha256_text, staged_dir
+from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.progress import Progress, silent
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -39,15 +40,6 @@ _CFG = {
     "int8_sq": "INT8_SMOOTHQUANT_CFG",
     "int8_wo": "INT8_WEIGHT_ONLY_CFG",
     "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
-QUANT_ALGO = {
-    "fp8": "FP8",
-    "int4_awq": "W4A16_AWQ",
-    "w4a8_awq": "W4A8_AWQ",
-    "int8_sq": "W8A8_SQ_PER_CHANNEL",
-    "int8_wo": "W8A16",
-    "nvfp4": "NVFP4",
 }
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
 DECODER_TYPE = {
@@ -123,37 +115,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
-    return out
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    m = out / "manifest.json"
-    if not m.is_file():
-        return None
-    try:
-        data = json.loads(m.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def verify_output(out: Path) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise."""
-    data = read_manifest(out)
-    if data is None:
-        return None
-    for rel, meta in data.get("files", {}).items():
-        p = out / rel
-        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
-            return None
-    return data
-
-
 def quantize(
     model_dir: Path,
     recipe: Recipe,
@@ -166,7 +127,7 @@ def quantize(
     gate_method: str = "auto",
     reuse: bool = False,
     input_digest: str | None = None,
-    progress: Callable[[str], None] = lambda s: None,
+    progress: Progress = silent,
 ) -> QuantizeResult:
     """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
 
@@ -199,6 +160,7 @@ def quantize(
     elif device != "cpu":
         raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
 
+    progress("importing torch, transformers and ModelOpt")
     torch = require("torch", "quantize")
     transformers = require("transformers", "quantize")
     mtq = require("modelopt.torch.quantization", "quantize")
@@ -233,8 +195,9 @@ def quantize(
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for b in batches:
+            for i, b in enumerate(batches):
                 m(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device))
+                progress("calibration", i + 1, len(batches), unit="batch")
 
     eval_batch = acc_mod.held_out_batch(tok)
     ref_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
