@@ -11,6 +11,7 @@ import yaml
 
 import toolchain.artifacts
 from tests.conftest import SPECS
+from toolchain import digest
 from toolchain.artifacts import keys
 from toolchain.artifacts.cell import for_cell, for_cells
 from toolchain.artifacts.layout import CacheLayout, cache
@@ -88,7 +89,7 @@ def _local_spec(tmp_path: Path) -> Path:
 
 def test_source_digest_is_computed_once_for_all_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    real = keys.dir_digest
+    real = digest.dir_digest
 
     def counting(path: Path, **kw: Any) -> str:
         calls.append(path)

@@ -128,7 +128,7 @@ def _bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:
         "6",
         "--warmup",
         "0",
-        "--out",
+        "--save",
         str(out),
         *extra,
     ]

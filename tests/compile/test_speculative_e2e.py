@@ -13,6 +13,7 @@ import yaml
 from tests.conftest import SPECS
 from toolchain.artifacts.cell import for_cell
 from toolchain.artifacts.recipe import recipe_from_spec
+from toolchain.artifacts.source import source_dir
 from toolchain.compile.draft import builds_for, draft_artifacts
 from toolchain.quantize.run import quantize
 from toolchain.registry import open_registry
@@ -50,13 +51,13 @@ def _spec(tmp_path: Path, ckpt: Path, **blocks: object) -> Path:
 
 
 def test_draft_target_builds_two_engines(
-    stand_in, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
+    stand_in: None, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
 ) -> None:
     block = {"mode": "draft_target", "max_draft_len": 4, "draft": {"source": str(draft_checkpoint)}}
     spec = load_spec(_spec(tmp_path, tiny_checkpoint, speculative=block))
     cell = expand(spec)[0]
     art = for_cell(cell)
-    quantize(spec.local_source(), recipe_from_spec(spec), art.quantized_dir, reuse=True)
+    quantize(source_dir(spec), recipe_from_spec(spec), art.quantized_dir, reuse=True)
     reg = open_registry(str(tmp_path / "reg"))
     draft, target = builds_for(art, reg)
     assert (draft.status, target.status) == ("built", "built")
@@ -83,10 +84,10 @@ def test_draft_target_builds_two_engines(
     assert o_art.engine_key == target.key and o_draft is not None and o_draft.engine_key != draft.key
 
 
-def test_lora_engine_records_the_plugin(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_lora_engine_records_the_plugin(stand_in: None, tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = load_spec(_spec(tmp_path, tiny_checkpoint, lora={"max_rank": 8, "target_modules": ["attn_q", "attn_v"]}))
     art = for_cell(expand(spec)[0])
-    quantize(spec.local_source(), recipe_from_spec(spec), art.quantized_dir, reuse=True)
+    quantize(source_dir(spec), recipe_from_spec(spec), art.quantized_dir, reuse=True)
     reg = open_registry(str(tmp_path / "reg"))
     (r,) = builds_for(art, reg)
     assert r.status == "built"

@@ -6,17 +6,18 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, SPECS
+from tests.conftest import REPO, SPECS, Cli
 from toolchain.registry import open_registry
 
 ALL = sorted(SPECS.glob("*.yaml"))
 
 
-def test_github_matrix_marks_cached_cells(cli, tmp_path: Path) -> None:
+def test_github_matrix_marks_cached_cells(cli: Cli, tmp_path: Path) -> None:
     r = cli("matrix", *ALL, "--format", "github", "--registry", tmp_path / "reg")
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)
@@ -38,7 +39,7 @@ def test_github_matrix_marks_cached_cells(cli, tmp_path: Path) -> None:
     assert len(q8) == 1
 
 
-def test_gitlab_child_pipeline_structure(cli, tmp_path: Path) -> None:
+def test_gitlab_child_pipeline_structure(cli: Cli, tmp_path: Path) -> None:
     r = cli("matrix", *ALL, "--format", "gitlab", "--offline")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout)
@@ -51,7 +52,7 @@ def test_gitlab_child_pipeline_structure(cli, tmp_path: Path) -> None:
     assert any("toolchain build" in j["script"][0] and "--cell" in j["script"][0] for j in jobs.values())
 
 
-def test_runner_map_is_configurable_and_checked(cli, tmp_path: Path) -> None:
+def test_runner_map_is_configurable_and_checked(cli: Cli, tmp_path: Path) -> None:
     mp = tmp_path / "runners.yaml"
     mp.write_text("H100-SXM: big-h100\n")
     m = json.loads(cli("matrix", SPECS / "llama-3.1-8b-fp8.yaml", "--runner-map", mp, "--offline").stdout)
@@ -61,10 +62,10 @@ def test_runner_map_is_configurable_and_checked(cli, tmp_path: Path) -> None:
     assert r.exit_code == 2
 
 
-def _github_jobs(path: Path) -> dict:
+def _github_jobs(path: Path) -> dict[str, Any]:
     doc = yaml.safe_load(path.read_text())
     assert True in doc or "on" in doc  # YAML 1.1 reads `on:` as a boolean key
-    return doc["jobs"]
+    return dict(doc["jobs"])
 
 
 def test_github_workflow_structure() -> None:

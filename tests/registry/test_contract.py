@@ -6,6 +6,7 @@ import json
 import multiprocessing as mp
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,9 @@ def test_manifest_with_escaping_path_is_refused(registry_url: str, engine_dir: P
     assert not (tmp_path.parent / "evil").exists()
 
 
-def test_existing_destination_and_disk_full(registry_url: str, engine_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_existing_destination_and_disk_full(
+    registry_url: str, engine_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = open_registry(registry_url)
     r.put(K1, engine_dir)
     (tmp_path / "busy").mkdir()
@@ -118,7 +121,7 @@ def test_existing_destination_and_disk_full(registry_url: str, engine_dir: Path,
     calls = {"n": 0}
     real = type(r.backend).get_file
 
-    def full(self, path, dest):
+    def full(self: Any, path: str, dest: Path) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(28, "No space left on device")

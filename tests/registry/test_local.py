@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toolchain.registry as registry_pkg
+from tests.conftest import Cli
 from toolchain.errors import RegistryUnavailableError, RegistryURLError
 from toolchain.registry import open_registry
+from toolchain.registry.backends import LocalBackend
 
 K1 = "a" * 64
 
@@ -35,12 +38,15 @@ def test_local_restore_uses_links_not_copies(tmp_path: Path, engine_dir: Path) -
     r = open_registry(str(tmp_path / "reg"))
     m = r.put(K1, engine_dir)
     r.get(K1, tmp_path / "o")
-    assert r.backend.restore_methods <= {"reflink", "hardlink"} and r.backend.restore_methods
+    backend = r.backend
+    assert isinstance(backend, LocalBackend)
+    assert backend.restore_methods <= {"reflink", "hardlink"} and backend.restore_methods
     restored = tmp_path / "o" / "rank0.engine"
-    if r.backend.restore_methods == {"hardlink"}:
+    if backend.restore_methods == {"hardlink"}:
         from toolchain.registry.store import blob_path
 
-        assert os.path.samefile(restored, r.backend.local_path(blob_path(m.files["rank0.engine"].digest)))
+        blob = backend.local_path(blob_path(m.files["rank0.engine"].digest))
+        assert blob is not None and os.path.samefile(restored, blob)
     assert not (restored.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
 
 
@@ -51,7 +57,7 @@ def test_unknown_scheme_and_bad_hf_url() -> None:
         open_registry("hf://just-one-part")
 
 
-def test_unreachable_s3_endpoint_fails_fast(monkeypatch, tmp_path: Path) -> None:
+def test_unreachable_s3_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import time
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
@@ -78,13 +84,13 @@ def test_hf_backend_boundary(tmp_path: Path, engine_dir: Path) -> None:
 
     class FakeApi:
         def __init__(self) -> None:
-            self.commits: list[list] = []
+            self.commits: list[list[Any]] = []
             self.files: dict[str, bytes] = {}
 
-        def file_exists(self, repo, path):
+        def file_exists(self, repo: str, path: str) -> bool:
             return path in self.files
 
-        def create_commit(self, repo, operations, commit_message):
+        def create_commit(self, repo: str, operations: list[Any], commit_message: str) -> None:
             self.commits.append(operations)
             for op in operations:
                 src = op.path_or_fileobj
@@ -98,7 +104,7 @@ def test_hf_backend_boundary(tmp_path: Path, engine_dir: Path) -> None:
     assert paths[-1] == f"manifests/{K1}.json" and len(paths) == 4  # 3 unique blobs, manifest last
 
 
-def test_cache_cli(cli, tmp_path: Path, engine_dir: Path) -> None:
+def test_cache_cli(cli: Cli, tmp_path: Path, engine_dir: Path) -> None:
     reg = str(tmp_path / "reg")
     r = cli("cache", "push", engine_dir, "--key", K1, "--registry", reg)
     assert r.exit_code == 0, r.output

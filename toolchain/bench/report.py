@@ -18,7 +18,7 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
             d = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UserInputError(
-                f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
+                f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --save`"
             ) from e
         if d.get("kind") != "toolchain.bench-result":
             raise UserInputError(f"{p} is not a toolchain bench result")

@@ -71,12 +71,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.add_typer(spec_cmd.app, name="spec")
-app.add_typer(cache_cmd.app, name="cache")
-app.add_typer(triton_cmd.app, name="triton")
-app.add_typer(bench_cmd.app, name="bench")
-for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, deploy_cmd, diagnose_cmd, matrix_cmd):
-    mod.register(app)
+# One registration style: every command module has register(app), for a command or a command group.
+COMMANDS = (
+    spec_cmd,
+    cache_cmd,
+    triton_cmd,
+    bench_cmd,
+    up_cmd,
+    gpus_cmd,
+    plan_cmd,
+    quantize_cmd,
+    build_cmd,
+    serve_cmd,
+    deploy_cmd,
+    diagnose_cmd,
+    matrix_cmd,
+)
+for _module in COMMANDS:
+    _module.register(app)
 
 
 def run() -> None:

@@ -1,4 +1,4 @@
-"""The `trtllm-build` flag table of TensorRT-LLM 1.x (facts §1.2, §1.3: build.py@65f1d15, plugin.py@c20322f).
+"""The `trtllm-build` flag table of TensorRT-LLM 1.x (docs/trtllm-build.md: build.py@65f1d15, plugin.py@c20322f).
 
 Used to check every synthesised argument list, and by the test stand-in for `trtllm-build`, which
 parses with exactly these types and choices (bool plugin flags take a value: ``enable``/``disable``).

@@ -13,6 +13,8 @@ from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.errors import UserInputError
 from toolchain.specs.loader import load_spec
 
+FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
+
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
     "A100-80GB-SXM": "gpu-a100",

@@ -6,7 +6,7 @@ Two ways to get the quantized logits:
   original architecture (weights only). This is the only way on CPU for NVFP4, whose fake-quant
   forward needs CUDA, and it checks the bytes that were actually written.
 
-Packing (facts/modelopt-on-cpu.md §4a): FP8 ``w·s``; INT8 ``w·s[:,None]``; INT4/W4A8 AWQ uint8
+Packing (docs/modelopt.md, "Dequantizing the HF export"): FP8 ``w·s``; INT8 ``w·s[:,None]``; INT4/W4A8 AWQ uint8
 [out/2, in], low nibble row 2i, high nibble row 2i+1, signed, ``q·repeat(s, group)``; NVFP4 uint8
 [out, in/2], low nibble col 2j, E2M1 values, ``q·repeat(s,16)·s2``; then ``·pre_quant_scale`` per column.
 """
@@ -136,7 +136,7 @@ def dequant_model(original_dir: Path, export_dir: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
     state = dequantize_hf_export(export_dir)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if "rotary" not in m]:
@@ -153,7 +153,7 @@ def check_export(original_dir: Path, export_dir: Path) -> Accuracy:
 
     tok = AutoTokenizer.from_pretrained(original_dir)
     batch = held_out_batch(tok)
-    ref = logits_of(AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval(), batch)
+    ref = logits_of(AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval(), batch)  # type: ignore[no-untyped-call]
     q = logits_of(dequant_model(original_dir, export_dir), batch)
     return compare(ref, q, batch, "dequant")
 

@@ -33,6 +33,8 @@ from toolchain.progress import Progress, silent
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
+DEVICES = ("cpu", "cuda")
+GATES = ("auto", "fakequant", "dequant")  # how accuracy is measured: fake-quant forward, dequantized export
 _CFG = {
     "fp8": "FP8_DEFAULT_CFG",
     "int4_awq": "INT4_AWQ_CFG",
@@ -141,6 +143,8 @@ def quantize(
             f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
             "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
         )
+    if gate_method not in GATES:
+        raise UserInputError(f"unknown accuracy gate '{gate_method}'", f"use one of {', '.join(GATES)}")
     cfg = check_checkpoint(model_dir, allow_pickle)
     input_digest = input_digest or directory_digest(model_dir)
     if out.exists():

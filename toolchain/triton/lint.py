@@ -1,8 +1,8 @@
-"""Lint a Triton TensorRT-LLM model repository (ours or hand-written) against its engine and the facts.
+"""Lint a Triton TensorRT-LLM model repository (ours or hand-written) against its engine and the backend's rules.
 
-Every finding names the file, the field and the fix. Rules: facts §4-§5 and §8 (placeholders left
-by fill_template, decoupled streaming, KV reuse / chunked context vs paged context FMHA, batch and
-beam limits vs the engine, logits dtype, world size, ensemble wiring, tokenizer presence).
+Every finding names the file, the field and the fix. Rules: docs/triton-backend.md and docs/trtllm-build.md
+(placeholders left by fill_template, decoupled streaming, KV reuse / chunked context vs paged context FMHA,
+batch and beam limits vs the engine, logits dtype, world size, ensemble wiring, tokenizer presence).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runtime pytorch: the Triton `llmapi` model layout (facts §4.7): config.pbtxt + 1/model.yaml.
+"""Runtime pytorch: the Triton `llmapi` model layout: config.pbtxt + 1/model.yaml (docs/triton-backend.md).
 
 model.yaml = the LLM-API options of the profile + ``model`` + ``triton_config``. The model's Python
 sources (model.py, helpers.py) ship with TensorRT-LLM's release; they are not ours to copy.

@@ -1,4 +1,4 @@
-"""Tensor names, dtypes and dims of the inflight_batcher_llm models (facts §4.2-§4.6).
+"""Tensor names, dtypes and dims of the inflight_batcher_llm models (docs/triton-backend.md).
 
 Each row: (name, data type, dims, optional, allow_ragged_batch). ``LOGITS`` stands for the
 engine's logits dtype (``logits_datatype``), filled at emission.
@@ -168,7 +168,7 @@ ENSEMBLE_OUTPUTS: list[T] = [_row("text_output", "TYPE_STRING", (-1,), False)] +
 BLS_INPUTS: list[T] = [*ENSEMBLE_INPUTS, _row("num_draft_tokens", "TYPE_INT32"), _row("use_draft_logits", "TYPE_BOOL")]
 BLS_OUTPUTS = ENSEMBLE_OUTPUTS
 
-# Ensemble wiring (facts §4.5): model input <- ensemble tensor, model output -> ensemble tensor.
+# Ensemble wiring (docs/triton-backend.md): model input <- ensemble tensor, model output -> ensemble tensor.
 PRE_MAP_IN = {
     "QUERY": "text_input",
     "DECODER_QUERY": "decoder_text_input",

@@ -25,7 +25,9 @@ class TritonPythonModel:
                 for b in range(tokens.shape[0]):
                     for beam in range(tokens.shape[1]):
                         n = int(lengths[b, beam])
-                        texts.append(self.tok.decode(tokens[b, beam, :n].tolist(), skip_special_tokens=self.skip_special))
+                        texts.append(
+                            self.tok.decode(tokens[b, beam, :n].tolist(), skip_special_tokens=self.skip_special)
+                        )
                 out = np.array(texts, dtype=object).reshape(tokens.shape[0], tokens.shape[1])
                 responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", out)]))
             except Exception as e:

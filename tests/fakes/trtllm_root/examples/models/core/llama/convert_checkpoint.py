@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Test stand-in for TensorRT-LLM's examples/models/core/llama/convert_checkpoint.py.
 
-Parses the flags the facts list (§2.4), reads the HF config, and writes a TRT-LLM checkpoint
+Parses the flags docs/trtllm-build.md lists ("Checkpoints"), reads the HF config, and writes a TRT-LLM checkpoint
 layout: config.json (architecture, dtype, mapping with world_size = tp*pp, no quantization) and
 one rank{N}.safetensors-named file per rank.
 """
