@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import cache_home
-from toolchain.errors import TritonRepoError
+from toolchain.digest import cache_home, staged_dir
+from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key, profile_id
-from toolchain.triton.emit import EngineInfo, emit_repository
+from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
 
 
 def tokenizer_dir(cell: Cell) -> Path:
@@ -27,55 +27,139 @@ def tokenizer_dir(cell: Cell) -> Path:
     )
 
 
+def _fetch(engine: str, registry: str | None, identity: dict[str, Any]) -> Path:
+    """A directory argument as is, else a registry key or tag pulled into the local engine cache."""
+    path = Path(engine)
+    if path.is_dir():
+        return path
+    from toolchain.registry import open_registry
+
+    reg = open_registry(registry)
+    k = reg.resolve(engine)
+    path = cache_home() / "engines" / k
+    if not (path / "config.json").is_file() and not (path / "hf" / "config.json").is_file():
+        reg.get(k, path, force=True)
+    identity["engine_key"] = k
+    return path
+
+
 def emit_for_cell(
-    cell: Cell, engine: str, out: Path, *, registry: str | None = None, force: bool = False
+    cell: Cell,
+    engine: str,
+    out: Path,
+    *,
+    registry: str | None = None,
+    force: bool = False,
+    engines_root: str | None = None,
 ) -> dict[str, Any]:
+    """Emit the repository of one cell.
+
+    ``engine``: a registry key or tag, an engine directory, or ``"reference"`` (the CPU reference model).
+    ``engines_root``: None puts the engine (or the LLM-API checkpoint) inside the repository; an absolute
+    path such as ``"/engines"`` makes the configs point at ``<engines_root>/<engine key>`` and copies
+    nothing: the result's ``mounts`` say which local directory must appear at which path where the
+    server runs (an image build copies it there, a pod mounts it).
+    """
     ident = checkpoint_identity(cell.spec)
     key = engine_key(cell, ident) if ident else None
-    identity = {
+    identity: dict[str, Any] = {
         "spec": cell.spec.name,
         "cell": cell.id,
         "engine_key": key,
         "profile_id": profile_id(cell, key) if key else None,
     }
     if cell.spec.runtime == "pytorch":
-        from toolchain.compile.engine import quantized_checkpoint
-        from toolchain.triton.llmapi_repo import llmapi_files
-
-        out = Path(out)
-        if out.exists() and any(out.iterdir()) and not force:
-            from toolchain.errors import OutputExistsError
-
-            raise OutputExistsError(f"{out} is not empty")
-        for rel, text in llmapi_files(cell, quantized_checkpoint(cell) / "hf").items():
-            p = out / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-        (out / "toolchain-repo.json").write_text(json.dumps({**identity, "layout": "llmapi"}, indent=2))
-        return {"repository": str(out), "layout": "llmapi", "reference": False, **identity}
+        return _emit_llmapi(cell, engine, Path(out), identity, registry, force, engines_root)
     tok = tokenizer_dir(cell)
     if engine == "reference":
         info = EngineInfo.predicted(cell)
         src = cell.spec.local_source()
-        if src is None or not (src / "config.json").is_file():
-            raise TritonRepoError(
-                "the CPU reference model needs a local Hugging Face checkpoint",
-                "point model.source at a local directory",
-            )
         repo = emit_repository(
             cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src, force=force
         )
-        return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": True, **identity}
-    path = Path(engine)
-    if not path.is_dir():
-        from toolchain.registry import open_registry
-
-        reg = open_registry(registry)
-        k = reg.resolve(engine)
-        path = cache_home() / "engines" / k
-        if not (path / "config.json").is_file():
-            reg.get(k, path, force=True)
-        identity["engine_key"] = k
+        return _result(repo, "inflight_batcher_llm", True, identity)
+    path = _fetch(engine, registry, identity)
     info = EngineInfo.from_engine_dir(path)
-    repo = emit_repository(cell, info, tok, out, identity=identity, reference=False, force=force)
-    return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": False, **identity}
+    wrong = info.mismatches(cell)
+    if wrong:
+        raise TritonRepoError(
+            f"the engine in {path} was not built for cell {cell.id}: {'; '.join(wrong)}",
+            f"build this cell (`toolchain build SPEC --cell {cell.id}`) or pass the --cell the engine was built for",
+        )
+    repo = emit_repository(
+        cell, info, tok, out, identity=identity, reference=False, force=force, engines_root=engines_root
+    )
+    return _result(repo, "inflight_batcher_llm", False, identity)
+
+
+def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any]) -> dict[str, Any]:
+    meta = json.loads((repo / "toolchain-repo.json").read_text())
+    return {
+        "repository": str(repo),
+        "layout": layout,
+        "reference": reference,
+        **identity,
+        "mounts": meta.get("mounts", []),
+    }
+
+
+def _llmapi_model(cell: Cell, engine: str, registry: str | None, identity: dict[str, Any]) -> Path | str:
+    """What model.yaml's ``model`` names: a local checkpoint directory, or a Hugging Face repo id."""
+    from toolchain.compile.engine import is_unquantized, quantized_checkpoint
+
+    if engine != "reference":
+        path = _fetch(engine, registry, identity)
+        return path / "hf" if (path / "hf" / "config.json").is_file() else path
+    if is_unquantized(cell):
+        local = cell.spec.local_source()
+        if local is not None:
+            return local
+        repo, _rev = cell.spec.model.hf_repo_revision()
+        return repo
+    return quantized_checkpoint(cell) / "hf"
+
+
+def _emit_llmapi(
+    cell: Cell,
+    engine: str,
+    out: Path,
+    identity: dict[str, Any],
+    registry: str | None,
+    force: bool,
+    engines_root: str | None,
+) -> dict[str, Any]:
+    from toolchain.triton.llmapi_repo import MODEL_REL, llmapi_files, model_source
+
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise OutputExistsError(f"{out} is not empty")
+    if engines_root is not None and not engines_root.startswith("/"):
+        raise TritonRepoError(
+            f"engines root {engines_root!r} is not an absolute path",
+            "give the directory the checkpoints are mounted at where the server runs, e.g. --engines-root /engines",
+        )
+    model = _llmapi_model(cell, engine, registry, identity)
+    mounts: list[dict[str, str]] = []
+    if isinstance(model, Path) and not (model / "config.json").is_file():
+        raise TritonRepoError(
+            f"no Hugging Face checkpoint at {model}",
+            "run `toolchain quantize SPEC` (quantized specs) or `toolchain build SPEC --cell ID` first",
+        )
+    if isinstance(model, str):
+        name = model  # a hub id: the LLM API downloads it where it runs
+    elif engines_root is not None:
+        name = f"{engines_root.rstrip('/')}/{identity.get('engine_key') or model.name}"
+        mounts.append({"source": str(model), "target": name, "what": "checkpoint"})
+    else:
+        name = MODEL_REL
+    with staged_dir(out) as tmp:
+        for rel, text in llmapi_files(cell, name).items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(model_source().read_bytes())
+        if isinstance(model, Path) and engines_root is None:
+            copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
+        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": mounts}
+        (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
+    return _result(out, "llmapi", False, identity)
