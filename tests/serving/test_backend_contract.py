@@ -13,7 +13,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.serving.test_emit_lint import _engine_dir
-from toolchain.digest import cache_home
+from toolchain.artifacts.cell import for_cell
+from toolchain.settings import cache_home
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.triton import tensors as T
@@ -53,7 +54,7 @@ def _cfg(repo: Path, model: str = "tensorrt_llm") -> pb.ModelConfig:
 def engine_repo(tiny_spec: Path, tmp_path: Path) -> Path:
     cell = expand(load_spec(tiny_spec))[0]
     eng = _engine_dir(tmp_path / "engine")
-    return Path(emit_for_cell(cell, str(eng), tmp_path / "repo")["repository"])
+    return Path(emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"])
 
 
 def test_reference_data_names_its_source() -> None:
@@ -150,7 +151,7 @@ def test_reference_repository_moves_whole(reference_repo: Path, tmp_path: Path) 
 def test_engines_root_points_at_the_mount_and_lint_names_it(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]
     eng = _engine_dir(tmp_path / "engine")
-    res = emit_for_cell(cell, str(eng), tmp_path / "repo", engines_root="/engines")
+    res = emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo", engines_root="/engines")
     repo = Path(res["repository"])
     path = _cfg(repo).parameters["gpt_model_path"].string_value
     assert re.fullmatch(r"/engines/[^/]+", path)
@@ -159,7 +160,8 @@ def test_engines_root_points_at_the_mount_and_lint_names_it(tiny_spec: Path, tmp
     assert str(eng) not in "\n".join(p.read_text() for p in repo.glob("*/config.pbtxt"))
     findings = lint_repository(repo)
     assert [f for f in findings if f.severity == "error"] == []
-    assert any(f.severity == "warning" and f"provide {eng.resolve()} at {path}" in f.fix for f in findings)
+    assert any(f.severity == "warning" and f"provide the engine at {path}" in f.fix for f in findings)
+    assert str(eng) not in (repo / "toolchain-repo.json").read_text()
 
 
 def test_lint_flags_a_path_that_does_not_exist_where_it_runs(engine_repo: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.serving.conftest import write_tiny_spec
+from toolchain.artifacts.cell import for_cell
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
@@ -137,9 +138,9 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "other.txt").write_text("x")
     with pytest.raises(OutputExistsError):
-        emit_for_cell(cell, "reference", tmp_path / "c")
-    emit_for_cell(cell, "reference", tmp_path / "c", force=True)
-    emit_for_cell(cell, "reference", tmp_path / "c")  # same identity: re-emitting is fine
+        emit_for_cell(for_cell(cell), "reference", tmp_path / "c")
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "c", force=True)
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "c")  # same identity: re-emitting is fine
 
 
 def _engine_dir(d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int = 256, beam: int = 1, **plugin) -> Path:
@@ -170,7 +171,7 @@ def _engine_dir(d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int =
 def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]
     eng = _engine_dir(tmp_path / "engine")
-    repo = Path(emit_for_cell(cell, str(eng), tmp_path / "repo")["repository"])
+    repo = Path(emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"])
     llm = _cfg(repo, "tensorrt_llm")
     assert llm.backend == "tensorrtllm"
     assert llm.parameters["gpt_model_path"].string_value == str(repo / "tensorrt_llm" / "1" / "engine")
@@ -200,7 +201,7 @@ def test_emit_refuses_an_engine_of_another_cell(tiny_spec: Path, tmp_path: Path,
     cell = expand(load_spec(tiny_spec))[0]
     eng = _engine_dir(tmp_path / "engine", **engine)
     with pytest.raises(TritonRepoError, match="was not built for cell") as e:
-        emit_for_cell(cell, str(eng), tmp_path / "repo")
+        emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")
     assert expected in str(e.value)
     assert not (tmp_path / "repo").exists()
 
@@ -221,7 +222,7 @@ def test_pytorch_runtime_unquantized_ships_model_py_and_its_checkpoint(tiny_chec
 
     spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
     cell = expand(load_spec(spec))[0]
-    res = emit_for_cell(cell, "reference", tmp_path / "repo")
+    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
     assert res["layout"] == "llmapi" and res["mounts"] == []
     repo = tmp_path / "repo"
     cfg = _cfg(repo, "tensorrt_llm")
@@ -241,7 +242,7 @@ def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoin
 
     spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
     cell = expand(load_spec(spec))[0]
-    res = emit_for_cell(cell, "reference", tmp_path / "repo", engines_root="/engines")
+    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo", engines_root="/engines")
     my = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert my["model"].startswith("/engines/")
     assert res["mounts"] == [{"source": str(tiny_checkpoint), "target": my["model"], "what": "checkpoint"}]
@@ -251,7 +252,7 @@ def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoin
     # a quantized spec whose checkpoint was never made: refused, instead of a model.yaml naming nothing
     quantized = _pytorch_spec(tmp_path, tiny_checkpoint)
     with pytest.raises(TritonRepoError, match="no Hugging Face checkpoint"):
-        emit_for_cell(expand(load_spec(quantized))[0], "reference", tmp_path / "repo2")
+        emit_for_cell(for_cell(expand(load_spec(quantized))[0]), "reference", tmp_path / "repo2")
 
 
 def test_cli_lint_exit_codes(cli, reference_repo, tmp_path) -> None:

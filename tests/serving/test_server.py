@@ -117,13 +117,14 @@ def test_non_decoupled_repository_moved_elsewhere_lints_clean_and_serves(
     """serving: {streaming: false, decoupled: false} (NVIDIA's templates allow it), emitted in one place and
     served from another: relative tokenizer and reference-model paths, no path of the first place."""
     from tests.serving.conftest import write_tiny_spec
+    from toolchain.artifacts.cell import for_cell
     from toolchain.specs.loader import load_spec
     from toolchain.specs.matrix import expand
     from toolchain.triton.deploy import emit_for_cell
     from toolchain.triton.lint import lint_repository
 
     spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint, streaming=False, decoupled=False)
-    emit_for_cell(expand(load_spec(spec))[0], "reference", tmp_path / "a" / "repo")
+    emit_for_cell(for_cell(expand(load_spec(spec))[0]), "reference", tmp_path / "a" / "repo")
     repo = tmp_path / "b" / "repo"
     shutil.move(tmp_path / "a", tmp_path / "b")
     assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []

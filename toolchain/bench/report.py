@@ -33,6 +33,8 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s = run["summary"]
 
             def p(metric: str, q: str, s: dict[str, Any] = s) -> float | None:
+                if metric == "icl_ms" and "icl_ms" not in s:
+                    metric = "itl_ms"  # schema-1 results called the chunk gaps itl_ms
                 return (s.get(metric) or {}).get(q)
 
             rows.append(
@@ -43,12 +45,10 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "req_s": s["request_throughput_rps"],
                     "tok_s": s["output_token_throughput_tps"],
                     "goodput": s["goodput_rps"],
-                    "ttft_p50": p("ttft_ms", "p50"),
-                    "ttft_p99": p("ttft_ms", "p99"),
-                    "tpot_p50": p("tpot_ms", "p50"),
-                    "tpot_p99": p("tpot_ms", "p99"),
-                    "itl_p50": p("itl_ms", "p50"),
-                    "itl_p99": p("itl_ms", "p99"),
+                    "cancelled": s.get("cancelled", 0),
+                    **{f"{m}_p{q}": p(f"{m}_ms", f"p{q}") for m in ("ttft", "tpot") for q in (50, 90, 95, 99)},
+                    "icl_p50": p("icl_ms", "p50"),
+                    "icl_p99": p("icl_ms", "p99"),
                     "tokens": ",".join(s["token_source"]),
                 }
             )
@@ -67,11 +67,15 @@ COLUMNS = (
     "tok/s",
     "goodput",
     "TTFT p50",
+    "TTFT p90",
+    "TTFT p95",
     "TTFT p99",
     "TPOT p50",
+    "TPOT p90",
+    "TPOT p95",
     "TPOT p99",
-    "ITL p50",
-    "ITL p99",
+    "ICL p50",
+    "ICL p99",
     "tokens",
 )
 
@@ -85,12 +89,9 @@ def row_cells(r: dict[str, Any]) -> list[str]:
         f"{r['req_s']:.2f}",
         f"{r['tok_s']:.1f}",
         f"{r['goodput']:.2f}",
-        _f(r["ttft_p50"]),
-        _f(r["ttft_p99"]),
-        _f(r["tpot_p50"]),
-        _f(r["tpot_p99"]),
-        _f(r["itl_p50"]),
-        _f(r["itl_p99"]),
+        *(_f(r[f"{m}_p{q}"]) for m in ("ttft", "tpot") for q in (50, 90, 95, 99)),
+        _f(r["icl_p50"]),
+        _f(r["icl_p99"]),
         r["tokens"],
     ]
 

@@ -70,12 +70,12 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     """
     from rich.table import Table
 
+    from toolchain.artifacts.cell import for_cells
     from toolchain.cli.render import out, print_json
     from toolchain.specs.loader import load_spec
-    from toolchain.specs.matrix import identities
 
     s = load_spec(spec)
-    ids = identities(s)
+    ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
         return

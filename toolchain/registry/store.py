@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file, staged_dir
+from toolchain.artifacts.layout import cache
+from toolchain.digest import StatCache, fastest_algo, hash_file, staged_dir
 from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
@@ -54,8 +55,9 @@ class Registry:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.url = backend.url
-        self._verified = StatCache(cache_home() / "verified-blobs.json", "blake3")
-        self._src_cache = StatCache(cache_home() / "statcache-blake3.json", "blake3")
+        layout = cache()
+        self._verified = StatCache(layout.verified_blobs, "blake3")
+        self._src_cache = StatCache(layout.statcache_blake3, "blake3")
 
     # --- lookup -------------------------------------------------------------------------------
 

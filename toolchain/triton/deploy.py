@@ -6,25 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import cache_home, staged_dir
+from toolchain.artifacts.cell import CellArtifacts
+from toolchain.artifacts.layout import cache
+from toolchain.digest import staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
-from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key, profile_id
 from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
-
-
-def tokenizer_dir(cell: Cell) -> Path:
-    from toolchain.compile.engine import quantized_checkpoint
-
-    q = quantized_checkpoint(cell) / "trtllm"
-    if (q / "tokenizer.json").is_file():
-        return q
-    local = cell.spec.local_source()
-    if local is not None and (local / "tokenizer.json").is_file():
-        return local
-    raise TritonRepoError(
-        f"no tokenizer for cell {cell.id} (looked in {q} and the model source)",
-        "run `toolchain quantize SPEC`, or point model.source at a checkpoint with tokenizer files",
-    )
 
 
 def _fetch(engine: str, registry: str | None, identity: dict[str, Any]) -> Path:
@@ -36,7 +22,7 @@ def _fetch(engine: str, registry: str | None, identity: dict[str, Any]) -> Path:
 
     reg = open_registry(registry)
     k = reg.resolve(engine)
-    path = cache_home() / "engines" / k
+    path = cache().engine(k)
     if not (path / "config.json").is_file() and not (path / "hf" / "config.json").is_file():
         reg.get(k, path, force=True)
     identity["engine_key"] = k
@@ -44,7 +30,7 @@ def _fetch(engine: str, registry: str | None, identity: dict[str, Any]) -> Path:
 
 
 def emit_for_cell(
-    cell: Cell,
+    art: CellArtifacts,
     engine: str,
     out: Path,
     *,
@@ -60,17 +46,11 @@ def emit_for_cell(
     nothing: the result's ``mounts`` say which local directory must appear at which path where the
     server runs (an image build copies it there, a pod mounts it).
     """
-    ident = checkpoint_identity(cell.spec)
-    key = engine_key(cell, ident) if ident else None
-    identity: dict[str, Any] = {
-        "spec": cell.spec.name,
-        "cell": cell.id,
-        "engine_key": key,
-        "profile_id": profile_id(cell, key) if key else None,
-    }
+    cell = art.cell
+    identity = art.identity()
     if cell.spec.runtime == "pytorch":
-        return _emit_llmapi(cell, engine, Path(out), identity, registry, force, engines_root)
-    tok = tokenizer_dir(cell)
+        return _emit_llmapi(art, engine, Path(out), identity, registry, force, engines_root)
+    tok = art.tokenizer_dir()
     if engine == "reference":
         info = EngineInfo.predicted(cell)
         src = cell.spec.local_source()
@@ -89,38 +69,40 @@ def emit_for_cell(
     repo = emit_repository(
         cell, info, tok, out, identity=identity, reference=False, force=force, engines_root=engines_root
     )
-    return _result(repo, "inflight_batcher_llm", False, identity)
+    return _result(repo, "inflight_batcher_llm", False, identity, str(path.resolve()))
 
 
-def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any]) -> dict[str, Any]:
+def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """The emit result; ``mounts`` adds the local ``source`` the repository (which names no host path) leaves out."""
     meta = json.loads((repo / "toolchain-repo.json").read_text())
     return {
         "repository": str(repo),
         "layout": layout,
         "reference": reference,
         **identity,
-        "mounts": meta.get("mounts", []),
+        "mounts": [{"source": source, **m} for m in meta.get("mounts", [])],
     }
 
 
-def _llmapi_model(cell: Cell, engine: str, registry: str | None, identity: dict[str, Any]) -> Path | str:
+def _llmapi_model(art: CellArtifacts, engine: str, registry: str | None, identity: dict[str, Any]) -> Path | str:
     """What model.yaml's ``model`` names: a local checkpoint directory, or a Hugging Face repo id."""
-    from toolchain.compile.engine import is_unquantized, quantized_checkpoint
+    from toolchain.artifacts.recipe import is_unquantized
 
+    cell = art.cell
     if engine != "reference":
         path = _fetch(engine, registry, identity)
         return path / "hf" if (path / "hf" / "config.json").is_file() else path
-    if is_unquantized(cell):
+    if is_unquantized(cell.spec):
         local = cell.spec.local_source()
         if local is not None:
             return local
         repo, _rev = cell.spec.model.hf_repo_revision()
         return repo
-    return quantized_checkpoint(cell) / "hf"
+    return art.quantized_dir / "hf"
 
 
 def _emit_llmapi(
-    cell: Cell,
+    art: CellArtifacts,
     engine: str,
     out: Path,
     identity: dict[str, Any],
@@ -138,7 +120,8 @@ def _emit_llmapi(
             f"engines root {engines_root!r} is not an absolute path",
             "give the directory the checkpoints are mounted at where the server runs, e.g. --engines-root /engines",
         )
-    model = _llmapi_model(cell, engine, registry, identity)
+    cell = art.cell
+    model = _llmapi_model(art, engine, registry, identity)
     mounts: list[dict[str, str]] = []
     if isinstance(model, Path) and not (model / "config.json").is_file():
         raise TritonRepoError(
@@ -160,6 +143,7 @@ def _emit_llmapi(
         (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(model_source().read_bytes())
         if isinstance(model, Path) and engines_root is None:
             copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
-        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": mounts}
+        inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
+        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside}
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
-    return _result(out, "llmapi", False, identity)
+    return _result(out, "llmapi", False, identity, str(model) if mounts else "")

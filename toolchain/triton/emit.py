@@ -190,7 +190,14 @@ def _cpu_group(pb: Any, count: int) -> Any:
     return pb.ModelInstanceGroup(count=count, kind=pb.ModelInstanceGroup.KIND_CPU)
 
 
-def build_configs(cell: Cell, engine: EngineInfo, *, reference: bool, gpt_model_path: str = "") -> dict[str, Any]:
+def build_configs(
+    cell: Cell,
+    engine: EngineInfo,
+    *,
+    reference: bool,
+    gpt_model_path: str = "",
+    reference_model_path: str = REFERENCE_MODEL_REL,
+) -> dict[str, Any]:
     """The five ModelConfig messages, by model name. Paths: the tokenizer (and the reference model) are
     relative to each model's directory; ``gpt_model_path`` is where the C++ backend will find the engine."""
     pb = _pb()
@@ -240,7 +247,7 @@ def build_configs(cell: Cell, engine: EngineInfo, *, reference: bool, gpt_model_
         p.update(
             {
                 "toolchain_reference": REFERENCE_NOTE,
-                "hf_model_dir": REFERENCE_MODEL_REL,
+                "hf_model_dir": reference_model_path,
                 "tokens_per_block": engine.tokens_per_block,
             }
         )
@@ -352,7 +359,8 @@ def emit_repository(
             "rebuild with `trtllm-build --use_paged_context_fmha enable` "
             "or disable serving.enable_prefix_caching/enable_chunked_prefill",
         )
-    if reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
+    local_reference = reference and engines_root is None
+    if local_reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
         raise TritonRepoError(
             "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
         )
@@ -362,14 +370,20 @@ def emit_repository(
         if not same and not force and any(out.iterdir()):
             raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
     mounts: list[dict[str, str]] = []
+    reference_path = REFERENCE_MODEL_REL
     if reference:
         gpt_path = ""
+        if engines_root is not None:
+            reference_path = engine_target(engines_root, identity, engine)
+            mounts.append({"source": str(reference_model_dir or ""), "target": reference_path, "what": "checkpoint"})
     elif engines_root is not None:
         gpt_path = engine_target(engines_root, identity, engine)
         mounts.append({"source": str(engine.engine_dir), "target": gpt_path, "what": "engine"})
     else:
         gpt_path = str(out / ENGINE_REL)
-    configs = build_configs(cell, engine, reference=reference, gpt_model_path=gpt_path)
+    configs = build_configs(
+        cell, engine, reference=reference, gpt_model_path=gpt_path, reference_model_path=reference_path
+    )
     sources = model_sources()
     with staged_dir(out) as tmp:
         for name, cfg in configs.items():
@@ -380,11 +394,12 @@ def emit_repository(
             shutil.copyfile(sources / name / "1" / "model.py", tmp / name / "1" / "model.py")
         copy_tokenizer(tokenizer_dir, tmp / TOKENIZER_HOME)
         if reference:
-            assert reference_model_dir is not None
             shutil.copyfile(
                 sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
             )
-            copy_tree(reference_model_dir, tmp / "tensorrt_llm" / REFERENCE_MODEL_REL)
+            if local_reference:
+                assert reference_model_dir is not None
+                copy_tree(reference_model_dir, tmp / "tensorrt_llm" / REFERENCE_MODEL_REL)
         elif engines_root is None:
             assert engine.engine_dir is not None
             copy_tree(Path(engine.engine_dir), tmp / ENGINE_REL)
@@ -399,7 +414,7 @@ def emit_repository(
                 "source": f"{gpt_path}/config.json" if gpt_path else engine.source,
             },
             "engines_root": engines_root,
-            "mounts": mounts,
+            "mounts": [{k: v for k, v in m.items() if k != "source"} for m in mounts],  # no host path inside
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))

@@ -89,7 +89,7 @@ def _path_finding(
         return None
     root = meta.get("engines_root")
     if root and value.startswith(root.rstrip("/") + "/"):
-        src = next((m["source"] for m in meta.get("mounts", []) if m.get("target") == value), "the artifact")
+        src = next((f"the {m['what']}" for m in meta.get("mounts", []) if m.get("target") == value), "the artifact")
         return Finding(
             file,
             field,
