@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from toolchain.errors import CompatibilityError
+from toolchain.errors import CheckpointError, CompatibilityError
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.speculative import LLMAPI_DECODING_TYPE
@@ -134,3 +134,26 @@ def _local_or_repo(spec: EngineSpec, source: str) -> str:
         return source.removeprefix("hf://").split("@", 1)[0]
     p = Path(source).expanduser()
     return str(p if p.is_absolute() else (spec.base_dir / p).resolve())
+
+
+def heads_architecture(cell: Cell) -> str | None:
+    """The architecture a Medusa/EAGLE converted checkpoint records (None for other specs)."""
+    sd = cell.spec.speculative
+    return HEAD_ARCHITECTURES.get(sd.mode) if sd is not None else None
+
+
+def heads_dir(cell: Cell) -> Path | None:
+    """The local Medusa/EAGLE heads checkpoint of a heads spec (None for other specs)."""
+    sd = cell.spec.speculative
+    if sd is None or sd.heads is None or sd.mode not in HEAD_CONVERTERS:
+        return None
+    if sd.heads.source.startswith("hf://"):
+        from toolchain.artifacts.source import source_dir
+        from toolchain.specs.models import ModelSource
+
+        return source_dir(cell.spec.model_copy(update={"model": ModelSource(source=sd.heads.source)}))
+    p = Path(sd.heads.source).expanduser()
+    p = p if p.is_absolute() else (cell.spec.base_dir / p).resolve()
+    if not p.is_dir():
+        raise CheckpointError(f"{sd.mode} heads checkpoint {p} is not a directory", "fix speculative.heads.source")
+    return p

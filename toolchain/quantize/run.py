@@ -19,7 +19,6 @@ import os
 import resource
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from toolchain.artifacts.keys import directory_digest
 from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import canonical_json, hash_file, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.progress import Progress, silent
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -166,7 +166,7 @@ def quantize(
     gate_method: str = "auto",
     reuse: bool = False,
     input_digest: str | None = None,
-    progress: Callable[[str], None] = lambda s: None,
+    progress: Progress = silent,
 ) -> QuantizeResult:
     """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
 
@@ -199,6 +199,7 @@ def quantize(
     elif device != "cpu":
         raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
 
+    progress("importing torch, transformers and ModelOpt")
     torch = require("torch", "quantize")
     transformers = require("transformers", "quantize")
     mtq = require("modelopt.torch.quantization", "quantize")
@@ -233,8 +234,9 @@ def quantize(
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for b in batches:
+            for i, b in enumerate(batches):
                 m(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device))
+                progress("calibration", i + 1, len(batches), unit="batch")
 
     eval_batch = acc_mod.held_out_batch(tok)
     ref_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})

@@ -13,7 +13,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,10 @@ FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 
 class Backend:
     url: str
+    # Transfer progress: called with a byte count as data moves. Backends that stream (S3) call it while a
+    # file moves; for the others the registry counts whole files.
+    meter: Callable[[int], None] | None = None
+    streams_bytes = False
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
@@ -60,8 +64,10 @@ class Backend:
     def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
         """Blobs first (in parallel), the manifest last: the entry appears only when complete."""
         with ThreadPoolExecutor(max_workers=8) as pool:
-            for f in [pool.submit(self.put_file, p, src, d) for p, src, d in blobs]:
+            for f, src in [(pool.submit(self.put_file, p, src, d), src) for p, src, d in blobs]:
                 f.result()
+                if self.meter is not None and not self.streams_bytes:
+                    self.meter(src.stat().st_size)
         self.write_bytes(manifest_path, manifest)
 
 
@@ -222,13 +228,19 @@ class S3Backend(Backend):
     def write_bytes(self, path: str, data: bytes) -> None:
         self._call(self.s3.put_object, Bucket=self.bucket, Key=self._k(path), Body=data)
 
+    streams_bytes = True
+
     def put_file(self, path: str, src: Path, digest: str) -> None:
         if self.exists(path):
+            if self.meter is not None:
+                self.meter(src.stat().st_size)
             return
-        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer)
+        extra = {"Callback": self.meter} if self.meter is not None else {}
+        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer, **extra)
 
     def get_file(self, path: str, dest: Path) -> None:
-        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer)
+        extra = {"Callback": self.meter} if self.meter is not None else {}
+        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer, **extra)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         pag = self.s3.get_paginator("list_objects_v2")

@@ -6,7 +6,9 @@ import contextlib
 import os
 import stat
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +22,7 @@ from toolchain.errors import (
     ManifestError,
     UserInputError,
 )
+from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
@@ -58,6 +61,25 @@ class Registry:
         layout = cache()
         self._verified = StatCache(layout.verified_blobs, "blake3")
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
+        self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
+
+    @contextlib.contextmanager
+    def _metered(self, stage: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Count bytes moved (from any thread) and report them; the backend meters while the block runs."""
+        lock = threading.Lock()
+        done = [0]
+
+        def add(n: int) -> None:
+            with lock:
+                done[0] += n
+                self.progress(stage, done[0], total, unit="B")
+
+        self.progress(stage, 0, total, unit="B")
+        self.backend.meter = add
+        try:
+            yield add
+        finally:
+            self.backend.meter = None
 
     # --- lookup -------------------------------------------------------------------------------
 
@@ -162,7 +184,8 @@ class Registry:
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         unique = list({b[0]: b for b in blobs}.values())
-        self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
+        with self._metered(f"push {key[:12]}", sum(p.stat().st_size for _, p, _ in unique)):
+            self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
         return m
 
     # --- get ----------------------------------------------------------------------------------
@@ -183,7 +206,10 @@ class Registry:
                 dest.rmdir()
             else:
                 raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
-        with staged_dir(dest) as tmp:
+        with (
+            staged_dir(dest) as tmp,
+            self._metered(f"pull {m.key[:12]}", sum(f.size for f in m.files.values())) as moved,
+        ):
             for rel, f in m.files.items():
                 target = (tmp / rel).resolve()
                 if tmp.resolve() not in target.parents:
@@ -208,6 +234,8 @@ class Registry:
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if f.executable and local is None:
                     target.chmod(0o755)
+                if local is not None or not self.backend.streams_bytes:
+                    moved(f.size)
             self._verified.save()
         return m
 
