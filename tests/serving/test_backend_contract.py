@@ -18,8 +18,8 @@ from toolchain.settings import cache_home
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.triton import tensors as T
-from toolchain.triton.deploy import emit_for_cell
 from toolchain.triton.lint import lint_repository
+from toolchain.triton.repository import emit_for_cell
 
 REF = Path(__file__).resolve().parents[1] / "reference"
 REQUIRED = json.loads((REF / "tensorrtllm_backend_required_parameters.json").read_text())

@@ -120,8 +120,8 @@ def test_non_decoupled_repository_moved_elsewhere_lints_clean_and_serves(
     from toolchain.artifacts.cell import for_cell
     from toolchain.specs.loader import load_spec
     from toolchain.specs.matrix import expand
-    from toolchain.triton.deploy import emit_for_cell
     from toolchain.triton.lint import lint_repository
+    from toolchain.triton.repository import emit_for_cell
 
     spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint, streaming=False, decoupled=False)
     emit_for_cell(for_cell(expand(load_spec(spec))[0]), "reference", tmp_path / "a" / "repo")

@@ -1,4 +1,5 @@
-"""Resolve what a cell's repository serves (registry engine, engine dir or the CPU reference) and emit it."""
+"""Emit a cell's Triton repository for an engine directory (or LLM-API checkpoint), or for the CPU
+reference model. Fetching from a registry happens before, in ``toolchain.pipeline.emit``."""
 
 from __future__ import annotations
 
@@ -7,26 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.artifacts.layout import cache
 from toolchain.digest import staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
-
-
-def _fetch(engine: str, registry: str | None, identity: dict[str, Any]) -> Path:
-    """A directory argument as is, else a registry key or tag pulled into the local engine cache."""
-    path = Path(engine)
-    if path.is_dir():
-        return path
-    from toolchain.registry import open_registry
-
-    reg = open_registry(registry)
-    k = reg.resolve(engine)
-    path = cache().engine(k)
-    if not (path / "config.json").is_file() and not (path / "hf" / "config.json").is_file():
-        reg.get(k, path, force=True)
-    identity["engine_key"] = k
-    return path
 
 
 def emit_for_cell(
@@ -34,13 +18,16 @@ def emit_for_cell(
     engine: str,
     out: Path,
     *,
-    registry: str | None = None,
+    engine_key: str | None = None,
     force: bool = False,
     engines_root: str | None = None,
 ) -> dict[str, Any]:
     """Emit the repository of one cell.
 
-    ``engine``: a registry key or tag, an engine directory, or ``"reference"`` (the CPU reference model).
+    ``engine``: an engine directory (runtime pytorch: the LLM-API artifact or a Hugging Face checkpoint
+    directory), or ``"reference"`` (the CPU reference model; for pytorch: the spec's own checkpoint).
+    ``engine_key`` names the engine when it is known (fetched from a registry) and differs from the key
+    the cell's spec gives.
     ``engines_root``: None puts the engine (or the LLM-API checkpoint) inside the repository; an absolute
     path such as ``"/engines"`` makes the configs point at ``<engines_root>/<engine key>`` and copies
     nothing: the result's ``mounts`` say which local directory must appear at which path where the
@@ -48,8 +35,10 @@ def emit_for_cell(
     """
     cell = art.cell
     identity = art.identity()
+    if engine_key is not None:
+        identity["engine_key"] = engine_key
     if cell.spec.runtime == "pytorch":
-        return _emit_llmapi(art, engine, Path(out), identity, registry, force, engines_root)
+        return _emit_llmapi(art, engine, Path(out), identity, force, engines_root)
     tok = art.tokenizer_dir()
     if engine == "reference":
         info = EngineInfo.predicted(cell)
@@ -58,7 +47,9 @@ def emit_for_cell(
             cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src, force=force
         )
         return _result(repo, "inflight_batcher_llm", True, identity)
-    path = _fetch(engine, registry, identity)
+    path = Path(engine)
+    if not path.is_dir():
+        raise TritonRepoError(f"engine {engine} is not a directory", "give an engine directory or a registry key")
     info = EngineInfo.from_engine_dir(path)
     wrong = info.mismatches(cell)
     if wrong:
@@ -84,13 +75,13 @@ def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any], 
     }
 
 
-def _llmapi_model(art: CellArtifacts, engine: str, registry: str | None, identity: dict[str, Any]) -> Path | str:
+def _llmapi_model(art: CellArtifacts, engine: str) -> Path | str:
     """What model.yaml's ``model`` names: a local checkpoint directory, or a Hugging Face repo id."""
     from toolchain.artifacts.recipe import is_unquantized
 
     cell = art.cell
     if engine != "reference":
-        path = _fetch(engine, registry, identity)
+        path = Path(engine)
         return path / "hf" if (path / "hf" / "config.json").is_file() else path
     if is_unquantized(cell.spec):
         local = cell.spec.local_source()
@@ -106,7 +97,6 @@ def _emit_llmapi(
     engine: str,
     out: Path,
     identity: dict[str, Any],
-    registry: str | None,
     force: bool,
     engines_root: str | None,
 ) -> dict[str, Any]:
@@ -121,7 +111,7 @@ def _emit_llmapi(
             "give the directory the checkpoints are mounted at where the server runs, e.g. --engines-root /engines",
         )
     cell = art.cell
-    model = _llmapi_model(art, engine, registry, identity)
+    model = _llmapi_model(art, engine)
     mounts: list[dict[str, str]] = []
     if isinstance(model, Path) and not (model / "config.json").is_file():
         raise TritonRepoError(
