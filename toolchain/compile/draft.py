@@ -5,9 +5,9 @@ the registry; the target's provenance names its draft's key, and each says which
 from __future__ import annotations
 
 from toolchain.artifacts.cell import CellArtifacts, for_cell
+from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.engine import CellBuild, build_cell, plan_cell_build
 from toolchain.progress import Progress, silent
-from toolchain.registry.store import Registry
 from toolchain.specs.speculative import draft_cell
 
 
@@ -21,7 +21,7 @@ def draft_artifacts(art: CellArtifacts) -> CellArtifacts | None:
 
 def builds_for(
     art: CellArtifacts,
-    registry: Registry,
+    registry: ArtifactStore,
     *,
     dry_run: bool = False,
     force: bool = False,

@@ -25,7 +25,7 @@ from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.source import source_dir
-from toolchain.compile.llmapi import llmapi_options
+from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
 from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
 from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
@@ -39,7 +39,7 @@ from toolchain.errors import (
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
-from toolchain.registry.store import Registry
+from toolchain.specs.llmapi import llmapi_options
 from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
@@ -73,8 +73,8 @@ class CellBuild:
 
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
+    from toolchain.artifacts.quantized import QUANT_ALGO
     from toolchain.compile.synth import CONVERTERS
-    from toolchain.quantize.run import QUANT_ALGO
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
@@ -171,7 +171,7 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
         )
 
 
-def plan_cell_build(art: CellArtifacts, registry: Registry, *, force: bool = False) -> CellBuild:
+def plan_cell_build(art: CellArtifacts, registry: ArtifactStore, *, force: bool = False) -> CellBuild:
     cell = art.cell
     require_compatible(cell.spec, [cell])
     key = engine_key_of(art)
@@ -199,7 +199,7 @@ def engine_key_of(art: CellArtifacts) -> str:
 
 def build_cell(
     art: CellArtifacts,
-    registry: Registry,
+    registry: ArtifactStore,
     *,
     force: bool = False,
     log_dir: Path | None = None,
@@ -210,7 +210,7 @@ def build_cell(
     plan = plan_cell_build(art, registry, force=force)
     if plan.status == "cached":
         return plan
-    from toolchain.quantize.run import verify_output
+    from toolchain.artifacts.quantized import verify_output
 
     cell = art.cell
     ckpt_root = plan.checkpoint
@@ -363,7 +363,7 @@ def _convert(
     return work / "ckpt"
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry, hf: Path) -> CellBuild:
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:

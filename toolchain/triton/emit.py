@@ -67,7 +67,7 @@ class EngineInfo:
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
-        from toolchain.compile.synth import resolve
+        from toolchain.specs.resolve import resolve
 
         r = resolve(cell)
         return cls(

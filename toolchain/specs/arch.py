@@ -1,4 +1,7 @@
-"""Model architecture facts from a Hugging Face ``config.json`` (or an offline catalog)."""
+"""The architecture of the model a spec names, from its Hugging Face ``config.json`` (or an offline catalog).
+
+Shared by the compatibility rules (TP must divide the heads) and the planner (memory and speed arithmetic).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import ModelConfigError
+from toolchain.specs.models import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ def arch_from_catalog(name: str) -> ModelArch:
         ) from None
 
 
-def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
+def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     """The architecture of a spec's model: local config.json, the offline catalog, or the Hub."""
     local = spec.local_source()
     if local is not None and (local / "config.json").is_file():
@@ -268,5 +272,5 @@ def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
         raise ModelConfigError(
             f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})",
             f"set model.architecture to one of {', '.join(CATALOG)} to plan offline",
-        ) from None
+        ) from e
     return arch_from_config(json.loads(Path(path).read_text()), name=repo, where=f"{repo}/config.json")
