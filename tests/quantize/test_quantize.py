@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.artifacts.quantized import QUANT_ALGO, verify_output
 from toolchain.artifacts.recipe import Recipe
 from toolchain.errors import (
     AccuracyGateError,
@@ -16,7 +17,7 @@ from toolchain.errors import (
     OutputExistsError,
     UserInputError,
 )
-from toolchain.quantize.run import QUANT_ALGO, quantize, verify_output
+from toolchain.quantize.run import quantize
 
 pytestmark = pytest.mark.slow
 FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}

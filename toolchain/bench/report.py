@@ -29,7 +29,7 @@ def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dic
         except (OSError, json.JSONDecodeError) as e:
             raise UserInputError(
                 f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
-            ) from None
+            ) from e
         if not isinstance(d, dict) or d.get("kind") != "toolchain.bench-result":
             raise UserInputError(
                 f"{p} is not a toolchain bench result", "pass files written by `toolchain bench --out`"

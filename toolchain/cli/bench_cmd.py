@@ -101,8 +101,8 @@ def bench(
     )
     result = run_bench(cfg, progress=Stages(quiet=json_out))
     if c is not None:
-        from toolchain.planning.arch import arch_for_spec
         from toolchain.planning.plan import plan_cell
+        from toolchain.specs.arch import arch_for_spec
 
         result["planner"] = {
             "tpot_floor_b1_ms": plan_cell(c, arch_for_spec(c.spec)).tpot_floor_b1_ms,

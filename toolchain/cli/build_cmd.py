@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
 
         from toolchain.artifacts.cell import for_cells
         from toolchain.cli.render import Stages, err, out, print_json
-        from toolchain.compile.engine import build_cell, plan_cell_build
+        from toolchain.compile.draft import builds_for
         from toolchain.errors import NeedsGPUError, UserInputError
         from toolchain.registry import open_registry
         from toolchain.specs.loader import load_spec
@@ -46,27 +46,25 @@ def register(app: typer.Typer) -> None:
         stopped: NeedsGPUError | None = None
         stages = Stages()
         for art in for_cells(s, cells):
-            c = art.cell
-            try:
-                r = (
-                    plan_cell_build(art, reg, force=force)
-                    if dry_run
-                    else build_cell(art, reg, force=force, timeout=timeout, progress=stages)
-                )
+            try:  # draft-target: the draft engine first, then the cell's (compile.draft)
+                rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages)
             except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
                 if not json_out:
                     raise
-                r = plan_cell_build(art, reg, force=force)
-                results.append(r.to_json() | {"status": "needs-gpu", "error": e.message, "hint": e.hint})
+                rs = builds_for(art, reg, dry_run=True, force=force)
+                results += [r.to_json() | {"status": "needs-gpu", "error": e.message, "hint": e.hint} for r in rs]
                 stopped = e
                 break
-            results.append(r.to_json())
-            if not json_out:  # the plan and the outcome are data: stdout; notes are narration
-                out.print(f"{r.status:9} {c.id}  key {r.key}", highlight=False, markup=False)
-                if dry_run and r.command:
-                    out.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
-                for n in r.notes:
-                    err.print(f"          note: {n}", highlight=False, markup=False)
+            for r in rs:
+                c = r.cell
+                results.append(r.to_json())
+                if not json_out:  # the plan and the outcome are data: stdout; notes are narration
+                    role = " (draft)" if c.spec.name != s.name else ""
+                    out.print(f"{r.status:9} {c.id}{role}  key {r.key}", highlight=False, markup=False)
+                    if dry_run and r.command:
+                        out.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
+                    for n in r.notes:
+                        err.print(f"          note: {n}", highlight=False, markup=False)
         if json_out:
             print_json({"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": results})
         if stopped is not None:

@@ -25,8 +25,9 @@ from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.source import source_dir
-from toolchain.compile.llmapi import llmapi_options
+from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
+from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
 from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
 from toolchain.digest import hash_file
 from toolchain.errors import (
@@ -38,7 +39,7 @@ from toolchain.errors import (
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
-from toolchain.registry.store import Registry
+from toolchain.specs.llmapi import llmapi_options
 from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
@@ -59,6 +60,7 @@ class CellBuild:
     def to_json(self) -> dict[str, Any]:
         return {
             "cell": self.cell.id,
+            "spec": self.cell.spec.name,
             "engine_key": self.key,
             "status": self.status,
             "command": shlex.join(self.command) if self.command else None,
@@ -71,8 +73,8 @@ class CellBuild:
 
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
+    from toolchain.artifacts.quantized import QUANT_ALGO
     from toolchain.compile.synth import CONVERTERS
-    from toolchain.quantize.run import QUANT_ALGO
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
@@ -84,7 +86,7 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     q = cell.spec.quantization
     arch = cfg.get("architecture")
     problems = []
-    if arch not in CONVERTERS:
+    if arch not in CONVERTERS and arch != heads_architecture(cell):
         problems.append(f"architecture {arch!r} is not one this toolchain builds")
     if cfg.get("dtype") != cell.spec.model.dtype:
         problems.append(f"dtype {cfg.get('dtype')!r} != spec model.dtype {cell.spec.model.dtype!r}")
@@ -169,7 +171,7 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
         )
 
 
-def plan_cell_build(art: CellArtifacts, registry: Registry, *, force: bool = False) -> CellBuild:
+def plan_cell_build(art: CellArtifacts, registry: ArtifactStore, *, force: bool = False) -> CellBuild:
     cell = art.cell
     require_compatible(cell.spec, [cell])
     key = engine_key_of(art)
@@ -197,17 +199,18 @@ def engine_key_of(art: CellArtifacts) -> str:
 
 def build_cell(
     art: CellArtifacts,
-    registry: Registry,
+    registry: ArtifactStore,
     *,
     force: bool = False,
     log_dir: Path | None = None,
     timeout: float | None = None,
+    provenance_extra: dict[str, Any] | None = None,
     progress: Progress = silent,
 ) -> CellBuild:
     plan = plan_cell_build(art, registry, force=force)
     if plan.status == "cached":
         return plan
-    from toolchain.quantize.run import verify_output
+    from toolchain.artifacts.quantized import verify_output
 
     cell = art.cell
     ckpt_root = plan.checkpoint
@@ -282,6 +285,7 @@ def build_cell(
         }
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
+        prov |= provenance_extra or {}
         registry.put(plan.key, out_dir, kind="engine", provenance=prov)
         if tc_out.is_file():
             (work / "tcpush").mkdir()
@@ -344,7 +348,11 @@ def _convert(
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = (cfg.get("architectures") or ["?"])[0]
     root = settings.trtllm_root()
-    cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
+    heads = heads_dir(cell)  # Medusa/EAGLE: base and heads convert together (compile.speculative)
+    if heads is not None:
+        cmd = heads_convert_args(cell, hf_dir, heads, work / "ckpt", root)
+    else:
+        cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
     if not Path(cmd[1]).is_file():
         raise NeedsGPUError(
             f"the TensorRT-LLM converter {cmd[1]} is not here",
@@ -355,7 +363,7 @@ def _convert(
     return work / "ckpt"
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry, hf: Path) -> CellBuild:
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:

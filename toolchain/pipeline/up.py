@@ -63,13 +63,13 @@ def run_up(
     from toolchain.compile.engine import build_cell
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
-    from toolchain.planning.arch import arch_for_spec
+    from toolchain.pipeline.emit import emit_cell
     from toolchain.planning.plan import plan_cell
     from toolchain.quantize.run import quantize
     from toolchain.registry import open_registry
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.rules import require_compatible
     from toolchain.triton import server as S
-    from toolchain.triton.deploy import emit_for_cell
 
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
@@ -131,7 +131,7 @@ def run_up(
     work = cache().up_work(spec.name, cell.id)
     repo = work / "repo"
     progress(f"emit Triton repository ({'CPU reference model' if engine == 'reference' else 'tensorrtllm'})")
-    emit_for_cell(art, engine, repo, registry=registry, force=True)
+    emit_cell(art, engine, repo, registry=registry, force=True)
     res.artifacts["triton repository"] = str(repo)
 
     progress("serve (tritonserver on 127.0.0.1)")

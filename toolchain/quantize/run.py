@@ -25,8 +25,9 @@ from typing import Any
 
 from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
+from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
-from toolchain.digest import canonical_json, hash_file, sha256_text, staged_dir
+from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
 
@@ -39,15 +40,6 @@ _CFG = {
     "int8_sq": "INT8_SMOOTHQUANT_CFG",
     "int8_wo": "INT8_WEIGHT_ONLY_CFG",
     "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
-QUANT_ALGO = {
-    "fp8": "FP8",
-    "int4_awq": "W4A16_AWQ",
-    "w4a8_awq": "W4A8_AWQ",
-    "int8_sq": "W8A8_SQ_PER_CHANNEL",
-    "int8_wo": "W8A16",
-    "nvfp4": "NVFP4",
 }
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
 DECODER_TYPE = {
@@ -81,7 +73,7 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     try:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from None
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from e
     has_st = any(model_dir.glob("*.safetensors"))
     has_pickle = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
     if not has_st and has_pickle and not allow_pickle:
@@ -121,37 +113,6 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[pkg] = "absent"
     return out
-
-
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
-    return out
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    m = out / "manifest.json"
-    if not m.is_file():
-        return None
-    try:
-        data = json.loads(m.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def verify_output(out: Path) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise."""
-    data = read_manifest(out)
-    if data is None:
-        return None
-    for rel, meta in data.get("files", {}).items():
-        p = out / rel
-        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
-            return None
-    return data
 
 
 def quantize(
@@ -248,7 +209,7 @@ def quantize(
         except AssertionError as e:
             raise NeedsGPUError(
                 f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
-            ) from None
+            ) from e
 
     fake: Any = None
     use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
