@@ -71,7 +71,7 @@ class TritonTarget:
             raise BenchError(
                 f"cannot reach Triton at {self.url} ({type(e).__name__})",
                 "start it with `toolchain serve DIR` or fix --url (host:grpc_port)",
-            ) from None
+            ) from e
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
@@ -80,7 +80,7 @@ class TritonTarget:
             raise BenchError(
                 f"model {self.model!r} is not available at {self.url}: {e}",
                 "check --model (ensemble, tensorrt_llm_bls, ...)",
-            ) from None
+            ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
         self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
         missing = {"text_input", "max_tokens"} - self.inputs
@@ -183,7 +183,7 @@ class OpenAITarget:
         try:
             r = await self.http.get(f"{self.url}/v1/models", timeout=5)
         except Exception as e:
-            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from None
+            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from e
         if r.status_code >= 500:
             raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
 

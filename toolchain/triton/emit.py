@@ -109,7 +109,7 @@ class EngineInfo:
             raise TritonRepoError(
                 f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
                 "give --engine a registry key or a directory with config.json and rank*.engine",
-            ) from None
+            ) from e
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
