@@ -63,7 +63,7 @@ def run_up(
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.compile.engine import build_cell
+    from toolchain.compile.draft import builds_for
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
     from toolchain.pipeline.emit import emit_cell
@@ -119,7 +119,7 @@ def run_up(
     reg = open_registry(registry)
     engine = "reference"
     try:
-        b = build_cell(art, reg, progress=prefixed(progress, "  "))
+        b = builds_for(art, reg, progress=prefixed(progress, "  "))[-1]  # draft-target: the draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:
