@@ -32,8 +32,10 @@ def main() -> None:
         helps.append(run([exe, "--help"]))
         bare.append(run([sys.executable, "-c", "pass"]))
     h, b = statistics.median(helps), statistics.median(bare)
-    print(f"toolchain --help: median {h * 1000:.0f} ms (min {min(helps) * 1000:.0f}, max {max(helps) * 1000:.0f}); "
-          f"python -c pass: {b * 1000:.0f} ms; ratio {h / b:.1f}x; target < 500 ms: {'met' if h < 0.5 else 'MISSED'}")
+    print(
+        f"toolchain --help: median {h * 1000:.0f} ms (min {min(helps) * 1000:.0f}, max {max(helps) * 1000:.0f}); "
+        f"python -c pass: {b * 1000:.0f} ms; ratio {h / b:.1f}x; target < 500 ms: {'met' if h < 0.5 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":
