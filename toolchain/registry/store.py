@@ -12,7 +12,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file, staged_dir
+from toolchain.digest import (
+    StatCache,
+    cache_home,
+    canonical_json,
+    fastest_algo,
+    hash_file,
+    sha256_text,
+    shared_stat_cache,
+    staged_dir,
+)
 from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
@@ -30,6 +39,12 @@ def blob_path(digest: str) -> str:
 
 def manifest_path(key: str) -> str:
     return f"manifests/{key}.json"
+
+
+def content_key(files: dict[str, FileEntry]) -> str:
+    """The key of an entry named by its content: sha256 of every path with its digest and mode."""
+    listing = {rel: [f.digest, f.executable] for rel, f in sorted(files.items())}
+    return sha256_text(canonical_json(listing))
 
 
 @dataclass(frozen=True)
@@ -125,17 +140,23 @@ class Registry:
     # --- put ----------------------------------------------------------------------------------
 
     def put(
-        self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
+        self, key: str | None, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
     ) -> EntryManifest:
-        """Store every regular file under ``src`` as entry ``key``; blobs first, manifest last."""
-        if not KEY_RE.match(key):
+        """Store every regular file under ``src`` as entry ``key`` (None: the digest of the content);
+        blobs first, manifest last.
+
+        Each file is read once: a local store copies it into place while hashing it; a remote one
+        hashes it, then uploads only the blobs it lacks. A file whose stat signature (size, mtime,
+        ctime, inode) is unchanged since it was last hashed is not read at all when its blob exists.
+        """
+        if key is not None and not KEY_RE.match(key):
             raise UserInputError(f"key {key!r} is not 64 lowercase hex characters")
         src = Path(src)
         if not src.is_dir():
             raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
         algo = fastest_algo()
-        files: dict[str, FileEntry] = {}
-        blobs: list[tuple[str, Path, str]] = []
+        cache = self._src_cache if algo == "blake3" else shared_stat_cache()
+        found: list[tuple[str, Path, os.stat_result]] = []
         for dirpath, dirnames, filenames in os.walk(src):
             for d in dirnames:
                 if (Path(dirpath) / d).is_symlink():
@@ -145,13 +166,21 @@ class Registry:
                 st = p.lstat()
                 if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
                     raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
-                rel = safe_relpath(p.relative_to(src).as_posix())
-                digest = self._src_cache.digest(p) if algo == "blake3" else hash_file(p, algo)
-                files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
-                blobs.append((blob_path(digest), p, digest))
-        if not files:
+                found.append((safe_relpath(p.relative_to(src).as_posix()), p, st))
+        if not found:
             raise UserInputError(f"{src} holds no files")
-        self._src_cache.save()
+        files: dict[str, FileEntry] = {}
+        blobs: list[tuple[str, Path, str]] = []
+        for rel, p, st in found:
+            digest = cache.lookup(p, st)
+            if digest is None or not self.backend.exists(blob_path(digest)):
+                digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
+                cache.record(p, st, digest)
+            files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
+            blobs.append((blob_path(digest), p, digest))
+        cache.save()
+        if key is None:
+            key = content_key(files)
         m = EntryManifest(
             key=key,
             kind=kind,
