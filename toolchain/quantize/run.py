@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
-from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text, staged_dir
+from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text, shared_stat_cache, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
@@ -158,12 +158,15 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    out = {}
+def file_digests(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
+    """{relpath: {size, digest}} of every file under ``root``, and each file's stat when it was hashed."""
+    out, stats = {}, {}
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
-    return out
+            rel = p.relative_to(root).as_posix()
+            stats[rel] = p.stat()
+            out[rel] = {"size": stats[rel].st_size, "digest": hash_file(p)}
+    return out, stats
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -177,15 +180,23 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def verify_output(out: Path) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise."""
+def verify_output(out: Path, *, rehash: bool = False) -> dict[str, Any] | None:
+    """The manifest when every listed file is present with its digest; None otherwise.
+
+    A file is read again only when its stat signature (size, mtime, ctime, inode) differs from the
+    one recorded when it was last hashed; ``rehash`` reads every file.
+    """
     data = read_manifest(out)
     if data is None:
         return None
-    for rel, meta in data.get("files", {}).items():
-        p = out / rel
-        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
-            return None
+    cache = shared_stat_cache()
+    try:
+        for rel, meta in data.get("files", {}).items():
+            p = out / rel
+            if not p.is_file() or p.stat().st_size != meta["size"] or cache.digest(p, rehash=rehash) != meta["digest"]:
+                return None
+    finally:
+        cache.save()
     return data
 
 
@@ -342,7 +353,7 @@ def quantize(
         progress("checking accuracy")
         dq = acc_mod.check_export(model_dir, tmp / "hf", first)
         primary = fake if fake is not None else dq
-        files = file_digests(tmp)
+        files, hashed = file_digests(tmp)
         manifest = {
             "kind": "toolchain.quantized-checkpoint",
             "schema": 1,
@@ -367,6 +378,12 @@ def quantize(
             acc_mod.gate(primary, accuracy_limits)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         _fsync_tree(tmp)
+    # Renaming the directory leaves each file's inode and ctime alone: the digests just computed
+    # stay valid under the final path, so the next reuse need not read the files again.
+    cache = shared_stat_cache()
+    for rel, meta in files.items():
+        cache.record(out / rel, hashed[rel], meta["digest"])
+    cache.save()
     return QuantizeResult(out, manifest, notes=notes)
 
 
