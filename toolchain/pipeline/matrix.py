@@ -95,10 +95,14 @@ def build_matrix(
                     "runner": runner,
                     "world_size": cell.world_size,
                     "engine_key": key,
-                    "cached": bool(key and registry is not None and registry.exists(key)),
+                    "cached": False,
                     "needs": qid,
                 }
             )
+    if registry is not None:  # one listing of the registry, not one request per cell
+        held = registry.existing(b["engine_key"] for b in builds)
+        for b in builds:
+            b["cached"] = b["engine_key"] in held
     return {"quantize": list(quantize.values()), "build": builds}
 
 

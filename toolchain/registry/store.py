@@ -7,6 +7,7 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,8 @@ from toolchain.errors import (
 )
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
+
+FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
 
 
 def blob_path(digest: str) -> str:
@@ -93,6 +96,15 @@ class Registry:
 
     def exists(self, key: str) -> bool:
         return self.backend.exists(manifest_path(key))
+
+    def existing(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the registry holds. Many keys: one listing of ``manifests/`` (a directory
+        scan, one paginated LIST on S3: a request per 1,000 entries held) instead of one request per
+        key; up to ``FEW_KEYS`` are checked one by one, which is cheaper than listing a large store."""
+        wanted = {k for k in keys if k}
+        if len(wanted) <= FEW_KEYS:
+            return {k for k in wanted if self.exists(k)}
+        return wanted.intersection(self.keys())
 
     def show(self, ref: str) -> EntryManifest:
         key = self.resolve(ref)
