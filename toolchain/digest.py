@@ -156,35 +156,24 @@ class StatCache:
         self._dirty = False
 
 
-def cache_home() -> Path:
-    return Path(os.environ.get("TOOLCHAIN_CACHE", Path.home() / ".cache" / "toolchain"))
-
-
 @functools.cache
-def _shared_stat_cache(path: Path) -> StatCache:
+def shared_stat_cache(path: Path) -> StatCache:
     """One StatCache per cache file and process, so repeated digests do not reload it from disk."""
     return StatCache(path)
-
-
-def shared_stat_cache() -> StatCache:
-    """The process's sha256 stat cache (``$TOOLCHAIN_CACHE/statcache.json``)."""
-    return _shared_stat_cache(cache_home() / "statcache.json")
 
 
 def dir_digest(
     root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None, rehash: bool = False
 ) -> str:
-    """Digest of a directory's relative file names and contents (``rehash``: read every file again)."""
-    own = cache is None
-    cache = cache or shared_stat_cache()
+    """Digest of a directory's relative file names and contents (``cache`` skips re-reading unchanged files;
+    the caller saves it; ``rehash`` reads every file again)."""
+    cache = cache or StatCache(None)
     entries = []
     for f in iter_files(root):
         rel = f.relative_to(root).as_posix()
         if rel in exclude:
             continue
         entries.append([rel, cache.digest(f, rehash=rehash)])
-    if own:
-        cache.save()
     return f"{ALGO}:{sha256_text(canonical_json(entries))}"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.artifacts.recipe import Recipe
 from toolchain.errors import (
     AccuracyGateError,
     CheckpointError,
@@ -15,7 +16,7 @@ from toolchain.errors import (
     OutputExistsError,
     UserInputError,
 )
-from toolchain.quantize.run import QUANT_ALGO, Recipe, quantize, verify_output
+from toolchain.quantize.run import QUANT_ALGO, quantize, verify_output
 
 pytestmark = pytest.mark.slow
 FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
 
-PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks")
+PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
 
 
 @dataclass
@@ -149,6 +150,7 @@ class TritonTarget:
             reused = result.as_numpy("kv_cache_reused_blocks")
             if reused is not None and reused.size:
                 rec.perf["kv_cache_reused_blocks"] = int(reused.reshape(-1)[0])
+            speculative.read_outputs(result, rec.perf)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 break
         if server_tokens is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import __version__
-from toolchain.bench import prom
+from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import Load, run_load
 from toolchain.bench.metrics import aggregate
 from toolchain.bench.workload import Request
@@ -124,6 +124,7 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
                 "client": client,
                 "records": [r.to_json() for r in out.records],
                 "prefix": _prefix_proof(out.records),
+                "speculative": speculative.summary(out.records),
                 "interrupted": out.interrupted,
                 "stop": out.stop,
                 "window": {"start": started, "end": time.time()},

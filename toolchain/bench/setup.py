@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.bench.loadgen import Load
 from toolchain.bench.run import BenchConfig
 from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
@@ -35,7 +36,7 @@ def parse_list(text: str | None, kind: type) -> list[Any]:
     return vals
 
 
-def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path:
+def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts | None) -> Path:
     if tokenizer:
         return tokenizer
     if repo:
@@ -44,10 +45,8 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path
 
         cfg = text_format.Parse((repo / "preprocessing" / "config.pbtxt").read_text(), pb.ModelConfig())
         return Path(cfg.parameters["tokenizer_dir"].string_value)
-    if cell is not None:
-        from toolchain.triton.deploy import tokenizer_dir
-
-        return tokenizer_dir(cell)
+    if art is not None:
+        return art.tokenizer_dir()
     raise UserInputError(
         "the workload needs the deployment's tokenizer",
         "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC",
@@ -92,23 +91,17 @@ def make_config(
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
     cell = None
+    art: CellArtifacts | None = None
     prov: dict[str, Any] = {}
     slo: dict[str, float | None] = {}
     if spec:
         from toolchain.specs.loader import load_spec
-        from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, find_cell, profile_id
+        from toolchain.specs.matrix import expand, find_cell
 
         s = load_spec(spec)
         cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
-        ident = checkpoint_identity(s)
-        key = engine_key(cell, ident) if ident else None
-        prov.update(
-            spec=s.name,
-            cell=cell.id,
-            gpu=cell.gpu.name,
-            engine_key=key,
-            profile_id=profile_id(cell, key) if key else None,
-        )
+        art = for_cell(cell)
+        prov.update(art.identity(), gpu=cell.gpu.name)
         slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
         if s.traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
             input_tokens = input_tokens or dist_text(s.traffic.input_tokens)
@@ -118,7 +111,7 @@ def make_config(
         meta = json.loads((repo / "toolchain-repo.json").read_text())
         prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
         prov["reference"] = meta.get("reference_note")
-    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, cell))
+    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
     prov["workload"] = {
         "input_tokens": "dataset" if dataset_path else input_tokens,
         "output_tokens": output_tokens,

@@ -150,6 +150,15 @@ def print_table(result: dict[str, Any]) -> None:
                 highlight=False,
                 markup=False,
             )
+        if run.get("speculative"):
+            sp = run["speculative"]
+            per_step = f"{sp['tokens_per_step']:.2f}" if sp["tokens_per_step"] else "-"
+            err.print(
+                f"speculative ({run['label']}): acceptance {sp['acceptance_rate']:.1%} "
+                f"({sp['accepted_draft_tokens']}/{sp['draft_tokens']} draft tokens), {per_step} tokens per step",
+                highlight=False,
+                markup=False,
+            )
     if result.get("planner"):
         err.print(
             f"planner TPOT floor on {result['planner']['gpu']}: {result['planner']['tpot_floor_b1_ms']:.2f} ms",

@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
         """
         import shlex
 
+        from toolchain.artifacts.cell import for_cells
         from toolchain.cli.render import err, print_json
         from toolchain.compile.engine import build_cell, plan_cell_build
         from toolchain.errors import UserInputError
@@ -42,8 +43,13 @@ def register(app: typer.Typer) -> None:
         cells = [find_cell(s, cell)] if cell else expand(s)
         reg = open_registry(registry)
         results = []
-        for c in cells:
-            r = plan_cell_build(c, reg, force=force) if dry_run else build_cell(c, reg, force=force, timeout=timeout)
+        for art in for_cells(s, cells):
+            c = art.cell
+            r = (
+                plan_cell_build(art, reg, force=force)
+                if dry_run
+                else build_cell(art, reg, force=force, timeout=timeout)
+            )
             results.append(r)
             if not json_out:
                 err.print(f"{r.status:9} {c.id}  key {r.key}", highlight=False, markup=False)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
+from toolchain import settings
 from toolchain.cli import (
     bench_cmd,
     build_cmd,
     cache_cmd,
+    deploy_cmd,
     diagnose_cmd,
     gpus_cmd,
     matrix_cmd,
@@ -41,7 +42,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except ToolchainError as e:
-            if os.environ.get("TOOLCHAIN_DEBUG") == "1":
+            if settings.debug():
                 import traceback
 
                 traceback.print_exc()
@@ -64,7 +65,7 @@ app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(cache_cmd.app, name="cache")
 app.add_typer(triton_cmd.app, name="triton")
 app.add_typer(bench_cmd.app, name="bench")
-for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, diagnose_cmd, matrix_cmd):
+for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, deploy_cmd, diagnose_cmd, matrix_cmd):
     mod.register(app)
 
 

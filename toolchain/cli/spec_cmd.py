@@ -68,12 +68,12 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
 
     Examples: toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --json
     """
+    from toolchain.artifacts.cell import for_cells
     from toolchain.cli.render import print_json, print_table
     from toolchain.specs.loader import load_spec
-    from toolchain.specs.matrix import identities
 
     s = load_spec(spec)
-    ids = identities(s)
+    ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolchain.compile.speculative import llmapi_feature_options
 from toolchain.specs.matrix import Cell
 
 TOP = {
@@ -25,7 +26,11 @@ TOP = {
     "return_perf_metrics",
     "enable_iter_perf_stats",
     "model",
+    "speculative_config",
+    "lora_config",
 }
+SPECULATIVE = {"decoding_type", "max_draft_len", "speculative_model"}
+LORA = {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"}
 KV = {
     "enable_block_reuse",
     "max_tokens",
@@ -52,7 +57,7 @@ LEGACY = {
 }
 
 
-def llmapi_options(cell: Cell) -> dict[str, Any]:
+def llmapi_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
     spec = cell.spec
     s, b = spec.serving, spec.build
     kv: dict[str, Any] = {
@@ -88,6 +93,7 @@ def llmapi_options(cell: Cell) -> dict[str, Any]:
         if sizes:
             g["batch_sizes"] = sizes
         opts["cuda_graph_config"] = g
+    opts.update(llmapi_feature_options(cell, draft_dir=draft_dir))
     problems = validate_options(opts)
     if problems:
         raise AssertionError(f"generated LLM-API options are invalid: {problems}")
@@ -112,6 +118,10 @@ def validate_options(opts: dict[str, Any]) -> list[str]:
                 out.append(f"unknown cuda_graph_config key {k}")
         if cg.get("batch_sizes") and cg.get("max_batch_size") not in (0, max(cg["batch_sizes"])):
             out.append("cuda_graph_config.max_batch_size must equal max(batch_sizes)")
+    for name, allowed in (("speculative_config", SPECULATIVE), ("lora_config", LORA)):
+        for k in opts.get(name) or {}:
+            if k not in allowed:
+                out.append(f"unknown {name} key {k}")
     sc = opts.get("scheduler_config") or {}
     for k in sc:
         if k not in SCHED:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.compile.flags import check_args
+from toolchain.compile.speculative import adjusted_shape, expected_feature_config, feature_args
 from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
 
@@ -136,6 +137,7 @@ def trtllm_build_args(
         "--workers",
         str(cell.world_size),
     ]
+    args += feature_args(cell)  # speculative decoding and LoRA (compile.speculative)
     if timing_cache_in is not None:
         args += ["--input_timing_cache", str(timing_cache_in)]
     if timing_cache_out is not None:
@@ -149,11 +151,13 @@ def trtllm_build_args(
 def expected_build_config(cell: Cell, architecture: str = "LlamaForCausalLM") -> dict[str, Any]:
     """The ``build_config`` fields of the engine's config.json that must equal what was asked."""
     r = resolve(cell, architecture)
+    max_seq_len, max_num_tokens = adjusted_shape(cell, r.max_num_tokens)
     return {
+        **expected_feature_config(cell),
         "max_batch_size": cell.max_batch_size,
         "max_input_len": cell.max_input_len,
-        "max_seq_len": cell.max_seq_len,
-        "max_num_tokens": r.max_num_tokens,
+        "max_seq_len": max_seq_len,
+        "max_num_tokens": max_num_tokens,
         "max_beam_width": cell.spec.build.max_beam_width,
         "kv_cache_type": r.kv_cache_type.upper(),
         "plugin_config": {
@@ -179,6 +183,11 @@ def build_drift(expected: dict[str, Any], engine_config: dict[str, Any]) -> list
             for pk, pv in v.items():
                 if pc.get(pk) != pv:
                     out.append(f"plugin_config.{pk}: asked {pv!r}, engine has {pc.get(pk)!r}")
+        elif k == "lora_config":
+            lc = got.get("lora_config") or {}
+            for lk, lv in v.items():
+                if lc.get(lk) != lv:
+                    out.append(f"lora_config.{lk}: asked {lv!r}, engine has {lc.get(lk)!r}")
         elif got.get(k) != v:
             out.append(f"{k}: asked {v!r}, engine has {got.get(k)!r}")
     return out

@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from toolchain.digest import canonical_json, sha256_text
+from toolchain.artifacts.cell import for_cells
+from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.errors import UserInputError
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import checkpoint_identity, engine_key, expand
 
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
@@ -52,24 +52,9 @@ def build_matrix(
     builds: list[dict[str, Any]] = []
     for path in specs:
         spec = load_spec(path)
-        ident = checkpoint_identity(spec)
-        for cell in expand(spec):
-            q = spec.quantization
-            qid = (
-                "q-"
-                + sha256_text(
-                    canonical_json(
-                        {
-                            "source": spec.model.source,
-                            "weights": q.weights,
-                            "kv": q.kv_cache,
-                            "calib": q.calibration.model_dump(),
-                            "tp": cell.tp,
-                            "pp": cell.pp,
-                        }
-                    )
-                )[:12]
-            )
+        for art in for_cells(spec):
+            cell, q = art.cell, spec.quantization
+            qid = quantize_job_id(art.quantized_key)
             runner = runners.get(cell.gpu.name)
             if runner is None:
                 raise UserInputError(f"no runner label for GPU {cell.gpu.name}", "add it to the --runner-map file")
@@ -85,10 +70,10 @@ def build_matrix(
                     "runner": runner,
                 },
             )
-            key = engine_key(cell, ident) if ident else None
+            key = art.engine_key
             builds.append(
                 {
-                    "id": f"{spec.name}--{cell.id}",
+                    "id": build_job_id(spec, cell),
                     "spec": str(path),
                     "cell": cell.id,
                     "gpu": cell.gpu.name,

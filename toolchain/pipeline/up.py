@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import cache_home
+from toolchain.artifacts.cell import for_cell
+from toolchain.artifacts.layout import cache
+from toolchain.artifacts.recipe import is_unquantized
 from toolchain.errors import SpecError
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
@@ -57,14 +59,13 @@ def run_up(
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.compile.engine import build_cell, quantized_checkpoint
+    from toolchain.compile.engine import build_cell
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
     from toolchain.planning.arch import arch_for_spec
     from toolchain.planning.plan import plan_cell
-    from toolchain.quantize.run import quantize, recipe_from_spec
+    from toolchain.quantize.run import quantize
     from toolchain.registry import open_registry
-    from toolchain.specs.matrix import checkpoint_identity, engine_key, profile_id
     from toolchain.specs.rules import require_compatible
     from toolchain.triton import server as S
     from toolchain.triton.deploy import emit_for_cell
@@ -74,15 +75,12 @@ def run_up(
     res = UpResult(spec.name, cell.id, None, None)
 
     res.stages["checkpoint"] = _ensure_checkpoint(spec, progress)
-    ident = checkpoint_identity(spec)
-    assert ident is not None
-    res.engine_key = engine_key(cell, ident)
-    res.profile_id = profile_id(cell, res.engine_key)
+    art = for_cell(cell)  # the source checkpoint's digest, computed once for the whole run
+    source = art.require_source()
+    res.engine_key, res.profile_id = art.engine_key, art.profile_id
 
-    qout = quantized_checkpoint(cell)
-    from toolchain.compile.engine import is_unquantized
-
-    if is_unquantized(cell):
+    qout = art.quantized_dir
+    if is_unquantized(spec):
         raise SpecError(
             f"spec {spec.name} asks for no quantization; `up` runs the ModelOpt pipeline",
             hint="set quantization.weights (e.g. fp8), or use `toolchain build` directly",
@@ -90,9 +88,10 @@ def run_up(
     progress(f"quantize ({spec.quantization.weights}, KV {spec.quantization.kv_cache}) with ModelOpt")
     q = quantize(
         spec.local_source() or Path(),
-        recipe_from_spec(spec, cell.tp, cell.pp),
+        art.recipe,
         qout,
         reuse=True,
+        input_digest=source.get("digest"),
         accuracy_limits=spec.quantization.accuracy,
         progress=lambda s: progress(f"  {s}"),
     )
@@ -116,7 +115,7 @@ def run_up(
     reg = open_registry(registry)
     engine = "reference"
     try:
-        b = build_cell(cell, reg)
+        b = build_cell(art, reg)
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:
@@ -128,10 +127,10 @@ def run_up(
         else f"tensorrtllm backend, engine {engine[:16]}"
     )
 
-    work = cache_home() / "up" / f"{spec.name}-{cell.id}"
+    work = cache().up_work(spec.name, cell.id)
     repo = work / "repo"
     progress(f"emit Triton repository ({'CPU reference model' if engine == 'reference' else 'tensorrtllm'})")
-    emit_for_cell(cell, engine, repo, registry=registry, force=True)
+    emit_for_cell(art, engine, repo, registry=registry, force=True)
     res.artifacts["triton repository"] = str(repo)
 
     progress("serve (tritonserver on 127.0.0.1)")
@@ -148,9 +147,7 @@ def run_up(
         progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
         from transformers import AutoTokenizer
 
-        from toolchain.triton.deploy import tokenizer_dir
-
-        tok = AutoTokenizer.from_pretrained(tokenizer_dir(cell))
+        tok = AutoTokenizer.from_pretrained(art.tokenizer_dir())
         t = spec.traffic
         inp = Dist.parse(str(t.input_tokens.mean if t else 32))
         outd = Dist.parse(str(t.output_tokens.mean if t else 16))

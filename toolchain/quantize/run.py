@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
-from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text, shared_stat_cache, staged_dir
+from toolchain.artifacts.keys import directory_digest
+from toolchain.artifacts.layout import cache as cache_layout
+from toolchain.artifacts.recipe import Recipe
+from toolchain.digest import canonical_json, hash_file, sha256_text, shared_stat_cache, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
@@ -63,48 +66,12 @@ NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts C
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
 
 
-@dataclass(frozen=True)
-class Recipe:
-    weights: str
-    kv_cache: str = "none"
-    awq_group_size: int = 128
-    dataset: str = "builtin"
-    samples: int = 64
-    seq_len: int = 256
-    batch_size: int = 4
-    seed: int = 1234
-    dtype: str = "bfloat16"
-    tp: int = 1
-    pp: int = 1
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 @dataclass
 class QuantizeResult:
     out: Path
     manifest: dict[str, Any]
     reused: bool = False
     notes: list[str] = field(default_factory=list)
-
-
-def recipe_from_spec(spec: Any, tp: int = 1, pp: int = 1) -> Recipe:
-    q = spec.quantization
-    c = q.calibration
-    return Recipe(
-        q.weights,
-        "fp8" if q.kv_cache == "fp8" else ("int8" if q.kv_cache == "int8" else "none"),
-        q.awq_group_size,
-        c.dataset,
-        c.samples,
-        c.seq_len,
-        c.batch_size,
-        c.seed,
-        spec.model.dtype,
-        tp,
-        pp,
-    )
 
 
 def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
@@ -189,7 +156,7 @@ def verify_output(out: Path, *, rehash: bool = False) -> dict[str, Any] | None:
     data = read_manifest(out)
     if data is None:
         return None
-    cache = shared_stat_cache()
+    cache = shared_stat_cache(cache_layout().statcache)
     try:
         for rel, meta in data.get("files", {}).items():
             p = out / rel
@@ -212,6 +179,7 @@ def quantize(
     accuracy_limits: Any = None,
     gate_method: str = "auto",
     reuse: bool = False,
+    input_digest: str | None = None,
     progress: Callable[[str], None] = lambda s: None,
 ) -> QuantizeResult:
     """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
@@ -221,6 +189,8 @@ def quantize(
     ``sequential`` or an explicit module -> device map, as Transformers/Accelerate take it): ModelOpt
     calibrates it where it lies, and the accuracy check streams the weights module by module onto the
     first device, so no step needs the whole model in one place in float32.
+
+    ``input_digest`` is ``model_dir``'s content digest when the caller already has it (it is computed otherwise).
     """
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
     if recipe.weights not in FORMATS:
@@ -231,7 +201,7 @@ def quantize(
             "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
         )
     cfg = check_checkpoint(model_dir, allow_pickle)
-    input_digest = dir_digest(model_dir)
+    input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
         existing = verify_output(out) if reuse else None
         if (
@@ -380,7 +350,7 @@ def quantize(
         _fsync_tree(tmp)
     # Renaming the directory leaves each file's inode and ctime alone: the digests just computed
     # stay valid under the final path, so the next reuse need not read the files again.
-    cache = shared_stat_cache()
+    cache = shared_stat_cache(cache_layout().statcache)
     for rel, meta in files.items():
         cache.record(out / rel, hashed[rel], meta["digest"])
     cache.save()
@@ -443,47 +413,3 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-def source_dir(spec: Any) -> Path:
-    """The local checkpoint a spec names; an hf:// source is fetched (config + safetensors) first."""
-    local = spec.local_source()
-    if local is not None:
-        return Path(local)
-    repo, rev = spec.model.hf_repo_revision()
-    hub = require("huggingface_hub", "hf")
-    try:
-        return Path(
-            hub.snapshot_download(
-                repo, revision=rev, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
-            )
-        )
-    except Exception as e:
-        raise CheckpointError(
-            f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
-            "check network and HF_TOKEN, or download it and point model.source at the directory",
-        ) from None
-
-
-def default_out(spec: Any, recipe: Recipe) -> Path:
-    """Where a spec's quantized checkpoint lives: keyed by spec name, checkpoint content and recipe."""
-    from toolchain.digest import cache_home
-    from toolchain.specs.matrix import checkpoint_identity
-
-    source = checkpoint_identity(spec) or {"source": spec.model.source}
-    ident = sha256_text(canonical_json({"checkpoint": source, "recipe": recipe.to_json()}))[:12]
-    return cache_home() / "quantized" / f"{spec.name}-{recipe.weights}-tp{recipe.tp}pp{recipe.pp}-{ident}"
-
-
-def registry_key(spec: Any, recipe: Recipe) -> str | None:
-    """Registry key of a spec's quantized checkpoint: input checkpoint identity + recipe + quantizer."""
-    from toolchain.specs.matrix import QUANTIZER, checkpoint_identity
-
-    ident = checkpoint_identity(spec)
-    if ident is None:
-        return None
-    return sha256_text(
-        canonical_json(
-            {"kind": "quantized-checkpoint", "checkpoint": ident, "recipe": recipe.to_json(), "quantizer": QUANTIZER}
-        )
-    )

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from toolchain import settings
 from toolchain.digest import hash_file, staged_file, write_all
 from toolchain.errors import (
     CorruptArtifactError,
@@ -184,7 +185,7 @@ class S3Backend(Backend):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        endpoint = endpoint_url or os.environ.get("TOOLCHAIN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = endpoint_url or settings.s3_endpoint_url()
         cfg = Config(
             retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60, max_pool_connections=16
         )
@@ -343,10 +344,11 @@ class HFBackend(Backend):
 
 def open_backend(url: str | None) -> Backend:
     """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://."""
-    from toolchain.digest import cache_home
+    from toolchain.artifacts.layout import cache
 
+    url = url or settings.registry_url()
     if not url:
-        return LocalBackend(cache_home() / "registry")
+        return LocalBackend(cache().registry)
     if url.startswith("s3://"):
         rest = url[5:]
         bucket, _, prefix = rest.partition("/")

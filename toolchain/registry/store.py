@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.layout import cache
 from toolchain.digest import (
     StatCache,
-    cache_home,
     canonical_json,
     fastest_algo,
     hash_file,
@@ -72,8 +72,9 @@ class Registry:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.url = backend.url
-        self._verified = StatCache(cache_home() / "verified-blobs.json", "blake3")
-        self._src_cache = StatCache(cache_home() / "statcache-blake3.json", "blake3")
+        layout = cache()
+        self._verified = StatCache(layout.verified_blobs, "blake3")
+        self._src_cache = StatCache(layout.statcache_blake3, "blake3")
 
     # --- lookup -------------------------------------------------------------------------------
 
@@ -167,7 +168,7 @@ class Registry:
         if not src.is_dir():
             raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
         algo = fastest_algo()
-        cache = self._src_cache if algo == "blake3" else shared_stat_cache()
+        stat_cache = self._src_cache if algo == "blake3" else shared_stat_cache(cache().statcache)
         found: list[tuple[str, Path, os.stat_result]] = []
         for dirpath, dirnames, filenames in os.walk(src):
             for d in dirnames:
@@ -184,13 +185,13 @@ class Registry:
         files: dict[str, FileEntry] = {}
         blobs: list[tuple[str, Path, str]] = []
         for rel, p, st in found:
-            digest = cache.lookup(p, st)
+            digest = stat_cache.lookup(p, st)
             if digest is None or not self.backend.exists(blob_path(digest)):
                 digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
-                cache.record(p, st, digest)
+                stat_cache.record(p, st, digest)
             files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
             blobs.append((blob_path(digest), p, digest))
-        cache.save()
+        stat_cache.save()
         if key is None:
             key = content_key(files)
         m = EntryManifest(

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.digest import cache_home
+from toolchain.artifacts.layout import cache
 from toolchain.errors import ServerError, UserInputError
 from toolchain.proc import stop_group, tail
 
@@ -129,7 +129,7 @@ def prepare_backends(ts: Path) -> Path:
             f"the Python {minor} backend stub cannot load {', '.join(missing)} (tritonserver would hang)",
             hint=f"install libpython{minor} (Debian: apt install libpython{minor}) or use a Python with a shared lib",
         )
-    bk = cache_home() / "triton-backends" / minor
+    bk = cache().triton_backends()
     (bk / "python").mkdir(parents=True, exist_ok=True)
     for src in (
         ts / "backends" / "python" / "libtriton_python.so",
@@ -191,7 +191,7 @@ def start(
     ports = ports or Ports()
     for what, port in (("http", ports.http), ("grpc", ports.grpc), ("metrics", ports.metrics)):
         check_port(host, port, what)
-    log_path = log_path or cache_home() / "logs" / f"tritonserver-{int(time.time())}.log"
+    log_path = log_path or cache().server_log()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shm_prefix = f"tc{os.getpid()}x{ports.grpc}_"
     env = dict(os.environ)
