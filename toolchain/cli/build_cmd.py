@@ -43,12 +43,14 @@ def register(app: typer.Typer) -> None:
         cells = [find_cell(s, cell)] if cell else expand(s)
         reg = open_registry(registry)
         results = []
-        for art in for_cells(s, cells):
+        arts = for_cells(s, cells)
+        held = reg.existing(a.engine_key for a in arts if a.engine_key)  # one listing, not a request per cell
+        for art in arts:
             c = art.cell
             r = (
-                plan_cell_build(art, reg, force=force)
+                plan_cell_build(art, reg, force=force, held=held)
                 if dry_run
-                else build_cell(art, reg, force=force, timeout=timeout)
+                else build_cell(art, reg, force=force, timeout=timeout, held=held)
             )
             results.append(r)
             if not json_out:
