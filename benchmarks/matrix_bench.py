@@ -44,7 +44,7 @@ def make_spec(path: Path, cells: int, source: str | None = None) -> Path:
     d["name"] = f"matrix-{cells}"
     d["matrix"] = {
         "gpu": ["H100-SXM", "H200-SXM"],
-        "max_batch_size": [8 * (i + 1) for i in range(batches)],
+        "max_batch_size": [64 + 8 * i for i in range(batches)],
         "max_seq_len": [4096 + 1024 * i for i in range(10)],
         "max_input_len": [256 * (i + 1) for i in range(10)],
     }
@@ -110,20 +110,56 @@ def seed_registry(url: str, env: dict[str, str], spec: Path, every: int) -> int:
     os.environ.update({k: v for k, v in env.items() if k.startswith(("AWS_", "TOOLCHAIN_"))})
     import boto3
 
+    from toolchain.artifacts.cell import for_cells
     from toolchain.registry import open_registry
     from toolchain.registry.manifest import EntryManifest, FileEntry
     from toolchain.registry.store import manifest_path
     from toolchain.specs.loader import load_spec
-    from toolchain.specs.matrix import identities
 
     boto3.client("s3", endpoint_url=env["TOOLCHAIN_S3_ENDPOINT_URL"]).create_bucket(Bucket="bench")
     reg = open_registry(url)
-    keys = [i.engine_key for i in identities(load_spec(spec)) if i.engine_key][::every]
+    keys = [a.engine_key for a in for_cells(load_spec(spec)) if a.engine_key][::every]
     f = FileEntry(digest="blake3:" + "0" * 64, size=1)
     for k in keys:
         m = EntryManifest(key=k, files={"rank0.engine": f}, created="2026-01-01T00:00:00+00:00")
         reg.backend.write_bytes(manifest_path(k), m.model_dump_json().encode())
     return len(keys)
+
+
+def build_dry_run(work: Path, cells: int) -> tuple[int, int, float]:
+    """Run `build SPEC --all --dry-run` in this process on a spec whose checkpoint is local (the tiny
+    model), counting how often the checkpoint directory is digested."""
+    os.environ["TOOLCHAIN_CACHE"] = str(work / "cache")
+    from typer.testing import CliRunner
+
+    from toolchain.artifacts import keys
+    from toolchain.cli.main import app
+    from toolchain.quantize.tiny import make_tiny_checkpoint
+
+    ckpt = make_tiny_checkpoint(work / "tiny")
+    spec = make_spec(work / "local.yaml", cells, source=str(ckpt))
+    calls: list[Path] = []
+    real = keys.dir_digest
+
+    def counting(root: Path, **kw: Any) -> str:
+        calls.append(root)
+        return real(root, **kw)
+
+    keys.dir_digest = counting  # type: ignore[assignment]
+    try:
+        t = time.perf_counter()
+        r = CliRunner().invoke(
+            app, ["build", str(spec), "--all", "--dry-run", "--registry", str(work / "reg"), "--json"]
+        )
+        took = time.perf_counter() - t
+    finally:
+        keys.dir_digest = real
+    if r.exit_code != 0:
+        raise RuntimeError(f"build --dry-run failed: {r.output[-2000:]}")
+    import json
+
+    planned = len(json.loads(r.stdout)["cells"])
+    return sum(1 for c in calls if Path(c) == ckpt), planned, took
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  matrix --registry s3:// (moto on 127.0.0.1, {held} of {cells} engines held): {t_s3:.2f} s "
             f"vs offline {t_off:.2f} s -> {r_s3:.2f}x ({verdict(r_s3, TARGET_S3)})"
+        )
+        digests, cells_planned, t_build = build_dry_run(work, min(cells, 2000))
+        print(
+            f"  build --all --dry-run ({cells_planned} cells, local checkpoint): checkpoint digested {digests} "
+            f"time(s) in {t_build:.2f} s (target: once)"
         )
         return 0
     finally:
