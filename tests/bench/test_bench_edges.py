@@ -36,7 +36,8 @@ def test_openai_stream_reuses_connections_and_ttft_matches_the_server() -> None:
     assert stats.connections <= 4 + 1, stats.connections
     client = [r.ttft for r in out.records if r.ttft is not None]
     gap_ms = (float(np.median(client)) - float(np.median(stats.server_ttft_s))) * 1000
-    assert 0 <= gap_ms < 4, f"client TTFT is {gap_ms:.1f} ms above the server's own timing"
+    # ~1 ms on an idle machine; the bound leaves room for a loaded CI box (client and server share the GIL)
+    assert 0 <= gap_ms < 10, f"client TTFT is {gap_ms:.1f} ms above the server's own timing"
 
 
 class _FakeTarget:

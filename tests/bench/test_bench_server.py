@@ -57,12 +57,15 @@ def make_repo(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S.Server]:
     repo = make_repo(tmp_path_factory.mktemp("delayrepo"))
+    seen: list[tuple[str, str | None]] = []
     srv = S.start(
         repo,
         ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
         ready_timeout=120,
         log_path=tmp_path_factory.mktemp("log") / "t.log",
+        progress=lambda stage, done=None, total=None, *, unit="", message=None: seen.append((stage, message)),
     )
+    srv.start_progress = seen  # type: ignore[attr-defined]
     yield srv
     srv.stop()
 
@@ -90,6 +93,15 @@ def test_errors_mid_run_are_counted_and_the_run_continues(server: S.Server) -> N
     out = run_load("triton", server.grpc_url, "flaky", _reqs(9, 2), Load(concurrency=1), warmup=0, stop_on_error=True)
     assert out.interrupted and "stopped on error" in out.interrupted
     assert len(out.records) < 9
+
+
+def test_server_start_reports_the_log_and_model_load_states(server: S.Server) -> None:
+    seen = server.start_progress  # type: ignore[attr-defined]
+    assert seen[0][0].startswith("tritonserver starting: log ") and str(server.log_path) in seen[0][0]
+    states = [m for _, m in seen[1:] if m]
+    # the repository index API names each model with its state while the server comes up
+    assert states and all(name in states[-1] for name in ("delayed", "flaky", "unary")), seen
+    assert S.model_states(server.http_url) == "delayed READY, flaky READY, unary READY"
 
 
 def test_streaming_a_non_decoupled_model_is_refused(server: S.Server) -> None:

@@ -128,6 +128,28 @@ def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path
     assert "trtllm-build is not installed here" in r.output and "--max_batch_size 8" in r.output
     r = cli("build", spec, "--all", "--dry-run", "--registry", tmp_path / "reg", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["cells"][0]["status"] == "planned"
+    r = cli("build", spec, "--all", "--dry-run", "--registry", tmp_path / "reg")
+    assert r.exit_code == 0 and "planned" in r.stdout and "trtllm-build --checkpoint_dir" in r.stdout  # data: stdout
+    r = cli("build", spec, "--all", "--registry", tmp_path / "reg", "--json")
+    assert r.exit_code == 4  # JSON for machines even when the build cannot run here
+    cells = json.loads(r.stdout)["cells"]
+    assert cells[0]["status"] == "needs-gpu" and "trtllm-build is not installed" in cells[0]["error"]
+
+
+def test_build_reports_log_path_elapsed_and_last_line(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "2.5")
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    seen: list[tuple[str, float | None, str, str | None]] = []
+
+    def progress(stage, done=None, total=None, *, unit="", message=None):  # type: ignore[no-untyped-def]
+        seen.append((stage, done, unit, message))
+
+    res = build_cell(for_cell(cell), open_registry(str(tmp_path / "reg")), progress=progress)
+    assert res.status == "built"
+    assert seen[0][0].startswith("trtllm-build for cell") and str(res.log_path) in seen[0][0]  # log path first
+    beats = [s for s in seen if s[2] == "s"]
+    assert len(beats) >= 2 and beats[-1][1] is not None and beats[-1][1] >= 1.5  # silence never exceeds ~1 s
+    assert beats[0][3] is not None and beats[0][3].startswith("$ trtllm-build")  # the latest log line
 
 
 def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:

@@ -11,13 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from toolchain.compile.speculative import (
-    adjusted_shape,
-    feature_args,
-    heads_convert_args,
-    llmapi_feature_options,
-)
+from toolchain.compile.speculative import adjusted_shape, feature_args, heads_convert_args
 from toolchain.compile.synth import trtllm_build_args
+from toolchain.specs.llmapi import llmapi_feature_options
 from toolchain.specs.loader import parse_spec_text
 from toolchain.specs.matrix import Cell, expand
 
@@ -151,7 +147,7 @@ def test_llmapi_options_use_pytorch_decoding_types() -> None:
 
 
 def test_pytorch_options_file_carries_the_features() -> None:
-    from toolchain.compile.llmapi import llmapi_options, validate_options
+    from toolchain.specs.llmapi import llmapi_options, validate_options
 
     c = cell(
         speculative={**DRAFT, "draft": {"source": "./draft"}},

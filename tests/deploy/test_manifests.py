@@ -14,8 +14,8 @@ from tests.deploy.conftest import KUBERNETES, SHIPPED
 from tests.deploy.test_sizing import _target
 from toolchain.deploy.manifests import PINNED, kustomization, manifests, queue_query
 from toolchain.deploy.sizing import size_cell
-from toolchain.planning.arch import arch_for_spec
 from toolchain.planning.plan import plan_cell
+from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 

@@ -13,8 +13,8 @@ from toolchain.deploy.manifests import Target, manifests
 from toolchain.deploy.sizing import GIB, size_cell
 from toolchain.errors import DeployError
 from toolchain.hardware.catalog import CATALOG
-from toolchain.planning.arch import arch_for_spec
 from toolchain.planning.plan import plan_cell
+from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from toolchain.planning.arch import ModelArch
 from toolchain.planning.speculative import (
     adapter_bytes,
     break_even_alpha,
@@ -12,6 +11,7 @@ from toolchain.planning.speculative import (
     lora_memory,
     speedup,
 )
+from toolchain.specs.arch import ModelArch
 
 TINY = ModelArch(
     "tiny",
@@ -73,8 +73,8 @@ def test_lora_cache_counts() -> None:
 def test_cell_plan_gives_break_even_and_lora_memory() -> None:
     import yaml
 
-    from toolchain.planning.arch import arch_for_spec
     from toolchain.planning.plan import explain, plan_cell
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.loader import parse_spec_text
     from toolchain.specs.matrix import expand
 

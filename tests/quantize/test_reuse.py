@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from toolchain import digest as dg
+from toolchain.artifacts import quantized
 from toolchain.quantize import run as qrun
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         return real(path, *a, **k)
 
     monkeypatch.setattr(dg, "hash_file", spy)
-    monkeypatch.setattr(qrun, "hash_file", spy)
+    monkeypatch.setattr(quantized, "hash_file", spy)
     return reads
 
 

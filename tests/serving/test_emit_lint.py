@@ -16,9 +16,9 @@ from toolchain.artifacts.cell import for_cell
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
-from toolchain.triton.deploy import emit_for_cell
 from toolchain.triton.emit import EngineInfo, emit_repository
 from toolchain.triton.lint import lint_repository
+from toolchain.triton.repository import emit_for_cell
 
 
 def _cfg(repo: Path, model: str):

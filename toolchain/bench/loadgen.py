@@ -17,6 +17,7 @@ from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
+from toolchain.progress import Progress, silent
 
 PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
 
@@ -70,7 +71,7 @@ class TritonTarget:
             raise BenchError(
                 f"cannot reach Triton at {self.url} ({type(e).__name__})",
                 "start it with `toolchain serve DIR` or fix --url (host:grpc_port)",
-            ) from None
+            ) from e
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
@@ -79,7 +80,7 @@ class TritonTarget:
             raise BenchError(
                 f"model {self.model!r} is not available at {self.url}: {e}",
                 "check --model (ensemble, tensorrt_llm_bls, ...)",
-            ) from None
+            ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
         self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
         missing = {"text_input", "max_tokens"} - self.inputs
@@ -182,7 +183,7 @@ class OpenAITarget:
         try:
             r = await self.http.get(f"{self.url}/v1/models", timeout=5)
         except Exception as e:
-            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from None
+            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from e
         if r.status_code >= 500:
             raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
 
@@ -292,6 +293,7 @@ async def _run(
     stop_on_error: bool,
     max_conn_errors: int,
     holder: dict[str, RunOutcome],
+    progress: Progress = silent,
 ) -> RunOutcome:
     from toolchain.bench.workload import arrivals
 
@@ -308,7 +310,8 @@ async def _run(
     t0 = time.perf_counter()
     deadline = t0 + load.duration_s if load.duration_s else None
     stop = asyncio.Event()
-    consecutive = {"conn": 0}
+    consecutive = {"conn": 0, "done": 0, "failed": 0}
+    stage = f"{load.label()} requests"
 
     async def fire(i: int, r: Request, due: float | None = None) -> None:
         rec = RequestRecord(
@@ -336,6 +339,10 @@ async def _run(
                 stop.set()
         else:
             consecutive["conn"] = 0
+        consecutive["done"] += 1
+        consecutive["failed"] += 0 if rec.ok else 1
+        failed = consecutive["failed"]
+        progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)
 
     tasks: list[asyncio.Task[None]] = []
     watch_stop = asyncio.Event()
@@ -394,6 +401,7 @@ def run_load(
     stop_on_error: bool = False,
     chat: bool = False,
     max_conn_errors: int = 3,
+    progress: Progress = silent,
 ) -> RunOutcome:
     holder: dict[str, RunOutcome] = {}
 
@@ -405,7 +413,7 @@ def run_load(
         )
         try:
             await target.check()
-            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder)
+            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder, progress)
         finally:
             with contextlib.suppress(Exception):
                 await target.close()

@@ -19,6 +19,7 @@ from toolchain.bench.metrics import aggregate
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
+from toolchain.progress import Progress, silent
 
 
 @dataclass
@@ -65,7 +66,7 @@ class _Sampler:
             self._t.join(3)
 
 
-def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any]:
+def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     interrupted = None
     stop = None
@@ -92,6 +93,7 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
                     timeout=cfg.timeout,
                     stop_on_error=cfg.stop_on_error,
                     chat=cfg.chat,
+                    progress=progress,
                 )
             except BenchError as e:
                 if not runs:  # nothing measured yet: the plain error is the whole story

@@ -61,10 +61,11 @@ def pull(
 
     Examples: toolchain cache pull 3f2a9c1d ./engine
     """
-    from toolchain.cli.render import err
+    from toolchain.cli.render import Stages, err
     from toolchain.registry import open_registry
 
     r = open_registry(registry)
+    r.progress = Stages()
     m = r.get(ref, dest, force=force)
     err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False)
 
@@ -80,13 +81,14 @@ def push(
 
     Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
-    from toolchain.cli.render import err, out
+    from toolchain.cli.render import Stages, err, out
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
     r = open_registry(registry)
+    r.progress = Stages()
     m = r.put(key or None, src, kind=kind, provenance={"pushed_from": str(src.resolve())})
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)

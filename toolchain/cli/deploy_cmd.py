@@ -117,17 +117,17 @@ def register(app: typer.Typer) -> None:
             return
         sz = res.sizing
         for f in res.files:
-            stdout.print(f"{res.out / f}", highlight=False, markup=False)
+            stdout.print(f"{out / f}", highlight=False, markup=False)
         err.print(
-            f"wrote {res.out} for {res.app}: {sz.min_replicas}..{sz.max_replicas} replica(s) × "
+            f"wrote {out} for {res.app}: {sz.min_replicas}..{sz.max_replicas} replica(s) × "
             f"{sz.gpus_per_replica} GPU(s), /dev/shm {sz.shm_bytes / 2**30:.0f} GiB, startup budget "
             f"{sz.startup_budget_s} s",
             highlight=False,
             markup=False,
         )
         err.print(
-            f"next: docker build -t {res.image} {res.out / 'image'} && docker push {res.image} && "
-            f"kubectl apply -k {res.out / 'k8s'}",
+            f"next: docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
+            f"kubectl apply -k {out / 'k8s'}",
             highlight=False,
             markup=False,
         )

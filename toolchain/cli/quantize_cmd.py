@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         from toolchain.artifacts.recipe import Recipe, is_unquantized
         from toolchain.artifacts.source import source_dir
         from toolchain.cli.render import Stages, err, print_json
+        from toolchain.cli.render import out as out_console
         from toolchain.errors import UserInputError
         from toolchain.quantize.run import quantize as run_quantize
 
@@ -115,7 +116,7 @@ def register(app: typer.Typer) -> None:
             acc = m["accuracy"][m["accuracy"]["gate"]]
             for n in res.notes:
                 err.print(f"note: {n}", highlight=False)
-            err.print(
+            (err if json_out else out_console).print(  # the result is data: stdout (stderr under --json)
                 f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
                 f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f}, "
                 f"ppl {acc['ppl_increase']:+.1%} [{m['accuracy']['gate']}]; "

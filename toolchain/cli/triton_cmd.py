@@ -33,13 +33,13 @@ def emit(
     """
     from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
+    from toolchain.pipeline.emit import emit_cell
     from toolchain.specs.loader import load_spec
     from toolchain.specs.matrix import expand, find_cell
-    from toolchain.triton.deploy import emit_for_cell
 
     s = load_spec(spec)
     c = find_cell(s, cell) if cell else expand(s)[0]
-    res = emit_for_cell(for_cell(c), engine, out, registry=registry, force=force)
+    res = emit_cell(for_cell(c), engine, out, registry=registry, force=force)
     if json_out:
         print_json(res)
     else:

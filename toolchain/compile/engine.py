@@ -25,8 +25,9 @@ from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.source import source_dir
-from toolchain.compile.llmapi import llmapi_options
+from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
+from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
 from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
 from toolchain.digest import hash_file
 from toolchain.errors import (
@@ -37,7 +38,8 @@ from toolchain.errors import (
     NeedsGPUError,
 )
 from toolchain.proc import run_logged, tail
-from toolchain.registry.store import Registry
+from toolchain.progress import Heartbeat, Progress, silent
+from toolchain.specs.llmapi import llmapi_options
 from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
@@ -58,6 +60,7 @@ class CellBuild:
     def to_json(self) -> dict[str, Any]:
         return {
             "cell": self.cell.id,
+            "spec": self.cell.spec.name,
             "engine_key": self.key,
             "status": self.status,
             "command": shlex.join(self.command) if self.command else None,
@@ -70,8 +73,8 @@ class CellBuild:
 
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
+    from toolchain.artifacts.quantized import QUANT_ALGO
     from toolchain.compile.synth import CONVERTERS
-    from toolchain.quantize.run import QUANT_ALGO
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
@@ -83,7 +86,7 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     q = cell.spec.quantization
     arch = cfg.get("architecture")
     problems = []
-    if arch not in CONVERTERS:
+    if arch not in CONVERTERS and arch != heads_architecture(cell):
         problems.append(f"architecture {arch!r} is not one this toolchain builds")
     if cfg.get("dtype") != cell.spec.model.dtype:
         problems.append(f"dtype {cfg.get('dtype')!r} != spec model.dtype {cell.spec.model.dtype!r}")
@@ -169,7 +172,7 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
 
 
 def plan_cell_build(
-    art: CellArtifacts, registry: Registry, *, force: bool = False, held: set[str] | None = None
+    art: CellArtifacts, registry: ArtifactStore, *, force: bool = False, held: set[str] | None = None
 ) -> CellBuild:
     """What building one cell would do. ``held``: the engine keys the registry holds, when the caller
     asked once for many cells (``Registry.existing``); otherwise the registry is asked for this key."""
@@ -201,17 +204,19 @@ def engine_key_of(art: CellArtifacts) -> str:
 
 def build_cell(
     art: CellArtifacts,
-    registry: Registry,
+    registry: ArtifactStore,
     *,
     force: bool = False,
     log_dir: Path | None = None,
     timeout: float | None = None,
+    provenance_extra: dict[str, Any] | None = None,
+    progress: Progress = silent,
     held: set[str] | None = None,
 ) -> CellBuild:
     plan = plan_cell_build(art, registry, force=force, held=held)
     if plan.status == "cached":
         return plan
-    from toolchain.quantize.run import verify_output
+    from toolchain.artifacts.quantized import verify_output
 
     cell = art.cell
     ckpt_root = plan.checkpoint
@@ -248,7 +253,11 @@ def build_cell(
     try:
         if log_path.exists():
             log_path.unlink()
-        ckpt_dir = _convert(cell, source_dir(cell.spec), work, log_path, plan) if unquantized else ckpt_root / "trtllm"
+        ckpt_dir = (
+            _convert(cell, source_dir(cell.spec), work, log_path, plan, progress)
+            if unquantized
+            else ckpt_root / "trtllm"
+        )
         arch = check_checkpoint(cell, ckpt_dir)
         out_dir = work / "engine"
         tc_key = art.timing_cache_key
@@ -263,7 +272,9 @@ def build_cell(
         plan.command = cmd
         t0 = time.time()
         with _GpuMemSampler() as mem:
-            plan.seconds = round(_run_step(f"trtllm-build for cell {cell.id}", cmd, log_path, work, timeout), 2)
+            plan.seconds = round(
+                _run_step(f"trtllm-build for cell {cell.id}", cmd, log_path, work, timeout, progress), 2
+            )
         _check_engine(cell, out_dir, arch, log_path)
         shutil.copyfile(log_path, out_dir / "toolchain-build.log")
         prov = provenance(versions) | {
@@ -280,6 +291,7 @@ def build_cell(
         }
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
+        prov |= provenance_extra or {}
         registry.put(plan.key, out_dir, kind="engine", provenance=prov)
         if tc_out.is_file():
             (work / "tcpush").mkdir()
@@ -313,9 +325,16 @@ def _check_engine(cell: Cell, out_dir: Path, arch: str, log_path: Path) -> None:
         )
 
 
-def _run_step(what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: float | None) -> float:
-    """Run one build step with its output in the build log; a failure names the log and publishes nothing."""
-    res = run_logged(cmd, log_path, cwd=cwd, timeout=timeout)
+def _run_step(
+    what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: float | None, progress: Progress = silent
+) -> float:
+    """Run one build step with its output in the build log; a failure names the log and publishes nothing.
+
+    Progress: the log path first, then elapsed time and the latest log line every second.
+    """
+    progress(f"{what}: log {log_path}")
+    with Heartbeat(progress, what, lambda: tail(log_path, 1)[:200] or None):
+        res = run_logged(cmd, log_path, cwd=cwd, timeout=timeout)
     if res.returncode != 0:
         raise EngineBuildError(
             f"{what} failed (exit {res.returncode}); nothing was published. Log tail:\n{tail(log_path, 15)}",
@@ -326,25 +345,31 @@ def _run_step(what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: flo
     return res.seconds
 
 
-def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild) -> Path:
+def _convert(
+    cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild, progress: Progress = silent
+) -> Path:
     """Unquantized checkpoints go through TensorRT-LLM's per-model convert_checkpoint.py."""
     from toolchain.compile.synth import convert_checkpoint_args
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = (cfg.get("architectures") or ["?"])[0]
     root = settings.trtllm_root()
-    cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
+    heads = heads_dir(cell)  # Medusa/EAGLE: base and heads convert together (compile.speculative)
+    if heads is not None:
+        cmd = heads_convert_args(cell, hf_dir, heads, work / "ckpt", root)
+    else:
+        cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
     if not Path(cmd[1]).is_file():
         raise NeedsGPUError(
             f"the TensorRT-LLM converter {cmd[1]} is not here",
             "set TRTLLM_ROOT to the TensorRT-LLM source tree of the targeted release",
         )
-    _run_step("convert_checkpoint.py", cmd, log_path, work, None)
+    _run_step("convert_checkpoint.py", cmd, log_path, work, None, progress)
     plan.notes.append(shlex.join(cmd))
     return work / "ckpt"
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry, hf: Path) -> CellBuild:
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:

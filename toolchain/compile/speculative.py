@@ -8,7 +8,7 @@
 - What the engine's ``build_config`` records after TensorRT-LLM's adjustments: ``max_seq_len`` grows by
   ``max_draft_len`` (EAGLE: also by its layer count), ``max_num_tokens`` is at least
   ``max_batch_size × (max_draft_len + 1)``.
-- LLM-API options for the PyTorch runtime: ``speculative_config`` and ``lora_config``.
+- LLM-API options for the PyTorch runtime (``speculative_config``, ``lora_config``): ``toolchain.specs.llmapi``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from toolchain.errors import CompatibilityError
+from toolchain.errors import CheckpointError, CompatibilityError
 from toolchain.specs.matrix import Cell
-from toolchain.specs.models import EngineSpec
-from toolchain.specs.speculative import LLMAPI_DECODING_TYPE
 
 HEAD_CONVERTERS = {
     "medusa": ("examples/medusa/convert_checkpoint.py", "--medusa_model_dir", "--num_medusa_heads"),
@@ -98,39 +96,24 @@ def heads_convert_args(cell: Cell, hf_dir: Path, heads_dir: Path, out_dir: Path,
     return [*cmd, "--tp_size", str(cell.tp), "--workers", str(cell.world_size)]
 
 
-def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_dir: str | None = None) -> dict[str, Any]:
-    """``speculative_config`` / ``lora_config`` for ``extra_llm_api_options`` (PyTorch runtime).
-
-    ``draft_dir``/``heads_dir`` name where the draft (or EAGLE-3) checkpoint sits next to the artifact;
-    the spec's source is used when not given."""
-    spec = cell.spec
-    opts: dict[str, Any] = {}
-    sd = spec.speculative
-    if sd is not None:
-        kind = LLMAPI_DECODING_TYPE.get(sd.mode)
-        if kind is None:
-            raise CompatibilityError(
-                f"speculative mode {sd.mode} is not available on the PyTorch runtime", "use runtime: tensorrt"
-            )
-        source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
-        model = draft_dir or heads_dir or _local_or_repo(spec, source)
-        opts["speculative_config"] = {"decoding_type": kind, "max_draft_len": sd.draft_len, "speculative_model": model}
-    lo = spec.lora
-    if lo is not None:
-        lc: dict[str, Any] = {
-            "lora_dir": [_local_or_repo(spec, a) for a in lo.adapters],
-            "max_lora_rank": lo.max_rank,
-            "lora_target_modules": list(lo.target_modules),
-        }
-        if lo.max_loras is not None:
-            lc["max_loras"] = lo.max_loras
-        opts["lora_config"] = lc
-    return opts
+def heads_architecture(cell: Cell) -> str | None:
+    """The architecture a Medusa/EAGLE converted checkpoint records (None for other specs)."""
+    sd = cell.spec.speculative
+    return HEAD_ARCHITECTURES.get(sd.mode) if sd is not None else None
 
 
-def _local_or_repo(spec: EngineSpec, source: str) -> str:
-    """A local checkpoint as an absolute path, an hf:// one as the Hub id the LLM API downloads."""
-    if source.startswith("hf://"):
-        return source.removeprefix("hf://").split("@", 1)[0]
-    p = Path(source).expanduser()
-    return str(p if p.is_absolute() else (spec.base_dir / p).resolve())
+def heads_dir(cell: Cell) -> Path | None:
+    """The local Medusa/EAGLE heads checkpoint of a heads spec (None for other specs)."""
+    sd = cell.spec.speculative
+    if sd is None or sd.heads is None or sd.mode not in HEAD_CONVERTERS:
+        return None
+    if sd.heads.source.startswith("hf://"):
+        from toolchain.artifacts.source import source_dir
+        from toolchain.specs.models import ModelSource
+
+        return source_dir(cell.spec.model_copy(update={"model": ModelSource(source=sd.heads.source)}))
+    p = Path(sd.heads.source).expanduser()
+    p = p if p.is_absolute() else (cell.spec.base_dir / p).resolve()
+    if not p.is_dir():
+        raise CheckpointError(f"{sd.mode} heads checkpoint {p} is not a directory", "fix speculative.heads.source")
+    return p

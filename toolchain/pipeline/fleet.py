@@ -33,8 +33,8 @@ def _cell(spec: EngineSpec, cell_id: str | None) -> Cell:
 
 
 def plan_for(cell: Cell) -> Any:
-    from toolchain.planning.arch import arch_for_spec
     from toolchain.planning.plan import plan_cell
+    from toolchain.specs.arch import arch_for_spec
 
     plan = plan_cell(cell, arch_for_spec(cell.spec))
     if plan.errors:

@@ -37,7 +37,7 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     except (OSError, yaml.YAMLError) as e:
         raise UserInputError(
             f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
-        ) from None
+        ) from e
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")
     m.update(data)

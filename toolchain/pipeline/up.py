@@ -16,6 +16,7 @@ from toolchain.artifacts.cell import for_cell
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.errors import SpecError
+from toolchain.progress import Progress, prefixed, silent
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 
@@ -34,7 +35,7 @@ class UpResult:
     findings: list[dict[str, str]] = field(default_factory=list)
 
 
-def _ensure_checkpoint(spec: EngineSpec, progress: Any) -> str:
+def _ensure_checkpoint(spec: EngineSpec, progress: Progress) -> str:
     src = spec.local_source()
     if src is None or (src / "config.json").is_file():
         return "present"
@@ -54,7 +55,7 @@ def run_up(
     registry: str | None = None,
     requests: int = 8,
     concurrency: tuple[int, ...] = (1, 2),
-    progress: Any = lambda s: None,
+    progress: Progress = silent,
 ) -> UpResult:
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
@@ -62,13 +63,13 @@ def run_up(
     from toolchain.compile.engine import build_cell
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
-    from toolchain.planning.arch import arch_for_spec
+    from toolchain.pipeline.emit import emit_cell
     from toolchain.planning.plan import plan_cell
     from toolchain.quantize.run import quantize
     from toolchain.registry import open_registry
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.rules import require_compatible
     from toolchain.triton import server as S
-    from toolchain.triton.deploy import emit_for_cell
 
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
@@ -93,7 +94,7 @@ def run_up(
         reuse=True,
         input_digest=source.get("digest"),
         accuracy_limits=spec.quantization.accuracy,
-        progress=lambda s: progress(f"  {s}"),
+        progress=prefixed(progress, "  "),
     )
     res.stages["quantize"] = "reused" if q.reused else "done"
     res.artifacts["quantized checkpoint"] = str(qout)
@@ -115,7 +116,7 @@ def run_up(
     reg = open_registry(registry)
     engine = "reference"
     try:
-        b = build_cell(art, reg)
+        b = build_cell(art, reg, progress=prefixed(progress, "  "))
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:
@@ -130,7 +131,7 @@ def run_up(
     work = cache().up_work(spec.name, cell.id)
     repo = work / "repo"
     progress(f"emit Triton repository ({'CPU reference model' if engine == 'reference' else 'tensorrtllm'})")
-    emit_for_cell(art, engine, repo, registry=registry, force=True)
+    emit_cell(art, engine, repo, registry=registry, force=True)
     res.artifacts["triton repository"] = str(repo)
 
     progress("serve (tritonserver on 127.0.0.1)")
@@ -141,6 +142,7 @@ def run_up(
         log_path=work / "tritonserver.log",
         ready_timeout=300,
         extra_args=["--metrics-config=summary_latencies=true"],
+        progress=prefixed(progress, "  "),
     )
     res.artifacts["server log"] = str(srv.log_path)
     try:
@@ -171,7 +173,7 @@ def run_up(
                 "reference": res.served_by if engine == "reference" else None,
             },
         )
-        result = run_bench(cfg, progress=lambda s: progress(f"  {s}"))
+        result = run_bench(cfg, progress=prefixed(progress, "  "))
         result["planner"] = {"tpot_floor_b1_ms": plan.tpot_floor_b1_ms, "gpu": cell.gpu.name}
         save(result, work / "bench.json")
         res.bench = result

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolchain.planning import bytes as B
-from toolchain.planning.arch import ModelArch
 from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
 from toolchain.planning.speculative import feature_explain, feature_plan
+from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
 
 RESERVE_BYTES = 1.5e9

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolchain.planning.arch import ModelArch
+from toolchain.specs.arch import ModelArch
 
 if TYPE_CHECKING:
     from toolchain.specs.matrix import Cell
@@ -180,8 +180,8 @@ def _draft_tpot_ms(cell: Cell, avg_context: int) -> float | None:
     """Batch-1 decode floor of the draft model on this cell's GPU (weights + KV read per token)."""
     from toolchain.errors import ModelConfigError
     from toolchain.planning import bytes as B
-    from toolchain.planning.arch import arch_for_spec
     from toolchain.planning.perf import tpot_floor_ms
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.speculative import draft_spec
 
     ds = draft_spec(cell.spec)

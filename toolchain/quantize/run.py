@@ -19,17 +19,17 @@ import os
 import resource
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
-from toolchain.artifacts.layout import cache as cache_layout
+from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
-from toolchain.digest import canonical_json, hash_file, sha256_text, shared_stat_cache, staged_dir
+from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.progress import Progress, silent
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -40,15 +40,6 @@ _CFG = {
     "int8_sq": "INT8_SMOOTHQUANT_CFG",
     "int8_wo": "INT8_WEIGHT_ONLY_CFG",
     "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
-QUANT_ALGO = {
-    "fp8": "FP8",
-    "int4_awq": "W4A16_AWQ",
-    "w4a8_awq": "W4A8_AWQ",
-    "int8_sq": "W8A8_SQ_PER_CHANNEL",
-    "int8_wo": "W8A16",
-    "nvfp4": "NVFP4",
 }
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
 DECODER_TYPE = {
@@ -83,7 +74,7 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     try:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from None
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from e
     has_st = any(model_dir.glob("*.safetensors"))
     has_pickle = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
     if not has_st and has_pickle and not allow_pickle:
@@ -125,48 +116,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def file_digests(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
-    """{relpath: {size, digest}} of every file under ``root``, and each file's stat when it was hashed."""
-    out, stats = {}, {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            rel = p.relative_to(root).as_posix()
-            stats[rel] = p.stat()
-            out[rel] = {"size": stats[rel].st_size, "digest": hash_file(p)}
-    return out, stats
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    m = out / "manifest.json"
-    if not m.is_file():
-        return None
-    try:
-        data = json.loads(m.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def verify_output(out: Path, *, rehash: bool = False) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise.
-
-    A file is read again only when its stat signature (size, mtime, ctime, inode) differs from the
-    one recorded when it was last hashed; ``rehash`` reads every file.
-    """
-    data = read_manifest(out)
-    if data is None:
-        return None
-    cache = shared_stat_cache(cache_layout().statcache)
-    try:
-        for rel, meta in data.get("files", {}).items():
-            p = out / rel
-            if not p.is_file() or p.stat().st_size != meta["size"] or cache.digest(p, rehash=rehash) != meta["digest"]:
-                return None
-    finally:
-        cache.save()
-    return data
-
-
 def quantize(
     model_dir: Path,
     recipe: Recipe,
@@ -180,7 +129,7 @@ def quantize(
     gate_method: str = "auto",
     reuse: bool = False,
     input_digest: str | None = None,
-    progress: Callable[[str], None] = lambda s: None,
+    progress: Progress = silent,
 ) -> QuantizeResult:
     """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
 
@@ -221,6 +170,7 @@ def quantize(
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise UserInputError(f"unknown device map '{device_map}'", f"use one of {', '.join(DEVICE_MAPS)}")
 
+    progress("importing torch, transformers and ModelOpt")
     torch = require("torch", "quantize")
     transformers = require("transformers", "quantize")
     mtq = require("modelopt.torch.quantization", "quantize")
@@ -262,8 +212,9 @@ def quantize(
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for b in batches:
+            for i, b in enumerate(batches):
                 m(input_ids=b.input_ids.to(first), attention_mask=b.attention_mask.to(first))
+                progress("calibration", i + 1, len(batches), unit="batch")
 
     eval_batch = acc_mod.held_out_batch(tok)
     on_first = {k: v.to(first) for k, v in eval_batch.items()}
@@ -276,7 +227,7 @@ def quantize(
         except AssertionError as e:
             raise NeedsGPUError(
                 f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
-            ) from None
+            ) from e
 
     fake: Any = None
     use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
@@ -348,12 +299,7 @@ def quantize(
             acc_mod.gate(primary, accuracy_limits)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         _fsync_tree(tmp)
-    # Renaming the directory leaves each file's inode and ctime alone: the digests just computed
-    # stay valid under the final path, so the next reuse need not read the files again.
-    cache = shared_stat_cache(cache_layout().statcache)
-    for rel, meta in files.items():
-        cache.record(out / rel, hashed[rel], meta["digest"])
-    cache.save()
+    remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=notes)
 
 

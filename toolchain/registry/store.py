@@ -6,8 +6,9 @@ import contextlib
 import os
 import stat
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +30,7 @@ from toolchain.errors import (
     ManifestError,
     UserInputError,
 )
+from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
@@ -75,6 +77,25 @@ class Registry:
         layout = cache()
         self._verified = StatCache(layout.verified_blobs, "blake3")
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
+        self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
+
+    @contextlib.contextmanager
+    def _metered(self, stage: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Count bytes moved (from any thread) and report them; the backend meters while the block runs."""
+        lock = threading.Lock()
+        done = [0]
+
+        def add(n: int) -> None:
+            with lock:
+                done[0] += n
+                self.progress(stage, done[0], total, unit="B")
+
+        self.progress(stage, 0, total, unit="B")
+        self.backend.meter = add
+        try:
+            yield add
+        finally:
+            self.backend.meter = None
 
     # --- lookup -------------------------------------------------------------------------------
 
@@ -111,8 +132,8 @@ class Registry:
         key = self.resolve(ref)
         try:
             raw = self.backend.read_bytes(manifest_path(key))
-        except FileNotFoundError:
-            raise ArtifactNotFoundError(key, self.url) from None
+        except FileNotFoundError as exc:
+            raise ArtifactNotFoundError(key, self.url) from exc
         m = parse_manifest(raw, f"{self.url}/{manifest_path(key)}")
         if m.key != key:
             raise ManifestError(f"manifest {key} names key {m.key}")
@@ -179,18 +200,27 @@ class Registry:
                 st = p.lstat()
                 if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
                     raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
-                found.append((safe_relpath(p.relative_to(src).as_posix()), p, st))
+                try:
+                    rel = safe_relpath(p.relative_to(src).as_posix())
+                except ValueError as e:
+                    raise UserInputError(
+                        f"{p}: the file name cannot be stored ({e}); entries hold portable relative paths only",
+                        "rename the file (no backslashes or control characters), then push again",
+                    ) from e
+                found.append((rel, p, st))
         if not found:
             raise UserInputError(f"{src} holds no files")
         files: dict[str, FileEntry] = {}
         blobs: list[tuple[str, Path, str]] = []
-        for rel, p, st in found:
-            digest = stat_cache.lookup(p, st)
-            if digest is None or not self.backend.exists(blob_path(digest)):
-                digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
-                stat_cache.record(p, st, digest)
-            files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
-            blobs.append((blob_path(digest), p, digest))
+        with self._metered(f"hash {src.name}", sum(st.st_size for _, _, st in found)) as moved:
+            for rel, p, st in found:
+                digest = stat_cache.lookup(p, st)
+                if digest is None or not self.backend.exists(blob_path(digest)):
+                    digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
+                    stat_cache.record(p, st, digest)
+                moved(st.st_size)
+                files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
+                blobs.append((blob_path(digest), p, digest))
         stat_cache.save()
         if key is None:
             key = content_key(files)
@@ -202,7 +232,8 @@ class Registry:
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         unique = list({b[0]: b for b in blobs}.values())
-        self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
+        with self._metered(f"push {key[:12]}", sum(p.stat().st_size for _, p, _ in unique)):
+            self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
         return m
 
     # --- get ----------------------------------------------------------------------------------
@@ -223,7 +254,10 @@ class Registry:
                 dest.rmdir()
             else:
                 raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
-        with staged_dir(dest) as tmp:
+        with (
+            staged_dir(dest) as tmp,
+            self._metered(f"pull {m.key[:12]}", sum(f.size for f in m.files.values())) as moved,
+        ):
             for rel, f in m.files.items():
                 target = (tmp / rel).resolve()
                 if tmp.resolve() not in target.parents:
@@ -240,14 +274,16 @@ class Registry:
                 else:
                     try:
                         self.backend.get_file(bp, target)
-                    except FileNotFoundError:
+                    except FileNotFoundError as exc:
                         raise CorruptArtifactError(
                             f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
-                        ) from None
+                        ) from exc
                     if target.stat().st_size != f.size or hash_file(target, f.digest.split(":")[0]) != f.digest:
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if f.executable and local is None:
                     target.chmod(0o755)
+                if local is not None or not self.backend.streams_bytes:
+                    moved(f.size)
             self._verified.save()
         return m
 

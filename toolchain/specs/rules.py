@@ -260,7 +260,7 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     """Every problem of a spec and its cells (default: all), with the shape rules when the model's
     architecture is known offline (local config.json or the catalog)."""
     from toolchain.errors import ModelConfigError
-    from toolchain.planning.arch import arch_for_spec
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.matrix import expand
 
     problems = check_spec(spec)

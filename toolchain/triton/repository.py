@@ -1,4 +1,4 @@
-"""Resolve what a cell's repository serves (registry engine, engine dir or the CPU reference) and emit it."""
+"""Emit a cell's Triton repository for an engine directory, or for the CPU reference model."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.artifacts.layout import cache
 from toolchain.errors import TritonRepoError
 from toolchain.triton.emit import EngineInfo, emit_repository
 
 
 def emit_for_cell(
-    art: CellArtifacts, engine: str, out: Path, *, registry: str | None = None, force: bool = False
+    art: CellArtifacts, engine: str, out: Path, *, engine_key: str | None = None, force: bool = False
 ) -> dict[str, Any]:
+    """``engine`` is an engine directory or ``reference``; ``engine_key`` names the engine when it is known
+    (fetched from a registry) and differs from the key the cell's spec gives."""
     cell = art.cell
     identity = art.identity()
+    if engine_key is not None:
+        identity["engine_key"] = engine_key
     if cell.spec.runtime == "pytorch":
         from toolchain.triton.llmapi_repo import llmapi_files
 
@@ -46,14 +49,7 @@ def emit_for_cell(
         return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": True, **identity}
     path = Path(engine)
     if not path.is_dir():
-        from toolchain.registry import open_registry
-
-        reg = open_registry(registry)
-        k = reg.resolve(engine)
-        path = cache().engine(k)
-        if not (path / "config.json").is_file():
-            reg.get(k, path, force=True)
-        identity["engine_key"] = k
+        raise TritonRepoError(f"engine {engine} is not a directory", "give an engine directory or a registry key")
     info = EngineInfo.from_engine_dir(path)
     repo = emit_repository(cell, info, tok, out, identity=identity, reference=False, force=force)
     return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": False, **identity}

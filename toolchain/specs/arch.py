@@ -1,4 +1,7 @@
-"""Model architecture facts from a Hugging Face ``config.json`` (or an offline catalog)."""
+"""The architecture of the model a spec names, from its Hugging Face ``config.json`` (or an offline catalog).
+
+Shared by the compatibility rules (TP must divide the heads) and the planner (memory and speed arithmetic).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import ModelConfigError
+from toolchain.specs.models import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -202,7 +206,7 @@ def arch_from_dir(model_dir: Path) -> ModelArch:
     try:
         cfg = json.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from None
+        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from e
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{cfg_path}: top level is not an object")
     arch = arch_from_config(cfg, name=model_dir.name, where=str(cfg_path))
@@ -229,7 +233,7 @@ CATALOG: dict[str, ModelArch] = {
 def arch_from_catalog(name: str) -> ModelArch:
     try:
         return CATALOG[name]
-    except KeyError:
+    except KeyError as exc:
         import difflib
 
         close = difflib.get_close_matches(name, list(CATALOG), n=1)
@@ -237,10 +241,10 @@ def arch_from_catalog(name: str) -> ModelArch:
         raise ModelConfigError(
             f"architecture '{name}' is not in the offline catalog{hint}",
             f"use one of {', '.join(CATALOG)} or point model.source at a local checkpoint",
-        ) from None
+        ) from exc
 
 
-def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
+def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     """The architecture of a spec's model: local config.json, the offline catalog, or the Hub."""
     local = spec.local_source()
     if local is not None and (local / "config.json").is_file():
@@ -258,15 +262,15 @@ def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
     repo, rev = spec.model.hf_repo_revision()
     try:
         from huggingface_hub import hf_hub_download
-    except ImportError:
+    except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
-        raise MissingDependencyError("huggingface_hub", "hf") from None
+        raise MissingDependencyError("huggingface_hub", "hf") from exc
     try:
         path = hf_hub_download(repo, "config.json", revision=rev)
     except Exception as e:
         raise ModelConfigError(
             f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})",
             f"set model.architecture to one of {', '.join(CATALOG)} to plan offline",
-        ) from None
+        ) from e
     return arch_from_config(json.loads(Path(path).read_text()), name=repo, where=f"{repo}/config.json")
