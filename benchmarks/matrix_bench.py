@@ -196,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         held = seed_registry("s3://bench/engines", env_s3, spec, 10)
         matrix = [*tc, "matrix", str(spec), "--format", "json"]
-        t_s3, t_off, r_s3 = side_by_side([*matrix, "--registry", "s3://bench/engines"], matrix, runs, env_s3, log)
+        t_s3, t_off, r_s3 = side_by_side(
+            [*matrix, "--registry", "s3://bench/engines"], [*matrix, "--offline"], runs, env_s3, log
+        )
         print(
             f"  matrix --registry s3:// (moto on 127.0.0.1, {held} of {cells} engines held): {t_s3:.2f} s "
-            f"vs offline {t_off:.2f} s -> {r_s3:.2f}x ({verdict(r_s3, TARGET_S3)})"
+            f"vs --offline {t_off:.2f} s -> {r_s3:.2f}x ({verdict(r_s3, TARGET_S3)})"
         )
         digests, cells_planned, t_build = build_dry_run(work, min(cells, 2000))
         print(

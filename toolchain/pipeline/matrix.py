@@ -3,6 +3,7 @@ precision and parallel mapping, runner labels per GPU class, cached cells marked
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,19 @@ def build_matrix(
     runners = runners or DEFAULT_RUNNERS
     quantize: dict[str, dict[str, Any]] = {}
     builds: list[dict[str, Any]] = []
+    # What the registry holds comes from one listing, fetched while the keys are computed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(registry.keys) if registry is not None else None
+        _add_jobs(specs, runners, quantize, builds)
+        held = set(listing.result()) if listing is not None else set()
+    for b in builds:
+        b["cached"] = b["engine_key"] in held
+    return {"quantize": list(quantize.values()), "build": builds}
+
+
+def _add_jobs(
+    specs: list[Path], runners: dict[str, str], quantize: dict[str, dict[str, Any]], builds: list[dict[str, Any]]
+) -> None:
     for path in specs:
         spec = load_spec(path)
         for art in for_cells(spec):
@@ -84,11 +98,6 @@ def build_matrix(
                     "needs": qid,
                 }
             )
-    if registry is not None:  # one listing of the registry, not one request per cell
-        held = registry.existing(b["engine_key"] for b in builds)
-        for b in builds:
-            b["cached"] = b["engine_key"] in held
-    return {"quantize": list(quantize.values()), "build": builds}
 
 
 def github(m: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
