@@ -12,6 +12,7 @@ the build list is split into matrices of at most 256 jobs, as many as the workfl
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,19 @@ def build_matrix(
     runners = runners or DEFAULT_RUNNERS
     quantize: dict[str, dict[str, Any]] = {}
     builds: list[dict[str, Any]] = []
+    # What the registry holds comes from one listing, fetched while the keys are computed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(registry.keys) if registry is not None else None
+        _add_jobs(specs, runners, quantize, builds)
+        held = set(listing.result()) if listing is not None else set()
+    for b in builds:
+        b["cached"] = b["engine_key"] in held
+    return {"quantize": list(quantize.values()), "build": builds}
+
+
+def _add_jobs(
+    specs: list[Path], runners: dict[str, str], quantize: dict[str, dict[str, Any]], builds: list[dict[str, Any]]
+) -> None:
     for path in specs:
         spec = load_spec(path)
         for art in for_cells(spec):
@@ -90,11 +104,10 @@ def build_matrix(
                     "runner": runner,
                     "world_size": cell.world_size,
                     "engine_key": key,
-                    "cached": bool(key and registry is not None and registry.exists(key)),
+                    "cached": False,
                     "needs": qid,
                 }
             )
-    return {"quantize": list(quantize.values()), "build": builds}
 
 
 GITHUB_MAX_JOBS = 256  # per matrix
