@@ -32,12 +32,13 @@ def test_closed_sets_match_the_library() -> None:
     from toolchain.bench.setup import PROTOCOLS
     from toolchain.deploy import FRONTENDS
     from toolchain.pipeline.matrix import FORMATS as MATRIX_FORMATS
-    from toolchain.quantize.run import DEVICES, FORMATS, GATES, KV_FORMATS
+    from toolchain.quantize.run import DEVICE_MAPS, DEVICES, FORMATS, GATES, KV_FORMATS
 
     pairs: list[tuple[type[Any], tuple[str, ...]]] = [
         (O.WeightFormat, FORMATS),
         (O.KVCacheFormat, KV_FORMATS),
         (O.Device, DEVICES),
+        (O.DeviceMap, DEVICE_MAPS),
         (O.AccuracyGate, GATES),
         (O.BenchProtocol, PROTOCOLS),
         (O.Frontend, FRONTENDS),
@@ -67,7 +68,16 @@ def test_shared_option_names_mean_one_thing() -> None:
 
 def test_every_closed_set_is_a_choice() -> None:
     opts = _options()
-    for name in ("--protocol", "--format", "--weights", "--kv-cache", "--device", "--gate", "--frontend"):
+    for name in (
+        "--protocol",
+        "--format",
+        "--weights",
+        "--kv-cache",
+        "--device",
+        "--device-map",
+        "--gate",
+        "--frontend",
+    ):
         for where, opt in opts[name]:
             annotation = opt.type_descriptor.annotation
             assert isinstance(annotation, type) and issubclass(annotation, Enum), (

@@ -26,9 +26,15 @@ def matrix(
     import yaml
 
     from toolchain.cli.render import err, print_json
+    from toolchain.errors import UserInputError
     from toolchain.pipeline.matrix import build_matrix, github, gitlab, load_runner_map
     from toolchain.registry import open_registry
 
+    if registry is not None and not registry.strip():
+        raise UserInputError(
+            "--registry is empty (is TOOLCHAIN_REGISTRY set in this CI job?)",
+            "set it to the shared registry, or pass --offline to list every cell as not cached",
+        )
     reg = None if offline else open_registry(registry)
     m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))
     if fmt is MatrixFormat.github:
@@ -38,7 +44,10 @@ def matrix(
     else:
         print_json(m)
     cached = sum(b["cached"] for b in m["build"])
-    err.print(f"{len(m['build'])} build jobs ({cached} cached), {len(m['quantize'])} quantize jobs")
+    err.print(
+        f"{len(m['build'])} cells ({cached} already in the registry, no job for them), "
+        f"{len(m['quantize'])} quantize groups"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,15 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class DeviceMap(str, Enum):
+    """How a model larger than one GPU is spread over the visible GPUs (``toolchain.quantize.run.DEVICE_MAPS``)."""
+
+    auto = "auto"
+    balanced = "balanced"
+    balanced_low_0 = "balanced_low_0"
+    sequential = "sequential"
+
+
 class AccuracyGate(str, Enum):
     """How the accuracy of a quantized model is measured (``toolchain.quantize.run.GATES``)."""
 

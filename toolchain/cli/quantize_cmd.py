@@ -11,6 +11,7 @@ from toolchain.cli.options import (
     AccuracyGate,
     CheckpointOpt,
     Device,
+    DeviceMap,
     ForceOpt,
     JsonOpt,
     KVCacheFormat,
@@ -27,6 +28,12 @@ def quantize(
     kv_cache: Annotated[KVCacheFormat, typer.Option("--kv-cache", help="KV-cache format")] = KVCacheFormat.none,
     out: Annotated[Path | None, out_dir_opt("trtllm/, hf/, manifest.json")] = None,
     device: Annotated[Device, typer.Option("--device", help="Where ModelOpt calibrates")] = Device.cpu,
+    device_map: Annotated[
+        DeviceMap | None,
+        typer.Option(
+            "--device-map", help="Spread a model larger than one GPU over the visible GPUs (with --device cuda)"
+        ),
+    ] = None,
     calib_dataset: Annotated[
         str, typer.Option("--calib-dataset", help="Calibration text: builtin, a .txt/.jsonl file, or hf:<name>")
     ] = "builtin",
@@ -58,6 +65,10 @@ def quantize(
     from toolchain.errors import UserInputError
     from toolchain.pipeline.quantize import QuantizeJob, run_quantize
 
+    if device_map is not None and device is not Device.cuda:
+        raise UserInputError(
+            "--device-map spreads the model over GPUs", "add --device cuda, or drop --device-map on CPU"
+        )
     target: Path | QuantizeJob
     if spec is not None:
         if checkpoint is not None or weights is not None:
@@ -92,6 +103,7 @@ def quantize(
         target,
         out=out,
         device=device.value,
+        device_map=device_map.value if device_map is not None else None,
         force=force,
         allow_pickle=allow_pickle,
         gate=gate.value,

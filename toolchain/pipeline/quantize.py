@@ -15,6 +15,7 @@ from toolchain.progress import Progress, silent
 from toolchain.quantize.run import QuantizeResult, quantize
 from toolchain.registry import open_registry
 from toolchain.specs.loader import load_spec
+from toolchain.specs.speculative import draft_spec
 
 
 @dataclass(frozen=True)
@@ -41,29 +42,33 @@ class QuantizeOutcome:
 
 
 def spec_jobs(spec_path: Path, *, out: Path | None = None, force: bool = False) -> list[QuantizeJob]:
-    """One job per (TP, PP) mapping of the spec's cells; ``out`` replaces the first job's cache directory."""
+    """One job per (TP, PP) mapping of the spec's cells, then of a draft-target spec's draft model; ``out``
+    replaces the first job's cache directory."""
     spec = load_spec(spec_path)
-    if is_unquantized(spec):
+    has_draft = spec.speculative is not None and spec.speculative.draft is not None
+    todo = [s for s in (spec, draft_spec(spec) if has_draft else None) if s is not None and not is_unquantized(s)]
+    if not todo:
         raise UserInputError(
             f"spec {spec.name} asks for no quantization",
             "nothing to do; `toolchain build` converts the checkpoint directly",
         )
-    src = source_dir(spec)
-    by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(spec)}
-    jobs = []
-    for i, mapping in enumerate(sorted(by_mapping)):
-        art = by_mapping[mapping]
-        jobs.append(
-            QuantizeJob(
-                source=src,
-                recipe=art.recipe,
-                out=out if (out is not None and i == 0) else art.quantized_dir,
-                accuracy_limits=spec.quantization.accuracy,
-                reuse=not force,
-                input_digest=(art.source or {}).get("digest"),
-                registry_key=art.quantized_key,
+    jobs: list[QuantizeJob] = []
+    for s in todo:  # the model, then a draft-target spec's draft model
+        src = source_dir(s)
+        by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(s)}
+        for mapping in sorted(by_mapping):
+            art = by_mapping[mapping]
+            jobs.append(
+                QuantizeJob(
+                    source=src,
+                    recipe=art.recipe,
+                    out=out if (out is not None and not jobs) else art.quantized_dir,
+                    accuracy_limits=s.quantization.accuracy,
+                    reuse=not force,
+                    input_digest=(art.source or {}).get("digest"),
+                    registry_key=art.quantized_key,
+                )
             )
-        )
     return jobs
 
 
@@ -72,6 +77,7 @@ def run_quantize(
     *,
     out: Path | None = None,
     device: str = "cpu",
+    device_map: str | None = None,
     force: bool = False,
     allow_pickle: bool = False,
     gate: str = "auto",
@@ -88,6 +94,7 @@ def run_quantize(
             job.recipe,
             job.out,
             device=device,
+            device_map=device_map,
             force=force,
             allow_pickle=allow_pickle,
             accuracy_limits=job.accuracy_limits,

@@ -63,6 +63,9 @@ def run_up(
     progress: Progress = silent,
 ) -> UpResult:
     """Run every stage for one cell (default: the first), in order; each stage records what it did in the result."""
+    from toolchain._deps import need_extras
+
+    need_extras("quantize", "triton", "report")
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
     if is_unquantized(spec):
@@ -119,13 +122,13 @@ def _plan(cell: Cell, res: UpResult, progress: Progress) -> CellPlan:
 
 def _build(art: CellArtifacts, registry: str | None, res: UpResult, progress: Progress) -> str:
     """The engine key built or found in the registry, or ``reference`` where TensorRT-LLM cannot run."""
-    from toolchain.compile.engine import build_cell
+    from toolchain.compile.draft import builds_for
     from toolchain.registry import open_registry
 
     progress("build (or fetch from the registry)")
     engine = REFERENCE
     try:
-        b = build_cell(art, open_registry(registry), progress=prefixed(progress, "  "))
+        b = builds_for(art, open_registry(registry), progress=prefixed(progress, "  "))[-1]  # draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:

@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import time
 from collections import OrderedDict
 
@@ -36,6 +37,13 @@ PERF = (
 )
 
 
+def _resolve(args, value):
+    """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
+    if not value or os.path.isabs(value):
+        return value
+    return os.path.normpath(os.path.join(args["model_repository"], value))
+
+
 def _opt(req, name, default=None):
     t = pb_utils.get_input_tensor_by_name(req, name)
     return default if t is None else t.as_numpy().reshape(-1)
@@ -54,7 +62,9 @@ class TritonPythonModel:
         self.max_blocks = int(max_tokens) // self.tpb if max_tokens.isdigit() else 4096
         torch.manual_seed(0)
         torch.set_num_threads(1)
-        self.model = AutoModelForCausalLM.from_pretrained(params["hf_model_dir"], dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(
+            _resolve(args, params["hf_model_dir"]), dtype=torch.float32
+        ).eval()
         self.prefix = OrderedDict()  # block-chain hash -> (n_tokens, cache)
         self.reused_total = 0
         self.active = 0
