@@ -31,7 +31,11 @@ def serve(
     from toolchain.triton.server import Ports, Server
     from toolchain.triton.serving import serve_repository
 
+    stop = threading.Event()
+
     def ready(srv: Server, meta: dict[str, Any]) -> None:
+        # From here SIGTERM asks for a clean stop (before, it ends the start as it always did).
+        signal.signal(signal.SIGTERM, lambda *a: stop.set())
         if meta.get("reference"):
             err.print("serving the CPU reference model (PyTorch), not TensorRT-LLM", highlight=False)
         err.print(
@@ -40,8 +44,6 @@ def serve(
             markup=False,
         )
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
     serve_repository(
         repo,
         stop=stop,
