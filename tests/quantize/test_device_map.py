@@ -36,7 +36,9 @@ def test_device_map_gives_the_same_checkpoint(tiny_checkpoint: Path, tmp_path: P
 
 
 def test_device_map_needs_cuda_and_a_known_strategy(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
-    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--out", tmp_path / "o", "--device-map", "auto")
+    r = cli(
+        "quantize", "--checkpoint", tiny_checkpoint, "--weights", "fp8", "--out", tmp_path / "o", "--device-map", "auto"
+    )
     assert r.exit_code == 2 and "--device cuda" in r.output and not (tmp_path / "o").exists()
     from toolchain.errors import UserInputError
 
