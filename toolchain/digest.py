@@ -133,6 +133,23 @@ class StatCache:
             self._data[self._key(file)] = [*sig, digest]
             self._dirty = True
 
+    def carry(self, file: Path, before: os.stat_result) -> None:
+        """Keep the digest remembered for ``before`` across a change of the inode's metadata alone
+        (a hardlink to the file adds a link and moves its ctime): size, mtime, inode and device must
+        be unchanged, and the entry must have been made for exactly ``before``."""
+        key = self._key(file)
+        hit = self._data.get(key)
+        now = file.stat()
+        same = [now.st_size, now.st_mtime_ns, now.st_ino, now.st_dev] == [
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_ino,
+            before.st_dev,
+        ]
+        if hit is not None and hit[:-1] == stat_signature(before) and same:
+            self._data[key] = [*stat_signature(now), hit[-1]]
+            self._dirty = True
+
     def forget(self, file: Path) -> None:
         if self._data.pop(self._key(file), None) is not None:
             self._dirty = True

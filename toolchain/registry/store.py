@@ -268,9 +268,11 @@ class Registry:
                 if local is not None:
                     if not local.is_file():
                         raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})")
-                    if local.stat().st_size != f.size or not self._verify_blob(f.digest, local):
+                    before = local.stat()
+                    if before.st_size != f.size or not self._verify_blob(f.digest, local):
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                     self.backend.get_file(bp, target)
+                    self._verified.carry(local, before)  # a hardlink moved the blob's ctime, not its bytes
                 else:
                     try:
                         self.backend.get_file(bp, target)
