@@ -92,21 +92,28 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 def stat_signature(st: os.stat_result) -> list[int]:
     """What must be unchanged for a digest computed earlier to still hold: size, mtime, ctime, inode,
-    device. ctime cannot be set from user space (``touch -d`` sets mtime and bumps ctime), and every
-    write, chmod, rename or link count change moves it."""
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+    device (and the link count, see ``StatCache``). ctime cannot be set from user space (``touch -d``
+    sets mtime and bumps ctime), and every write, chmod, rename or link count change moves it."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_nlink]
 
 
 class StatCache:
     """Maps a file's path and stat signature to the digest read from it, so unchanged files are not
     re-read. An entry is only ever written right after the file was hashed, with the signature taken
-    before and checked again after the read (a file written meanwhile is not remembered)."""
+    before and checked again after the read (a file written meanwhile is not remembered).
 
-    SCHEMA = 2  # entries: [size, mtime_ns, ctime_ns, inode, device, digest]
+    ``links_move_ctime``: for read-only store blobs restored by hardlink, adding or removing a link
+    moves ctime without touching the bytes; when the link count differs from the recorded one, ctime
+    is not compared (size, mtime, inode and device still are). With an unchanged link count a moved
+    ctime still means a re-read.
+    """
 
-    def __init__(self, path: Path | None, algo: str = ALGO) -> None:
+    SCHEMA = 3  # entries: [size, mtime_ns, ctime_ns, inode, device, nlink, digest]
+
+    def __init__(self, path: Path | None, algo: str = ALGO, *, links_move_ctime: bool = False) -> None:
         self.path = path
         self.algo = algo
+        self.links_move_ctime = links_move_ctime
         self._data: dict[str, list[Any]] = {}
         self._dirty = False
         if path is not None and path.exists():
@@ -118,36 +125,31 @@ class StatCache:
     def _key(self, file: Path) -> str:
         return f"{self.algo}:{os.path.abspath(file)}"
 
+    def _holds(self, recorded: list[Any], sig: list[int]) -> bool:
+        if recorded == sig:
+            return True
+        if not self.links_move_ctime or recorded[5] == sig[5]:
+            return False
+        return recorded[:2] == sig[:2] and recorded[3:5] == sig[3:5]
+
     def lookup(self, file: Path, st: os.stat_result | None = None) -> str | None:
-        """The remembered digest when the file's signature is unchanged, else None."""
-        hit = self._data.get(self._key(file))
+        """The remembered digest when the file's signature is unchanged, else None. A match across a
+        link count change (``links_move_ctime``) moves the entry to the current signature."""
+        key = self._key(file)
+        hit = self._data.get(key)
         sig = stat_signature(st or file.stat())
-        if hit is not None and hit[:-1] == sig:
-            return str(hit[-1])
-        return None
+        if hit is None or not self._holds(hit[:-1], sig):
+            return None
+        if hit[:-1] != sig:
+            self._data[key] = [*sig, hit[-1]]
+            self._dirty = True
+        return str(hit[-1])
 
     def record(self, file: Path, before: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for ``file`` if it still has the signature it had (``before``) the read."""
         sig = stat_signature(before)
         if stat_signature(file.stat()) == sig:
             self._data[self._key(file)] = [*sig, digest]
-            self._dirty = True
-
-    def carry(self, file: Path, before: os.stat_result) -> None:
-        """Keep the digest remembered for ``before`` across a change of the inode's metadata alone
-        (a hardlink to the file adds a link and moves its ctime): size, mtime, inode and device must
-        be unchanged, and the entry must have been made for exactly ``before``."""
-        key = self._key(file)
-        hit = self._data.get(key)
-        now = file.stat()
-        same = [now.st_size, now.st_mtime_ns, now.st_ino, now.st_dev] == [
-            before.st_size,
-            before.st_mtime_ns,
-            before.st_ino,
-            before.st_dev,
-        ]
-        if hit is not None and hit[:-1] == stat_signature(before) and same:
-            self._data[key] = [*stat_signature(now), hit[-1]]
             self._dirty = True
 
     def forget(self, file: Path) -> None:

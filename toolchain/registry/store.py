@@ -75,7 +75,7 @@ class Registry:
         self.backend = backend
         self.url = backend.url
         layout = cache()
-        self._verified = StatCache(layout.verified_blobs, "blake3")
+        self._verified = StatCache(layout.verified_blobs, "blake3", links_move_ctime=True)
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
         self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
 
@@ -268,11 +268,10 @@ class Registry:
                 if local is not None:
                     if not local.is_file():
                         raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})")
-                    before = local.stat()
-                    if before.st_size != f.size or not self._verify_blob(f.digest, local):
+                    if local.stat().st_size != f.size or not self._verify_blob(f.digest, local):
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                     self.backend.get_file(bp, target)
-                    self._verified.carry(local, before)  # a hardlink moved the blob's ctime, not its bytes
+                    self._verified.lookup(local)  # follow the link count (and ctime) our hardlink just moved
                 else:
                     try:
                         self.backend.get_file(bp, target)
