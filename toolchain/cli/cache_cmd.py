@@ -73,23 +73,32 @@ def pull(
 @app.command()
 def push(
     src: Annotated[Path, typer.Argument(help="Directory to store")],
-    key: Annotated[str, typer.Option("--key", help="Entry key (64 hex); default: digest of the content")] = "",
+    key: Annotated[
+        str,
+        typer.Option(
+            "--key",
+            help="Entry key: 64 hex, or a short key or tag of an entry the local registry holds [default: digest]",
+        ),
+    ] = "",
     kind: Annotated[str, typer.Option("--kind")] = "engine",
     registry: RegistryOpt = None,
 ) -> None:
     """Store a directory as one entry (blobs first, manifest last).
 
-    Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
+    Examples:
+      toolchain cache push ./engine --key 0c767363 --registry s3://bucket/engines
+      toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
     from toolchain.cli.render import Stages, err, out
     from toolchain.digest import dir_digest
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
+    from toolchain.registry.store import key_for_push
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
-    k = key or dir_digest(src).split(":", 1)[1]
     r = open_registry(registry)
+    k = key_for_push(key, r) if key else dir_digest(src).split(":", 1)[1]
     r.progress = Stages()
     m = r.put(k, src, kind=kind, provenance={"pushed_from": str(src.resolve())})
     out.print(m.key, highlight=False)
