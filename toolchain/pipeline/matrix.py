@@ -9,9 +9,10 @@ from typing import Any
 import yaml
 
 from toolchain.digest import canonical_json, sha256_text
-from toolchain.errors import UserInputError
+from toolchain.errors import CompatibilityError, UserInputError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import checkpoint_identity, engine_key, expand
+from toolchain.specs.rules import require_compatible
 
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
@@ -52,6 +53,10 @@ def build_matrix(
     builds: list[dict[str, Any]] = []
     for path in specs:
         spec = load_spec(path)
+        try:
+            require_compatible(spec)  # the rules `spec validate` applies: no CI job for a cell that cannot build
+        except CompatibilityError as e:
+            raise CompatibilityError(f"{path}: {e.message}", e.hint) from None
         ident = checkpoint_identity(spec)
         for cell in expand(spec):
             q = spec.quantization
