@@ -10,7 +10,7 @@ import yaml
 
 from toolchain.digest import canonical_json, sha256_text
 from toolchain.errors import CompatibilityError, UserInputError
-from toolchain.specs.loader import load_spec
+from toolchain.specs.loader import load_spec, safe_yaml
 from toolchain.specs.matrix import checkpoint_identity, engine_key, expand
 from toolchain.specs.rules import require_compatible
 
@@ -34,10 +34,16 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     if path is None:
         return m
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = safe_yaml(path.read_bytes().decode("utf-8"))
+    except OSError as e:
         raise UserInputError(
-            f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
+            f"cannot read runner map {path}: {e.strerror or e}", "give a YAML mapping GPU name -> runner label"
+        ) from None
+    except (yaml.YAMLError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0][:120]
+        raise UserInputError(
+            f"runner map {path} is not a small plain YAML file: {problem}",
+            "give a YAML mapping GPU name -> runner label",
         ) from None
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")

@@ -168,6 +168,14 @@ class _SpecLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+def safe_yaml(text: str) -> Any:
+    """Plain data from small YAML files next to specs (runner maps...), with the spec loader's limits:
+    no anchors, aliases or tags, bounded depth, nodes and size. Raises yaml.YAMLError or ValueError."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValueError(f"{len(text):,} characters; at most {MAX_SPEC_BYTES:,}")
+    return _compose(text)[1]
+
+
 def _compose(text: str) -> tuple[yaml.Node | None, Any]:
     loader = _SpecLoader(text)
     try:
