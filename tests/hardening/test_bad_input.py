@@ -282,3 +282,79 @@ def test_offline_plan_of_a_hub_spec_fails_fast(cli, tmp_path: Path, monkeypatch:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     r = cli("plan", _write(tmp_path, d))
     assert r.exit_code == 2 and "HF_HUB_OFFLINE" in _one_line_error(r)
+
+
+# --- serve, bench report, diagnose on garbage -------------------------------------------------------------
+
+
+@pytest.fixture
+def html_server() -> Any:
+    """A local HTTP server that answers every path with an HTML page (not Prometheus text)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body>not metrics</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_diagnose_refuses_file_urls_and_non_prometheus_bodies(cli, html_server: str, tmp_path: Path) -> None:
+    (tmp_path / "m.txt").write_text("nv_inference_request_success 1\n")
+    for url in (f"file://{tmp_path / 'm.txt'}", "ftp://127.0.0.1/x", "http://[::1", "garbage", html_server):
+        r = cli("diagnose", "--metrics-url", url, "--samples", "1")
+        assert r.exit_code != 0, (url, r.output)
+        assert "no findings" not in r.output
+        _one_line_error(r)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        bytes(range(256)),
+        b"",
+        b"[1, 2]",
+        b"[" * 100_000,
+        json.dumps({"kind": "toolchain.bench-result", "runs": "x"}).encode(),
+        json.dumps(
+            {"kind": "toolchain.bench-result", "runs": [{"label": "c=1", "summary": {"completed": "x"}}]}
+        ).encode(),
+        json.dumps({"kind": "toolchain.bench-result", "runs": [{"label": 1}]}).encode(),
+    ],
+)
+def test_bench_report_and_diagnose_refuse_damaged_results(cli, tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "r.json").write_bytes(content)
+    for args in (
+        ["bench", "report", tmp_path / "r.json", "--out", tmp_path / "rep"],
+        ["diagnose", "--bench", tmp_path / "r.json"],
+    ):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        _one_line_error(r)
+    assert not (tmp_path / "rep" / "report.md").exists()
+
+
+@pytest.mark.parametrize("meta", [b"\x00\xff binary", b"[1]", b'{"engine": 5}', b'{"engine": {"world_size": 1e9}}'])
+def test_serve_refuses_a_damaged_repository_marker(cli, tmp_path: Path, meta: bytes) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "toolchain-repo.json").write_bytes(meta)
+    r = cli("serve", repo, "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3")
+    assert r.exit_code == 2, r.output
+    _one_line_error(r)
+    r = cli("serve", repo, "--http-port", "70000")
+    assert r.exit_code == 2 and "Traceback" not in r.output
