@@ -14,4 +14,4 @@ def require(module: str, extra: str) -> ModuleType:
     except ImportError as e:
         if e.name and not module.startswith(e.name.split(".")[0]):
             raise
-        raise MissingDependencyError(module, extra) from None
+        raise MissingDependencyError(module, extra) from e

@@ -104,28 +104,22 @@ class StatCache:
         self._dirty = False
 
 
-def cache_home() -> Path:
-    return Path(os.environ.get("TOOLCHAIN_CACHE", Path.home() / ".cache" / "toolchain"))
-
-
 @functools.cache
-def _shared_stat_cache(path: Path) -> StatCache:
+def shared_stat_cache(path: Path) -> StatCache:
     """One StatCache per cache file and process, so repeated digests do not reload it from disk."""
     return StatCache(path)
 
 
 def dir_digest(root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None) -> str:
-    """Digest of a directory's relative file names and contents."""
-    own = cache is None
-    cache = cache or _shared_stat_cache(cache_home() / "statcache.json")
+    """Digest of a directory's relative file names and contents (``cache`` skips re-reading unchanged files;
+    the caller saves it)."""
+    cache = cache or StatCache(None)
     entries = []
     for f in iter_files(root):
         rel = f.relative_to(root).as_posix()
         if rel in exclude:
             continue
         entries.append([rel, cache.digest(f)])
-    if own:
-        cache.save()
     return f"{ALGO}:{sha256_text(canonical_json(entries))}"
 
 

@@ -194,3 +194,12 @@ class ServerError(ToolchainError):
 
 class BenchError(ToolchainError):
     default_hint = "check that the server is up (`toolchain serve DIR`) and the URL/model names are right"
+
+
+# --- deploy -----------------------------------------------------------------------------------
+
+
+class DeployError(UserInputError):
+    """A deployment that cannot be written as asked (no pinned container, a host-path registry...)."""
+
+    default_hint = "fix the spec or the `toolchain deploy` options as the message says"

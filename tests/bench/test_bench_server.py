@@ -57,12 +57,15 @@ def make_repo(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S.Server]:
     repo = make_repo(tmp_path_factory.mktemp("delayrepo"))
+    seen: list[tuple[str, str | None]] = []
     srv = S.start(
         repo,
         ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
         ready_timeout=120,
         log_path=tmp_path_factory.mktemp("log") / "t.log",
+        progress=lambda stage, done=None, total=None, *, unit="", message=None: seen.append((stage, message)),
     )
+    srv.start_progress = seen  # type: ignore[attr-defined]
     yield srv
     srv.stop()
 
@@ -76,7 +79,7 @@ def test_ttft_and_itl_match_the_known_delays(server: S.Server) -> None:
     s = aggregate(out.records, out.wall_s)
     assert s["completed"] == 8 and s["errors"] == 0
     assert abs(s["ttft_ms"]["p50"] - FIRST_MS) < 20, s["ttft_ms"]
-    assert abs(s["itl_ms"]["p50"] - GAP_MS) < 10, s["itl_ms"]
+    assert abs(s["icl_ms"]["p50"] - GAP_MS) < 10, s["icl_ms"]
     assert abs(s["tpot_ms"]["p50"] - GAP_MS) < 10, s["tpot_ms"]
     assert all(r.n_tokens == 6 and r.token_source == "server" for r in out.records if not r.warmup)
     assert s["output_token_throughput_tps"] == pytest.approx(48 / out.wall_s)
@@ -90,6 +93,15 @@ def test_errors_mid_run_are_counted_and_the_run_continues(server: S.Server) -> N
     out = run_load("triton", server.grpc_url, "flaky", _reqs(9, 2), Load(concurrency=1), warmup=0, stop_on_error=True)
     assert out.interrupted and "stopped on error" in out.interrupted
     assert len(out.records) < 9
+
+
+def test_server_start_reports_the_log_and_model_load_states(server: S.Server) -> None:
+    seen = server.start_progress  # type: ignore[attr-defined]
+    assert seen[0][0].startswith("tritonserver starting: log ") and str(server.log_path) in seen[0][0]
+    states = [m for _, m in seen[1:] if m]
+    # the repository index API names each model with its state while the server comes up
+    assert states and all(name in states[-1] for name in ("delayed", "flaky", "unary")), seen
+    assert S.model_states(server.http_url) == "delayed READY, flaky READY, unary READY"
 
 
 def test_streaming_a_non_decoupled_model_is_refused(server: S.Server) -> None:
@@ -137,4 +149,13 @@ def test_killed_server_keeps_partial_results(tmp_path: Path) -> None:
     done = [r for r in out.records if r.ok]
     assert done, "some requests completed before the kill"
     assert out.interrupted and "server unreachable" in out.interrupted
+    assert out.stop == "server-gone"
     assert len(out.records) < 40
+    from toolchain.bench.run import assess
+
+    s = aggregate(out.records, out.wall_s)
+    # the run did not measure what was asked: non-zero exit, with the reason and the partial numbers kept
+    assert assess({"runs": [{"label": "c=1", "summary": s}], "stop": out.stop, "interrupted": out.interrupted}) == (
+        1,
+        out.interrupted,
+    )

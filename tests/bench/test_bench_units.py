@@ -32,7 +32,7 @@ def test_record_definitions() -> None:
     r = RequestRecord(0, 10, 5, sent=1.0, chunk_times=[1.2, 1.25, 1.3, 1.4], output_tokens=5)
     assert r.ttft == pytest.approx(0.2) and r.e2e == pytest.approx(0.4)
     assert r.tpot == pytest.approx(0.2 / 4)  # (E2E - TTFT) / (tokens - 1): server says 5 tokens in 4 chunks
-    assert [round(x, 3) for x in r.itls] == [0.05, 0.05, 0.1]
+    assert [round(x, 3) for x in r.chunk_gaps] == [0.05, 0.05, 0.1]
     one = RequestRecord(1, 10, 1, sent=0.0, chunk_times=[0.1], output_tokens=1)
     assert one.tpot is None
     agg = aggregate([r, one, RequestRecord(2, 1, 1, 0.0, error="boom")], wall_s=2.0, slo={"ttft_ms": 150})
@@ -108,7 +108,7 @@ def test_openai_sse_client_measures_ttft_and_reads_usage() -> None:
     s = aggregate(out.records, out.wall_s)
     assert s["completed"] == 4
     assert all(r.output_tokens == 5 and r.token_source == "server" for r in out.records)
-    assert 40 < s["ttft_ms"]["p50"] < 200 and 10 < s["itl_ms"]["p50"] < 60
+    assert 40 < s["ttft_ms"]["p50"] < 200 and 10 < s["icl_ms"]["p50"] < 60
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
     p.write_text(json.dumps(res))
     r = cli("bench", "report", p, "--out", tmp_path / "rep")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "rep" / "report.md").read_text().count("concurrency=1") == 1
+    assert (tmp_path / "rep" / "report.md").read_text().count("| concurrency=1 |") == 1
     assert (tmp_path / "rep" / "latency_cdf.png").stat().st_size > 1000
     r = cli("diagnose", "--bench", p, "--json")
     assert r.exit_code == 0, r.output

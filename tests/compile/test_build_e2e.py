@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from tests.conftest import SPECS
-from toolchain.compile.engine import build_cell, quantized_checkpoint
+from toolchain.artifacts.cell import for_cell
+from toolchain.artifacts.recipe import recipe_from_spec
+from toolchain.compile.engine import build_cell
 from toolchain.errors import BuildDriftError, CheckpointError, EngineBuildError, NeedsGPUError
-from toolchain.quantize.run import quantize, recipe_from_spec
+from toolchain.quantize.run import quantize
 from toolchain.registry import open_registry
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
@@ -45,7 +47,7 @@ def _spec(tmp_path: Path, ckpt: Path, **changes) -> Path:
 def _quantized_cell(spec_path: Path):
     spec = load_spec(spec_path)
     cell = expand(spec)[0]
-    out = quantized_checkpoint(cell)
+    out = for_cell(cell).quantized_dir
     if not out.exists():
         quantize(spec.local_source(), recipe_from_spec(spec), out, reuse=True)
     return cell
@@ -54,7 +56,7 @@ def _quantized_cell(spec_path: Path):
 def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
-    first = build_cell(cell, reg)
+    first = build_cell(for_cell(cell), reg)
     assert first.status == "built"
     m = reg.show(first.key)
     assert {"config.json", "rank0.engine", "toolchain-build.log"} <= set(m.files)
@@ -62,16 +64,16 @@ def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_che
     assert prov["tensorrt_llm"] == "1.1.0" and prov["tensorrt"].startswith("10.13.3")
     assert prov["cell"]["gpu"] == "H100-SXM" and prov["command"][0] == "trtllm-build"
     assert prov["container_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
-    assert build_cell(cell, reg).status == "cached"
+    assert build_cell(for_cell(cell), reg).status == "cached"
     # runtime field: same key, still cached
     rt = _quantized_cell(_spec(tmp_path, tiny_checkpoint, **{"serving.kv_cache_free_gpu_mem_fraction": 0.5}))
-    assert build_cell(rt, reg).status == "cached"
+    assert build_cell(for_cell(rt), reg).status == "cached"
     # build field: new key, rebuilt (timing cache from the first build is reused)
     bf = _quantized_cell(_spec(tmp_path, tiny_checkpoint, **{"build.max_num_tokens": 512}))
-    second = build_cell(bf, reg)
+    second = build_cell(for_cell(bf), reg)
     assert second.status == "built" and second.key != first.key
     assert "--input_timing_cache" in second.command
-    assert build_cell(cell, reg, force=True).status == "built"
+    assert build_cell(for_cell(cell), reg, force=True).status == "built"
 
 
 def test_failed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
@@ -79,7 +81,7 @@ def test_failed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, mon
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_FAIL", "1")
     with pytest.raises(EngineBuildError) as e:
-        build_cell(cell, reg)
+        build_cell(for_cell(cell), reg)
     assert e.value.returncode == 1 and e.value.log_path and e.value.log_path.is_file()
     assert "out of memory" in e.value.message and "nothing was published" in e.value.message
     assert reg.keys() == []
@@ -90,7 +92,7 @@ def test_killed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, mon
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "30")
     with pytest.raises(EngineBuildError):
-        build_cell(cell, reg, timeout=1)
+        build_cell(for_cell(cell), reg, timeout=1)
     assert reg.keys() == []
 
 
@@ -99,19 +101,19 @@ def test_drift_is_loud(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_DRIFT", "1")
     with pytest.raises(BuildDriftError, match="max_batch_size: asked 8, engine has 9"):
-        build_cell(cell, reg)
+        build_cell(for_cell(cell), reg)
     assert reg.keys() == []
 
 
 def test_checkpoint_that_does_not_match_the_spec(stand_in, tiny_checkpoint, tmp_path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
-    cfg_path = quantized_checkpoint(cell) / "trtllm" / "config.json"
+    cfg_path = for_cell(cell).quantized_dir / "trtllm" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["quantization"]["quant_algo"] = "W4A16_AWQ"
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="no complete quantized checkpoint"):
-        build_cell(cell, reg)  # the manifest digest no longer matches: not a complete checkpoint
+        build_cell(for_cell(cell), reg)  # the manifest digest no longer matches: not a complete checkpoint
     from toolchain.compile.engine import check_checkpoint
 
     with pytest.raises(CheckpointError, match=r"quant_algo 'W4A16_AWQ' != 'FP8' for fp8"):
@@ -126,6 +128,28 @@ def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path
     assert "trtllm-build is not installed here" in r.output and "--max_batch_size 8" in r.output
     r = cli("build", spec, "--all", "--dry-run", "--registry", tmp_path / "reg", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["cells"][0]["status"] == "planned"
+    r = cli("build", spec, "--all", "--dry-run", "--registry", tmp_path / "reg")
+    assert r.exit_code == 0 and "planned" in r.stdout and "trtllm-build --checkpoint_dir" in r.stdout  # data: stdout
+    r = cli("build", spec, "--all", "--registry", tmp_path / "reg", "--json")
+    assert r.exit_code == 4  # JSON for machines even when the build cannot run here
+    cells = json.loads(r.stdout)["cells"]
+    assert cells[0]["status"] == "needs-gpu" and "trtllm-build is not installed" in cells[0]["error"]
+
+
+def test_build_reports_log_path_elapsed_and_last_line(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "2.5")
+    cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
+    seen: list[tuple[str, float | None, str, str | None]] = []
+
+    def progress(stage, done=None, total=None, *, unit="", message=None):  # type: ignore[no-untyped-def]
+        seen.append((stage, done, unit, message))
+
+    res = build_cell(for_cell(cell), open_registry(str(tmp_path / "reg")), progress=progress)
+    assert res.status == "built"
+    assert seen[0][0].startswith("trtllm-build for cell") and str(res.log_path) in seen[0][0]  # log path first
+    beats = [s for s in seen if s[2] == "s"]
+    assert len(beats) >= 2 and beats[-1][1] is not None and beats[-1][1] >= 1.5  # silence never exceeds ~1 s
+    assert beats[0][3] is not None and beats[0][3].startswith("$ trtllm-build")  # the latest log line
 
 
 def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:
@@ -135,7 +159,7 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> 
             tmp_path, tiny_checkpoint, runtime="pytorch", **{"target.trtllm_version": "1.2.1", "target.container": None}
         )
     )
-    res = build_cell(cell, reg)
+    res = build_cell(for_cell(cell), reg)
     assert res.status == "published"
     m = reg.show(res.key)
     assert m.kind == "llmapi-profile" and "hf/hf_quant_config.json" in m.files
@@ -149,7 +173,7 @@ def test_unquantized_checkpoint_goes_through_convert_checkpoint(stand_in, tiny_c
     spec = _spec(tmp_path, tiny_checkpoint, **{"quantization.weights": "bf16", "quantization.kv_cache": "auto"})
     cell = expand(load_spec(spec))[0]
     reg = open_registry(str(tmp_path / "reg"))
-    res = build_cell(cell, reg)
+    res = build_cell(for_cell(cell), reg)
     assert res.status == "built"
     assert "convert_checkpoint.py" in res.notes[-1] and "--dtype bfloat16" in res.notes[-1]
     prov = reg.show(res.key).provenance
@@ -157,4 +181,4 @@ def test_unquantized_checkpoint_goes_through_convert_checkpoint(stand_in, tiny_c
     assert "--gemm_plugin" in prov["command"] and prov["command"][prov["command"].index("--gemm_plugin") + 1] == "auto"
     monkeypatch.setenv("TRTLLM_ROOT", str(tmp_path / "nowhere"))
     with pytest.raises(NeedsGPUError, match="converter"):
-        build_cell(cell, reg, force=True)
+        build_cell(for_cell(cell), reg, force=True)

@@ -6,11 +6,12 @@ import pytest
 
 from tests.conftest import SPECS
 from toolchain.compile.flags import FLAGS, REMOVED, check_args
-from toolchain.compile.llmapi import llmapi_options, validate_options
-from toolchain.compile.synth import expected_build_config, resolve, trtllm_build_args
+from toolchain.compile.synth import expected_build_config, trtllm_build_args
+from toolchain.specs.llmapi import llmapi_options, validate_options
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.resolve import resolve
 
 BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
 CASES = [  # (weights, kv, gpu)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from tests.conftest import SPECS
 from toolchain.planning import bytes as B
-from toolchain.planning.arch import CATALOG
+from toolchain.specs.arch import CATALOG
 
 
 def test_llama_3_1_8b_fp8_h100_floor_is_2_4_ms_not_2_74(cli) -> None:

@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import SPECS
 from toolchain.hardware.catalog import lookup_gpu
 from toolchain.planning import bytes as B
-from toolchain.planning.arch import CATALOG, arch_from_dir
 from toolchain.planning.perf import fleet_size, speculative_tokens, tpot_floor_ms
+from toolchain.specs.arch import CATALOG, arch_from_dir
 
 H100 = lookup_gpu("H100-SXM")
 L70 = CATALOG["llama-3-70b"]
@@ -31,7 +31,7 @@ def test_kv_one_4096_request_70b_bf16_is_1_34_gb_not_5_37() -> None:
 
 
 def test_worked_example_34_36_gb() -> None:
-    from toolchain.planning.arch import ModelArch
+    from toolchain.specs.arch import ModelArch
 
     mha_7b = ModelArch("7b-mha", 32, 4096, 11008, 32, 32, 128, 32000)
     total = 16 * B.kv_bytes_per_request(mha_7b, 2.0, 4096)

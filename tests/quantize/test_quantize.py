@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.artifacts.quantized import QUANT_ALGO, verify_output
+from toolchain.artifacts.recipe import Recipe
 from toolchain.errors import (
     AccuracyGateError,
     CheckpointError,
@@ -15,7 +17,7 @@ from toolchain.errors import (
     OutputExistsError,
     UserInputError,
 )
-from toolchain.quantize.run import QUANT_ALGO, Recipe, quantize, verify_output
+from toolchain.quantize.run import quantize
 
 pytestmark = pytest.mark.slow
 FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}
@@ -189,3 +191,21 @@ def test_calibration_sources(tiny_checkpoint: Path, tmp_path: Path) -> None:
     _, d2 = tokenize(tok, load_texts("builtin", tmp_path, 7, 8), 32, 4)
     _, d3 = tokenize(tok, load_texts("builtin", tmp_path, 8, 8), 32, 4)
     assert d1 == d2 != d3 and len(b1) == 2 and tuple(b1[0].input_ids.shape) == (4, 32)
+
+
+def test_cli_prints_the_result_on_stdout_and_calibration_progress_on_stderr(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    cmd = [sys.executable, "-m", "toolchain.cli.main", "quantize", "--model", str(tiny_checkpoint)]
+    cmd += ["--format", "fp8", "--out", str(tmp_path / "q"), "--samples", "8", "--seq-len", "32", "--batch-size", "4"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=dict(os.environ))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"wrote {tmp_path / 'q'} (fp8") and "rel logit err" in p.stdout
+    assert "importing torch, transformers and ModelOpt" in p.stderr  # said before the slow imports
+    assert "calibration: 2 / 2 batch (100%)" in p.stderr

@@ -26,11 +26,12 @@ def tiny_spec(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="session")
 def reference_repo(tiny_spec: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from toolchain.artifacts.cell import for_cell
     from toolchain.specs.loader import load_spec
     from toolchain.specs.matrix import expand
-    from toolchain.triton.deploy import emit_for_cell
+    from toolchain.triton.repository import emit_for_cell
 
     cell = expand(load_spec(tiny_spec))[0]
     out = tmp_path_factory.mktemp("repo") / "repo"
-    emit_for_cell(cell, "reference", out)
+    emit_for_cell(for_cell(cell), "reference", out)
     return out

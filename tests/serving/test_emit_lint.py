@@ -12,12 +12,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.serving.conftest import write_tiny_spec
+from toolchain.artifacts.cell import for_cell
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
-from toolchain.triton.deploy import emit_for_cell
 from toolchain.triton.emit import EngineInfo, emit_repository
 from toolchain.triton.lint import lint_repository
+from toolchain.triton.repository import emit_for_cell
 
 
 def _cfg(repo: Path, model: str):
@@ -141,9 +142,9 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "other.txt").write_text("x")
     with pytest.raises(OutputExistsError):
-        emit_for_cell(cell, "reference", tmp_path / "c")
-    emit_for_cell(cell, "reference", tmp_path / "c", force=True)
-    emit_for_cell(cell, "reference", tmp_path / "c")  # same identity: re-emitting is fine
+        emit_for_cell(for_cell(cell), "reference", tmp_path / "c")
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "c", force=True)
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "c")  # same identity: re-emitting is fine
 
 
 def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None
         )
     )
     (eng / "rank0.engine").write_bytes(b"x")
-    repo = emit_for_cell(cell, str(eng), tmp_path / "repo")["repository"]
+    repo = emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"]
     llm = _cfg(Path(repo), "tensorrt_llm")
     assert llm.backend == "tensorrtllm" and llm.parameters["gpt_model_path"].string_value == str(eng)
     lines = [f.line() for f in lint_repository(Path(repo), world_size=1)]
@@ -181,7 +182,7 @@ def test_pytorch_runtime_emits_llmapi_layout(tiny_checkpoint: Path, tmp_path: Pa
     d["runtime"] = "pytorch"
     spec.write_text(yaml.safe_dump(d))
     cell = expand(load_spec(spec))[0]
-    res = emit_for_cell(cell, "reference", tmp_path / "repo")
+    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
     assert res["layout"] == "llmapi"
     cfg = _cfg(tmp_path / "repo", "tensorrt_llm")
     assert cfg.backend == "python" and cfg.max_batch_size == 0

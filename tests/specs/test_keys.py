@@ -9,10 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from tests.conftest import SPECS
+from toolchain.artifacts.keys import engine_key, profile_id, source_identity
 from toolchain.specs.fields import field_table
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, profile_id
+from toolchain.specs.matrix import expand
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.speculative import draft_cell
 
 CKPT = {"digest": "sha256:" + "0" * 64}
 BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
@@ -60,10 +62,31 @@ def _candidates(path: str, current: Any) -> list[Any]:
             "continuous",
             "V1",
             "float32",
+            "medusa",
+            "fp8",
             current + "x",
         ]
     # None: try values of every common kind
     return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], [[0]], "fp8"]
+
+
+# Optional blocks absent from BASE are mutated from a base that sets them (each mode's own fields).
+_DRAFT = {"mode": "draft_target", "max_draft_len": 5, "draft": {"source": "hf://org/draft@v1"}}
+_BLOCK_BASES: dict[str, dict[str, Any]] = {
+    "speculative.mode": {"speculative": {"mode": "eagle", "heads": {"source": "hf://org/eagle@v1"}}},
+    "speculative.max_draft_len": {"speculative": _DRAFT},
+    "speculative.draft.": {"speculative": _DRAFT},
+    "speculative.heads.": {"speculative": {"mode": "medusa", "heads": {"source": "hf://org/medusa@v1"}}},
+    "speculative.lookahead.": {"speculative": {"mode": "lookahead", "lookahead": {}}},
+    "lora.": {"lora": {"adapters": ["adapters/a"]}},
+}
+
+
+def _base(path: str) -> EngineSpec:
+    for prefix, block in _BLOCK_BASES.items():
+        if path.startswith(prefix):
+            return EngineSpec.model_validate(BASE.model_dump(mode="json") | block)
+    return BASE
 
 
 def _mutations() -> list[tuple[str, str]]:
@@ -71,12 +94,13 @@ def _mutations() -> list[tuple[str, str]]:
 
 
 def _mutate(path: str) -> EngineSpec:
-    data = BASE.model_dump(mode="json")
+    base = _base(path)
+    data = base.model_dump(mode="json")
     current = _get(data, path)
     for value in _candidates(path, current):
         if value == current:
             continue
-        d = BASE.model_dump(mode="json")
+        d = base.model_dump(mode="json")
         _set(d, path, value)
         try:
             return EngineSpec.model_validate(d)
@@ -85,9 +109,12 @@ def _mutate(path: str) -> EngineSpec:
     raise AssertionError(f"no valid mutation found for {path}")
 
 
-def _ids(spec: EngineSpec) -> tuple[str, str]:
+def _ids(spec: EngineSpec, *, draft: bool = False) -> tuple[str, str]:
+    """Engine key and profile id of the first cell (of its draft engine with ``draft``)."""
     cell = expand(spec)[0]
-    ckpt = checkpoint_identity(spec)
+    if draft:
+        cell = draft_cell(cell)
+    ckpt = source_identity(cell.spec)
     assert ckpt is not None
     key = engine_key(cell, ckpt)
     return key, profile_id(cell, key)
@@ -103,8 +130,9 @@ def test_every_field_declares_a_scope() -> None:
 
 @pytest.mark.parametrize(("path", "scope"), _mutations())
 def test_field_changes_key_or_profile_as_declared(path: str, scope: str) -> None:
-    base_key, base_profile = _ids(BASE)
-    key, profile = _ids(_mutate(path))
+    draft = path.startswith("speculative.draft.")  # these build the draft engine, keyed on its own
+    base_key, base_profile = _ids(_base(path), draft=draft)
+    key, profile = _ids(_mutate(path), draft=draft)
     if scope == "build":
         assert key != base_key, f"{path} is a build field but the engine key did not change"
     elif scope == "runtime":
@@ -166,6 +194,6 @@ def test_golden_key_is_the_same_on_every_run_and_python() -> None:
     from toolchain.specs.loader import parse_spec_text
 
     cell = expand(parse_spec_text(GOLDEN_SPEC))[0]
-    key = engine_key(cell, checkpoint_identity(cell.spec))  # type: ignore[arg-type]
+    key = engine_key(cell, source_identity(cell.spec))  # type: ignore[arg-type]
     assert key == "42b3bdd95c34a0e604e1f7ff1fa9f9655a8fe732ffb0282b8ba03b16a440c43d"
     assert profile_id(cell, key) == "4dddbc8cd57712bb0201d31a42c2fd51e56048159ce6a9de56cbd81969e12e76"

@@ -13,11 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
+from toolchain.progress import Progress, silent
 
-PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks")
+PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
 
 
 @dataclass
@@ -38,8 +40,18 @@ class RunOutcome:
     records: list[RequestRecord]
     wall_s: float
     interrupted: str | None = None
+    # why the load point ended early: "interrupted" (Ctrl-C), "server-gone", "stop-on-error"; None = ran to the end
+    stop: str | None = None
     client_cpu_s: float = 0.0
-    lag_s: list[float] = field(default_factory=list)
+    lag_s: list[float] = field(default_factory=list)  # rate mode: actual send time - due time
+    loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag sampled during the run
+
+    def halt(self, kind: str, why: str) -> None:
+        if self.stop is None:
+            self.stop, self.interrupted = kind, why
+
+
+INTERRUPTED = "interrupted (Ctrl-C); results so far were kept, requests in flight are marked cancelled"
 
 
 class TritonTarget:
@@ -59,7 +71,7 @@ class TritonTarget:
             raise BenchError(
                 f"cannot reach Triton at {self.url} ({type(e).__name__})",
                 "start it with `toolchain serve DIR` or fix --url (host:grpc_port)",
-            ) from None
+            ) from e
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
@@ -68,7 +80,7 @@ class TritonTarget:
             raise BenchError(
                 f"model {self.model!r} is not available at {self.url}: {e}",
                 "check --model (ensemble, tensorrt_llm_bls, ...)",
-            ) from None
+            ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
         self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
         missing = {"text_input", "max_tokens"} - self.inputs
@@ -125,6 +137,10 @@ class TritonTarget:
             now = time.perf_counter()
             if error is not None:
                 rec.error = str(error)
+                status = str(getattr(error, "status", lambda: "")() or "")
+                rec.error_kind = (
+                    "connection" if "UNAVAILABLE" in status else "timeout" if "DEADLINE" in status else None
+                )
                 break
             text = result.as_numpy("text_output")
             if text is not None and text.size:
@@ -135,12 +151,15 @@ class TritonTarget:
             reused = result.as_numpy("kv_cache_reused_blocks")
             if reused is not None and reused.size:
                 rec.perf["kv_cache_reused_blocks"] = int(reused.reshape(-1)[0])
+            speculative.read_outputs(result, rec.perf)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 break
         if server_tokens is not None:
             rec.output_tokens = server_tokens
         else:
             rec.token_source = "chunks (server sent no token count)"
+        if rec.error is None and not rec.chunk_times:
+            rec.error, rec.error_kind = "the responses held no text_output", "protocol"
 
     async def close(self) -> None:
         await self.client.close()
@@ -154,13 +173,17 @@ class OpenAITarget:
 
         self.url = url.rstrip("/")
         self.model, self.chat = model, chat
-        self.http = httpx.AsyncClient(timeout=timeout)
+        self.httpx = httpx
+        # No cap on pooled connections: each in-flight request keeps its own and gives it back at the end
+        # of the response, so the next request reuses it instead of paying a TCP handshake.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)
+        self.http = httpx.AsyncClient(timeout=timeout, limits=limits)
 
     async def check(self) -> None:
         try:
             r = await self.http.get(f"{self.url}/v1/models", timeout=5)
         except Exception as e:
-            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from None
+            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from e
         if r.status_code >= 500:
             raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
 
@@ -177,19 +200,44 @@ class OpenAITarget:
         else:
             body["prompt"] = req.prompt
             path = "/v1/completions"
+        try:
+            await self._stream(path, body, rec)
+        except self.httpx.TimeoutException as e:
+            rec.error, rec.error_kind = f"{type(e).__name__}: {e}", "timeout"
+        except (self.httpx.ConnectError, self.httpx.RemoteProtocolError, self.httpx.ReadError) as e:
+            rec.error, rec.error_kind = f"{type(e).__name__}: {e}", "connection"
+        if rec.error is None and not rec.chunk_times:
+            rec.error, rec.error_kind = "the stream held no completion text", "protocol"
+
+    async def _stream(self, path: str, body: dict[str, Any], rec: RequestRecord) -> None:
         rec.sent = time.perf_counter()
         async with self.http.stream("POST", self.url + path, json=body) as r:
             if r.status_code != 200:
+                # The server answered: an overloaded (503) or failing server is not an unreachable one.
                 rec.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
+                rec.error_kind = "server"
                 return
+            done = False
             async for line in r.aiter_lines():
-                if not line.startswith("data:"):
+                # Read to the end of the response even after [DONE]: leaving early closes the connection,
+                # and the next request would pay a new TCP handshake inside its TTFT.
+                if done or not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    done = True
+                    continue
                 now = time.perf_counter()
-                obj = json.loads(data)
+                try:
+                    obj = json.loads(data)
+                except json.JSONDecodeError:
+                    rec.error, rec.error_kind = f"not JSON in the event stream: {data[:80]!r}", "protocol"
+                    done = True
+                    continue
+                if not isinstance(obj, dict):
+                    rec.error, rec.error_kind = f"unexpected event in the stream: {data[:80]!r}", "protocol"
+                    done = True
+                    continue
                 for ch in obj.get("choices") or []:
                     piece = ch.get("text") if not self.chat else (ch.get("delta") or {}).get("content")
                     if piece:
@@ -217,10 +265,23 @@ GONE = (
 )
 
 
-def _server_gone(error: str) -> bool:
-    """Errors that mean the server (or the model) went away, as opposed to a failed request."""
-    e = error.lower()
+def _server_gone(rec: RequestRecord) -> bool:
+    """Errors that mean the server (or the model) went away, as opposed to a request it answered with an error."""
+    if rec.error_kind is not None:
+        return rec.error_kind == "connection"
+    e = (rec.error or "").lower()
     return any(g in e for g in GONE)
+
+
+LOOP_TICK_S = 0.01
+
+
+async def _watch_loop(lags: list[float], stop: asyncio.Event) -> None:
+    """Sample event-loop lag: how late a 10 ms sleep wakes up. A busy client delays every timestamp it takes."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(LOOP_TICK_S)
+        lags.append(max(0.0, time.perf_counter() - t - LOOP_TICK_S))
 
 
 async def _run(
@@ -232,6 +293,7 @@ async def _run(
     stop_on_error: bool,
     max_conn_errors: int,
     holder: dict[str, RunOutcome],
+    progress: Progress = silent,
 ) -> RunOutcome:
     from toolchain.bench.workload import arrivals
 
@@ -248,33 +310,43 @@ async def _run(
     t0 = time.perf_counter()
     deadline = t0 + load.duration_s if load.duration_s else None
     stop = asyncio.Event()
-    consecutive = {"conn": 0}
+    consecutive = {"conn": 0, "done": 0, "failed": 0}
+    stage = f"{load.label()} requests"
 
-    async def fire(i: int, r: Request) -> None:
+    async def fire(i: int, r: Request, due: float | None = None) -> None:
         rec = RequestRecord(
             warmup + i, r.prompt_tokens, r.max_tokens, time.perf_counter(), shared_prefix=r.shared_prefix
         )
+        rec.scheduled = due
         records.append(rec)
         try:
             await target.one(r, rec)
         except asyncio.CancelledError:
-            rec.error = rec.error or "cancelled"
+            if rec.error is None:
+                rec.error, rec.error_kind = "cancelled", "cancelled"
             raise
         except Exception as e:
-            rec.error = f"{type(e).__name__}: {e}"
+            rec.error = rec.error or f"{type(e).__name__}: {e}"
         if rec.error:
-            if _server_gone(rec.error):
+            if _server_gone(rec):
+                rec.error_kind = "connection"
                 consecutive["conn"] += 1
                 if consecutive["conn"] >= max_conn_errors:
-                    outcome.interrupted = f"server unreachable during the run: {rec.error[:200]}"
+                    outcome.halt("server-gone", f"server unreachable during the run: {rec.error[:200]}")
                     stop.set()
             if stop_on_error:
-                outcome.interrupted = f"stopped on error: {rec.error[:200]}"
+                outcome.halt("stop-on-error", f"stopped on error: {rec.error[:200]}")
                 stop.set()
         else:
             consecutive["conn"] = 0
+        consecutive["done"] += 1
+        consecutive["failed"] += 0 if rec.ok else 1
+        failed = consecutive["failed"]
+        progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)
 
     tasks: list[asyncio.Task[None]] = []
+    watch_stop = asyncio.Event()
+    watcher = asyncio.create_task(_watch_loop(outcome.loop_lag_s, watch_stop))
     try:
         if load.concurrency is not None:
             it = iter(enumerate(todo))
@@ -296,17 +368,22 @@ async def _run(
                         await asyncio.wait_for(stop.wait(), wait)
                 if stop.is_set() or (deadline and time.perf_counter() > deadline):
                     break
-                outcome.lag_s.append(max(0.0, time.perf_counter() - (t0 + off)))
-                tasks.append(asyncio.create_task(fire(i, r)))
+                tasks.append(asyncio.create_task(fire(i, r, t0 + off)))
         await asyncio.gather(*tasks)
     except (asyncio.CancelledError, KeyboardInterrupt):
-        outcome.interrupted = "interrupted (Ctrl-C); results so far were kept"
+        outcome.halt("interrupted", INTERRUPTED)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         outcome.wall_s = time.perf_counter() - t0
         outcome.client_cpu_s = time.process_time() - cpu0
+        watch_stop.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        # Send lag is taken when the request actually went out (rec.sent), not when its task was created.
+        outcome.lag_s = [max(0.0, r.sent - r.scheduled) for r in records if r.scheduled is not None and not r.warmup]
     return outcome
 
 
@@ -324,6 +401,7 @@ def run_load(
     stop_on_error: bool = False,
     chat: bool = False,
     max_conn_errors: int = 3,
+    progress: Progress = silent,
 ) -> RunOutcome:
     holder: dict[str, RunOutcome] = {}
 
@@ -335,7 +413,7 @@ def run_load(
         )
         try:
             await target.check()
-            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder)
+            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder, progress)
         finally:
             with contextlib.suppress(Exception):
                 await target.close()
@@ -346,5 +424,8 @@ def run_load(
         if "outcome" not in holder:
             raise
         out = holder["outcome"]
-        out.interrupted = "interrupted (Ctrl-C); results so far were kept"
+        out.halt("interrupted", INTERRUPTED)
+        for rec in out.records:
+            if rec.error is None and not rec.warmup and not rec.ok:
+                rec.error, rec.error_kind = "cancelled", "cancelled"
         return out

@@ -3,7 +3,9 @@
 - TTFT: request sent -> first streamed token chunk received (client clock).
 - E2E: request sent -> last chunk received.
 - TPOT (per request): (E2E - TTFT) / (output tokens - 1); undefined for one-token outputs.
-- ITL: every gap between consecutive streamed chunks, pooled over requests.
+- ICL (inter chunk latency): every gap between consecutive streamed chunks, pooled over requests.
+  TPOT is what AIPerf calls "inter token latency" (ITL); the chunk gaps are its "inter chunk latency"
+  (ICL). Names and formulas: docs/metrics.md.
 - Request throughput: completed requests / measured wall time; output-token throughput likewise.
 - Goodput: requests per second that met every SLO in the spec (TTFT and TPOT targets).
 Output tokens come from the server (`num_output_tokens`, `sequence_length`, OpenAI `usage`) when it
@@ -21,10 +23,20 @@ import numpy as np
 PCTS = (50, 90, 95, 99)
 DEFINITIONS = {
     "ttft_ms": "request sent -> first streamed token (client clock)",
-    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), per request",
-    "itl_ms": "every gap between consecutive streamed chunks",
+    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), per request; AIPerf's inter token latency",
+    "icl_ms": "every gap between consecutive streamed chunks; AIPerf's inter chunk latency",
     "e2e_ms": "request sent -> last chunk",
     "goodput_rps": "completed requests per second that met every SLO",
+}
+# Our summary key -> the metric tag AIPerf uses for the same quantity (docs/metrics.md).
+AIPERF_NAMES = {
+    "ttft_ms": "time_to_first_token",
+    "tpot_ms": "inter_token_latency",
+    "icl_ms": "inter_chunk_latency",
+    "e2e_ms": "request_latency",
+    "output_tokens": "output_sequence_length",
+    "request_throughput_rps": "request_throughput",
+    "output_token_throughput_tps": "output_token_throughput",
 }
 
 
@@ -38,6 +50,10 @@ class RequestRecord:
     output_tokens: int | None = None
     token_source: str = "server"
     error: str | None = None
+    # server (it answered with an error), connection (it went away), protocol (an answer we cannot use),
+    # timeout, cancelled (in flight when the run was interrupted: neither ok nor an error)
+    error_kind: str | None = None
+    scheduled: float | None = None  # perf_counter when the request was due (rate mode)
     shared_prefix: bool | None = None
     perf: dict[str, int] = field(default_factory=dict)
     warmup: bool = False
@@ -45,6 +61,10 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None and bool(self.chunk_times)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.error_kind == "cancelled"
 
     @property
     def ttft(self) -> float | None:
@@ -66,7 +86,7 @@ class RequestRecord:
         return (self.e2e - self.ttft) / (n - 1)  # type: ignore[operator]
 
     @property
-    def itls(self) -> list[float]:
+    def chunk_gaps(self) -> list[float]:
         t = self.chunk_times
         return [b - a for a, b in itertools.pairwise(t)]
 
@@ -104,6 +124,7 @@ def aggregate(
 ) -> dict[str, Any]:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
+    cancelled = [r for r in measured if r.cancelled]
     toks = sum(r.n_tokens for r in ok)
     slo = slo or {}
     good = [r for r in ok if meets(r, slo)]
@@ -111,7 +132,9 @@ def aggregate(
     return {
         "requests": len(measured),
         "completed": len(ok),
-        "errors": len(measured) - len(ok),
+        "errors": len(measured) - len(ok) - len(cancelled),
+        "cancelled": len(cancelled),
+        "error_kinds": _kinds(measured),
         "wall_s": wall_s,
         "request_throughput_rps": len(ok) / wall_s if wall_s > 0 else 0.0,
         "output_token_throughput_tps": toks / wall_s if wall_s > 0 else 0.0,
@@ -119,9 +142,19 @@ def aggregate(
         "slo": slo,
         "ttft_ms": summarize([r.ttft * 1000 for r in ok if r.ttft is not None]),
         "tpot_ms": summarize([r.tpot * 1000 for r in ok if r.tpot is not None]),
-        "itl_ms": summarize([g * 1000 for r in ok for g in r.itls]),
+        "icl_ms": summarize([g * 1000 for r in ok for g in r.chunk_gaps]),
         "e2e_ms": summarize([r.e2e * 1000 for r in ok if r.e2e is not None]),
         "output_tokens": summarize([float(r.n_tokens) for r in ok]),
         "token_source": sources,
         "definitions": DEFINITIONS,
+        "aiperf_names": AIPERF_NAMES,
     }
+
+
+def _kinds(records: list[RequestRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        if not r.ok and not r.cancelled:
+            k = r.error_kind or "server"
+            out[k] = out.get(k, 0) + 1
+    return out

@@ -70,7 +70,7 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             body = r.read(MAX_BODY + 1)
     except (OSError, ValueError, http.client.HTTPException) as e:
-        raise BenchError(f"cannot scrape metrics at {shown}: {str(e)[:200]}", hint) from None
+        raise BenchError(f"cannot scrape metrics at {shown}: {str(e)[:200]}", hint) from e
     if len(body) > MAX_BODY:
         raise BenchError(f"{shown} returned more than {MAX_BODY // 2**20} MiB; that is not a metrics page", hint)
     snap = parse(body.decode("utf-8", "replace"))

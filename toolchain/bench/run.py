@@ -6,17 +6,20 @@ import json
 import platform
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from toolchain import __version__
-from toolchain.bench import prom
+from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import Load, run_load
 from toolchain.bench.metrics import aggregate
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
+from toolchain.errors import BenchError
+from toolchain.progress import Progress, silent
 
 
 @dataclass
@@ -63,26 +66,41 @@ class _Sampler:
             self._t.join(3)
 
 
-def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any]:
-    runs = []
+def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
     interrupted = None
+    stop = None
     for load in cfg.loads:
         progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
-        before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+        try:
+            before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+        except BenchError:
+            if not runs:
+                raise
+            before = None
+        started = time.time()
         with _Sampler(cfg.metrics_url) as sampler:
-            out = run_load(
-                cfg.protocol,
-                cfg.url,
-                cfg.model,
-                cfg.requests,
-                load,
-                stream=cfg.stream,
-                warmup=cfg.warmup,
-                seed=cfg.seed,
-                timeout=cfg.timeout,
-                stop_on_error=cfg.stop_on_error,
-                chat=cfg.chat,
-            )
+            try:
+                out = run_load(
+                    cfg.protocol,
+                    cfg.url,
+                    cfg.model,
+                    cfg.requests,
+                    load,
+                    stream=cfg.stream,
+                    warmup=cfg.warmup,
+                    seed=cfg.seed,
+                    timeout=cfg.timeout,
+                    stop_on_error=cfg.stop_on_error,
+                    chat=cfg.chat,
+                    progress=progress,
+                )
+            except BenchError as e:
+                if not runs:  # nothing measured yet: the plain error is the whole story
+                    raise
+                # the server went away between load points: keep what was measured
+                interrupted, stop = f"server unreachable before {load.label()}: {e.message}", "server-gone"
+                break
         server: dict[str, Any] | None = None
         if cfg.metrics_url and before is not None:
             try:
@@ -98,15 +116,7 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
             "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
             "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks),
         }
-        if out.lag_s:
-            late = [x for x in out.lag_s if x > 0.05]
-            client["send_lag_ms_p99"] = sorted(out.lag_s)[int(0.99 * (len(out.lag_s) - 1))] * 1000
-            client["late_sends"] = len(late)
-            if len(late) > 0.05 * len(out.lag_s):
-                client["warning"] = (
-                    f"the client could not keep the requested rate: {len(late)} of "
-                    f"{len(out.lag_s)} sends were more than 50 ms late"
-                )
+        client.update(client_health(out))
         runs.append(
             {
                 "load": load.__dict__,
@@ -116,11 +126,14 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
                 "client": client,
                 "records": [r.to_json() for r in out.records],
                 "prefix": _prefix_proof(out.records),
+                "speculative": speculative.summary(out.records),
                 "interrupted": out.interrupted,
+                "stop": out.stop,
+                "window": {"start": started, "end": time.time()},
             }
         )
         if out.interrupted:
-            interrupted = out.interrupted
+            interrupted, stop = out.interrupted, out.stop
             break
     return {
         "kind": "toolchain.bench-result",
@@ -138,7 +151,69 @@ def run_bench(cfg: BenchConfig, progress: Any = lambda s: None) -> dict[str, Any
         },
         "runs": runs,
         "interrupted": interrupted,
+        "stop": stop,
     }
+
+
+LATE_SEND_S = 0.05  # a send this late is the client's fault, not the server's
+LOOP_LAG_WARN_S = 0.025  # event-loop lag p99 above this inflates every latency the client measures
+CPU_BUSY = 0.9  # client CPU seconds per wall second
+
+
+def _p99(xs: list[float]) -> float:
+    return sorted(xs)[int(0.99 * (len(xs) - 1))]
+
+
+def client_health(out: Any) -> dict[str, Any]:
+    """Send lag, event-loop lag and CPU use of the load generator, with warnings when it is the bottleneck."""
+    client: dict[str, Any] = {}
+    warnings: list[str] = []
+    if out.lag_s:
+        late = [x for x in out.lag_s if x > LATE_SEND_S]
+        client["send_lag_ms_p99"] = _p99(out.lag_s) * 1000
+        client["late_sends"] = len(late)
+        if len(late) > 0.05 * len(out.lag_s):
+            warnings.append(
+                f"the client could not keep the requested rate: {len(late)} of "
+                f"{len(out.lag_s)} requests went out more than {LATE_SEND_S * 1000:.0f} ms late"
+            )
+    if out.loop_lag_s:
+        lag = _p99(out.loop_lag_s)
+        client["loop_lag_ms_p99"] = lag * 1000
+        client["loop_lag_ms_max"] = max(out.loop_lag_s) * 1000
+        if lag > LOOP_LAG_WARN_S:
+            warnings.append(
+                f"the client is the bottleneck: its event loop lagged {lag * 1000:.0f} ms (p99), so every latency "
+                "it measured is inflated; use fewer concurrent requests per client or a faster machine"
+            )
+    if out.wall_s > 0 and out.client_cpu_s / out.wall_s > CPU_BUSY:
+        warnings.append(
+            f"the client used {out.client_cpu_s / out.wall_s:.0%} of a CPU during the run; its timings may be late"
+        )
+    if warnings:
+        client["warnings"] = warnings
+        client["warning"] = "; ".join(warnings)
+    return client
+
+
+def assess(result: dict[str, Any]) -> tuple[int, str | None]:
+    """Exit code and reason: 0 only when every load point asked for was measured with some successful requests.
+
+    130 for Ctrl-C, 1 when the server went away, the run stopped on an error, or a load point has no
+    successful request (every request failed, or the answers were unusable).
+    """
+    if result.get("stop") == "interrupted":
+        return 130, "interrupted by Ctrl-C"
+    if result.get("stop") is not None:
+        return 1, str(result.get("interrupted"))
+    for run in result["runs"]:
+        s = run["summary"]
+        if s["requests"] and not s["completed"]:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("error_kinds", {}).items()))
+            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds})"
+    if not result["runs"]:
+        return 1, "no load point was measured"
+    return 0, None
 
 
 def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:

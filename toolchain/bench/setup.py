@@ -6,10 +6,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.bench.loadgen import Load
 from toolchain.bench.run import BenchConfig
 from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
 from toolchain.errors import UserInputError
+
+DEFAULT_INPUT, DEFAULT_OUTPUT = "64", "32"
+
+
+def dist_text(d: Any) -> str:
+    """A spec's TokenDist in the --input-tokens/--output-tokens form (N, normal:M:S, uniform:LO:HI)."""
+    if d.dist == "fixed":
+        return str(d.mean)
+    if d.dist == "normal":
+        return f"normal:{d.mean}:{d.std:g}"
+    return f"uniform:{d.min}:{d.max}"
 
 
 def parse_list(text: str | None, kind: type) -> list[Any]:
@@ -17,14 +29,14 @@ def parse_list(text: str | None, kind: type) -> list[Any]:
         return []
     try:
         vals = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from None
+    except ValueError as exc:
+        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from exc
     if any(v <= 0 for v in vals):
         raise UserInputError(f"values in {text!r} must be positive")
     return vals
 
 
-def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path:
+def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts | None) -> Path:
     if tokenizer:
         return tokenizer
     if repo:
@@ -33,10 +45,8 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, cell: Any) -> Path
 
         cfg = text_format.Parse((repo / "preprocessing" / "config.pbtxt").read_text(), pb.ModelConfig())
         return Path(cfg.parameters["tokenizer_dir"].string_value)
-    if cell is not None:
-        from toolchain.triton.deploy import tokenizer_dir
-
-        return tokenizer_dir(cell)
+    if art is not None:
+        return art.tokenizer_dir()
     raise UserInputError(
         "the workload needs the deployment's tokenizer",
         "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC",
@@ -54,8 +64,8 @@ def make_config(
     requests: int,
     duration: float | None,
     warmup: int,
-    input_tokens: str,
-    output_tokens: str,
+    input_tokens: str | None,
+    output_tokens: str | None,
     shared: str | None,
     dataset_path: Path | None,
     tokenizer: Path | None,
@@ -81,29 +91,32 @@ def make_config(
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
     cell = None
+    art: CellArtifacts | None = None
     prov: dict[str, Any] = {}
     slo: dict[str, float | None] = {}
     if spec:
         from toolchain.specs.loader import load_spec
-        from toolchain.specs.matrix import checkpoint_identity, engine_key, expand, find_cell, profile_id
+        from toolchain.specs.matrix import expand, find_cell
 
         s = load_spec(spec)
         cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
-        ident = checkpoint_identity(s)
-        key = engine_key(cell, ident) if ident else None
-        prov.update(
-            spec=s.name,
-            cell=cell.id,
-            gpu=cell.gpu.name,
-            engine_key=key,
-            profile_id=profile_id(cell, key) if key else None,
-        )
+        art = for_cell(cell)
+        prov.update(art.identity(), gpu=cell.gpu.name)
         slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
+        if s.traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
+            input_tokens = input_tokens or dist_text(s.traffic.input_tokens)
+            output_tokens = output_tokens or dist_text(s.traffic.output_tokens)
+    input_tokens, output_tokens = input_tokens or DEFAULT_INPUT, output_tokens or DEFAULT_OUTPUT
     if repo and (repo / "toolchain-repo.json").is_file():
         meta = json.loads((repo / "toolchain-repo.json").read_text())
         prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
         prov["reference"] = meta.get("reference_note")
-    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, cell))
+    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
+    prov["workload"] = {
+        "input_tokens": "dataset" if dataset_path else input_tokens,
+        "output_tokens": output_tokens,
+        "shared_prefix": shared,
+    }
     out_d = Dist.parse(output_tokens)
     if dataset_path:
         reqs = dataset(dataset_path, tok, out_d, seed, requests + warmup)
@@ -113,8 +126,8 @@ def make_config(
             reqs = shared_prefix(
                 tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed
             )
-        except ValueError:
-            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from None
+        except ValueError as exc:
+            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
     else:
         reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
     cfg = BenchConfig(

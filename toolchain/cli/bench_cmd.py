@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,8 +32,16 @@ def bench(
     requests: Annotated[int, typer.Option("--requests", help="Measured requests per load point")] = 32,
     duration: Annotated[float | None, typer.Option("--duration", help="Stop a load point after N seconds")] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first and excluded")] = 2,
-    input_tokens: Annotated[str, typer.Option("--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P")] = "64",
-    output_tokens: Annotated[str, typer.Option("--output-tokens", help="Same forms as --input-tokens")] = "32",
+    input_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P [default: the spec's traffic, else 64]"
+        ),
+    ] = None,
+    output_tokens: Annotated[
+        str | None,
+        typer.Option("--output-tokens", help="Same forms as --input-tokens [default: the spec's traffic, else 32]"),
+    ] = None,
     shared_prefix: Annotated[
         str | None, typer.Option("--shared-prefix", help="K:P:FRACTION shared system prompts")
     ] = None,
@@ -59,7 +68,7 @@ def bench(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from toolchain.bench.run import run_bench, save, without_records
+    from toolchain.bench.run import assess, run_bench, save, without_records
     from toolchain.bench.setup import make_config
     from toolchain.cli.render import Stages, err, print_json
     from toolchain.errors import UserInputError
@@ -92,8 +101,8 @@ def bench(
     )
     result = run_bench(cfg, progress=Stages(quiet=json_out))
     if c is not None:
-        from toolchain.planning.arch import arch_for_spec
         from toolchain.planning.plan import plan_cell
+        from toolchain.specs.arch import arch_for_spec
 
         result["planner"] = {
             "tpot_floor_b1_ms": plan_cell(c, arch_for_spec(c.spec)).tpot_floor_b1_ms,
@@ -107,8 +116,11 @@ def bench(
         print_table(result)
         if out:
             err.print(f"result: {out}", highlight=False)
-    if result.get("interrupted"):
-        err.print(f"stopped early: {result['interrupted']}", highlight=False, markup=False)
+    code, reason = assess(result)
+    if code:
+        kept = f"the partial results are in {out}" if out else "pass --out FILE to keep partial results"
+        sys.stderr.write(f"Error: the benchmark did not measure what was asked: {reason} — {kept}\n")
+        raise typer.Exit(code)
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -124,14 +136,26 @@ def print_table(result: dict[str, Any]) -> None:
         t.add_row(*row_cells(r)[:-1])
     out.print(t)
     for run in result["runs"]:
-        if run["client"].get("warning"):
-            err.print(f"warning: {run['client']['warning']}", highlight=False)
+        for w in run["client"].get("warnings", []):
+            err.print(f"warning ({run['label']}): {w}", highlight=False, markup=False)
+        s = run["summary"]
+        if s.get("cancelled"):
+            err.print(f"{run['label']}: {s['cancelled']} request(s) in flight were cancelled", highlight=False)
         if run.get("prefix"):
             p = run["prefix"]
             err.print(
                 f"prefix cache ({run['label']}): shared-prefix TTFT p50 {_f(p['shared_ttft_ms_p50'])} ms, "
                 f"reused blocks {p['shared_reused_blocks_mean']}; unique TTFT p50 {_f(p['unique_ttft_ms_p50'])} "
                 f"ms, reused {p['unique_reused_blocks_mean']}",
+                highlight=False,
+                markup=False,
+            )
+        if run.get("speculative"):
+            sp = run["speculative"]
+            per_step = f"{sp['tokens_per_step']:.2f}" if sp["tokens_per_step"] else "-"
+            err.print(
+                f"speculative ({run['label']}): acceptance {sp['acceptance_rate']:.1%} "
+                f"({sp['accepted_draft_tokens']}/{sp['draft_tokens']} draft tokens), {per_step} tokens per step",
                 highlight=False,
                 markup=False,
             )
@@ -144,18 +168,21 @@ def print_table(result: dict[str, Any]) -> None:
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="Result JSON files from `toolchain bench --out`")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and PNG plots")],
+    results: Annotated[
+        list[str], typer.Argument(help="Result JSON files from `toolchain bench --out`, each PATH or LABEL=PATH")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md, report.csv and plots")],
 ) -> None:
-    """Render Markdown and HTML reports with latency CDFs and a throughput-latency curve.
+    """Render HTML and Markdown reports, a CSV and plots; several results are compared side by side.
 
-    Examples: toolchain bench report run.json --out ./report
+    Examples:
+      toolchain bench report run.json --out ./report
+      toolchain bench report fp8=run-fp8.json int4=run-int4.json --out ./compare
     """
-    from toolchain.bench.report import load_results, render
-    from toolchain.cli.render import err
+    from toolchain.bench.report import load_results, parse_labelled, render
+    from toolchain.cli.render import out as out_console
 
-    data = load_results(results)
-    floor = next((d["planner"]["tpot_floor_b1_ms"] for d in data if d.get("planner")), None)
-    files = render(data, out, floor_ms=floor)
+    paths, labels = parse_labelled(results)
+    files = render(load_results(paths, labels), out)
     for name, p in files.items():
-        err.print(f"{name}: {p}", highlight=False)
+        out_console.print(f"{name}: {p}", highlight=False, markup=False)

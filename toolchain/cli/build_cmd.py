@@ -29,9 +29,10 @@ def register(app: typer.Typer) -> None:
         """
         import shlex
 
-        from toolchain.cli.render import err, print_json
-        from toolchain.compile.engine import build_cell, plan_cell_build
-        from toolchain.errors import UserInputError
+        from toolchain.artifacts.cell import for_cells
+        from toolchain.cli.render import Stages, err, out, print_json
+        from toolchain.compile.draft import builds_for
+        from toolchain.errors import NeedsGPUError, UserInputError
         from toolchain.registry import open_registry
         from toolchain.specs.loader import load_spec
         from toolchain.specs.matrix import expand, find_cell
@@ -41,17 +42,30 @@ def register(app: typer.Typer) -> None:
         s = load_spec(spec)
         cells = [find_cell(s, cell)] if cell else expand(s)
         reg = open_registry(registry)
-        results = []
-        for c in cells:
-            r = plan_cell_build(c, reg, force=force) if dry_run else build_cell(c, reg, force=force, timeout=timeout)
-            results.append(r)
-            if not json_out:
-                err.print(f"{r.status:9} {c.id}  key {r.key}", highlight=False, markup=False)
-                if dry_run and r.command:
-                    err.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
-                for n in r.notes:
-                    err.print(f"          note: {n}", highlight=False, markup=False)
+        results: list[dict[str, object]] = []
+        stopped: NeedsGPUError | None = None
+        stages = Stages()
+        for art in for_cells(s, cells):
+            try:  # draft-target: the draft engine first, then the cell's (compile.draft)
+                rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages)
+            except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
+                if not json_out:
+                    raise
+                rs = builds_for(art, reg, dry_run=True, force=force)
+                results += [r.to_json() | {"status": "needs-gpu", "error": e.message, "hint": e.hint} for r in rs]
+                stopped = e
+                break
+            for r in rs:
+                c = r.cell
+                results.append(r.to_json())
+                if not json_out:  # the plan and the outcome are data: stdout; notes are narration
+                    role = " (draft)" if c.spec.name != s.name else ""
+                    out.print(f"{r.status:9} {c.id}{role}  key {r.key}", highlight=False, markup=False)
+                    if dry_run and r.command:
+                        out.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
+                    for n in r.notes:
+                        err.print(f"          note: {n}", highlight=False, markup=False)
         if json_out:
-            print_json(
-                {"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": [r.to_json() for r in results]}
-            )
+            print_json({"spec": s.name, "registry": reg.url, "dry_run": dry_run, "cells": results})
+        if stopped is not None:
+            raise stopped

@@ -69,10 +69,11 @@ def pull(
 
     Examples: toolchain cache pull 3f2a9c1d ./engine
     """
-    from toolchain.cli.render import err
+    from toolchain.cli.render import Stages, err
     from toolchain.registry import open_registry
 
     r = open_registry(registry)
+    r.progress = Stages()
     m = r.get(ref, dest, force=force, link=link)
     err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False, markup=False)
 
@@ -92,7 +93,7 @@ def push(
 
     Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
-    from toolchain.cli.render import err, out
+    from toolchain.cli.render import Stages, err, out
     from toolchain.digest import dir_digest
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
@@ -101,6 +102,7 @@ def push(
         raise UserInputError(f"{src} is not a directory")
     k = key or dir_digest(src).split(":", 1)[1]
     r = open_registry(registry)
+    r.progress = Stages()
     m = r.put(k, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)

@@ -35,15 +35,28 @@ def register(app: typer.Typer) -> None:
         from toolchain.bench import prom
         from toolchain.bench.report import load_results
         from toolchain.cli.render import err, out, print_json
+        from toolchain.diagnose.rules import bench_window, observations_from
         from toolchain.diagnose.rules import diagnose as run_rules
-        from toolchain.diagnose.rules import observations_from
         from toolchain.errors import UserInputError
 
         if not metrics_url and not bench:
             raise UserInputError("give --metrics-url, --bench, or both")
         result = load_results([bench])[0] if bench else None
-        server = None
-        if metrics_url:
+        server = bench_window(result)
+        if server is not None and metrics_url:
+            err.print(
+                f"using the server metrics {bench} recorded during its run; {metrics_url} is not sampled now",
+                highlight=False,
+                markup=False,
+            )
+        elif metrics_url:
+            if result is not None:
+                err.print(
+                    f"{bench} holds no server metrics (bench ran without --metrics-url): sampling the server now, "
+                    "which may be idle",
+                    highlight=False,
+                    markup=False,
+                )
             snaps = []
             for i in range(max(1, samples)):
                 snaps.append(prom.scrape(metrics_url))

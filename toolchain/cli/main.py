@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
+from toolchain import settings
 from toolchain.cli import (
     bench_cmd,
     build_cmd,
     cache_cmd,
+    deploy_cmd,
     diagnose_cmd,
     gpus_cmd,
     matrix_cmd,
@@ -32,6 +33,14 @@ def _fail(line: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _traceback_when_debugging() -> None:
+    """With TOOLCHAIN_DEBUG=1, the traceback of the error being handled, its causes included."""
+    if settings.debug():
+        import traceback
+
+        traceback.print_exc()
+
+
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
@@ -41,12 +50,14 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except ToolchainError as e:
-            if os.environ.get("TOOLCHAIN_DEBUG") == "1":
-                import traceback
-
-                traceback.print_exc()
+            _traceback_when_debugging()
             hint = f" — {e.hint}" if e.hint else ""
             raise _fail(f"Error: {e.message}{hint}", e.exit_code) from None
+        except (OSError, ValueError) as e:
+            # A file or value from the user that the library did not anticipate: one line, not a traceback.
+            _traceback_when_debugging()
+            what = f"{type(e).__name__}: {e}"
+            raise _fail(f"Error: {what} — check the paths and values given; TOOLCHAIN_DEBUG=1 shows where", 1) from None
         except KeyboardInterrupt:
             raise _fail("Interrupted; nothing half-written was kept.", 130) from None
 
@@ -64,7 +75,7 @@ app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(cache_cmd.app, name="cache")
 app.add_typer(triton_cmd.app, name="triton")
 app.add_typer(bench_cmd.app, name="bench")
-for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, diagnose_cmd, matrix_cmd):
+for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, deploy_cmd, diagnose_cmd, matrix_cmd):
     mod.register(app)
 
 

@@ -14,8 +14,8 @@ RegistryOpt = Annotated[
     str | None,
     typer.Option(
         "--registry",
-        envvar="TOOLCHAIN_REGISTRY",
-        help="Registry URL: a local path (default ~/.cache/toolchain/registry), s3://bucket/prefix, hf://org/repo",
+        help="Registry URL: a local path, s3://bucket/prefix or hf://org/repo "
+        "(default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry)",
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]

@@ -25,9 +25,9 @@ def register(app: typer.Typer) -> None:
 
         from toolchain.cli.render import err, fmt_bytes, out, print_json
         from toolchain.errors import PlanError
-        from toolchain.planning.arch import arch_for_spec
         from toolchain.planning.plan import explain as explain_plan
         from toolchain.planning.plan import plan_cell
+        from toolchain.specs.arch import arch_for_spec
         from toolchain.specs.loader import load_spec
         from toolchain.specs.matrix import expand, find_cell
         from toolchain.specs.rules import require_compatible
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         if local is not None and (local / "config.json").is_file():
             import json as _json
 
-            from toolchain.planning.arch import unknown_fields
+            from toolchain.specs.arch import unknown_fields
 
             extra = unknown_fields(_json.loads((local / "config.json").read_text()))
             if extra:

@@ -45,14 +45,16 @@ def register(app: typer.Typer) -> None:
           toolchain quantize engine_specs/tiny.yaml
           toolchain quantize --model ./tiny-llama --format fp8 --kv-cache fp8 --out ./tiny-fp8
         """
+        from toolchain.artifacts.cell import for_cells
+        from toolchain.artifacts.recipe import Recipe, is_unquantized
+        from toolchain.artifacts.source import source_dir
         from toolchain.cli.render import Stages, err, print_json
+        from toolchain.cli.render import out as out_console
         from toolchain.errors import UserInputError
-        from toolchain.quantize.run import Recipe, default_out, recipe_from_spec, source_dir
         from toolchain.quantize.run import quantize as run_quantize
 
         stages = Stages()
-        jobs: list[tuple[Path, Recipe, Path, object, bool]] = []
-        spec_obj = None
+        jobs: list[tuple[Path, Recipe, Path, object, bool, str | None, str | None]] = []
         if spec is not None:
             if model is not None or fmt is not None:
                 raise UserInputError(
@@ -60,21 +62,20 @@ def register(app: typer.Typer) -> None:
                     "drop --model/--format to use the spec's model and quantization",
                 )
             from toolchain.specs.loader import load_spec
-            from toolchain.specs.matrix import expand
 
             s = load_spec(spec)
-            if s.quantization.weights in ("bf16", "fp16") and s.quantization.kv_cache == "auto":
+            if is_unquantized(s):
                 raise UserInputError(
                     f"spec {s.name} asks for no quantization",
                     "nothing to do; `toolchain build` converts the checkpoint directly",
                 )
             src = source_dir(s)
-            for tp_, pp_ in sorted({(c.tp, c.pp) for c in expand(s)}):
-                r = recipe_from_spec(s, tp_, pp_)
-                jobs.append(
-                    (src, r, out if (out and len(jobs) == 0) else default_out(s, r), s.quantization.accuracy, not force)
-                )
-            spec_obj = s
+            by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(s)}
+            for mapping in sorted(by_mapping):
+                art = by_mapping[mapping]
+                digest = (art.source or {}).get("digest")
+                dest = out if (out and len(jobs) == 0) else art.quantized_dir
+                jobs.append((src, art.recipe, dest, s.quantization.accuracy, not force, digest, art.quantized_key))
         else:
             if model is None or fmt is None or out is None:
                 raise UserInputError(
@@ -82,9 +83,9 @@ def register(app: typer.Typer) -> None:
                     "e.g. toolchain quantize --model DIR --format fp8 --kv-cache fp8 --out DIR",
                 )
             r = Recipe(fmt, kv_cache, awq_group_size, dataset, samples, seq_len, batch_size, seed, "bfloat16", tp, pp)
-            jobs.append((model, r, out, None, False))
+            jobs.append((model, r, out, None, False, None, None))
         results = []
-        for src, r, dest, limits, reuse in jobs:
+        for src, r, dest, limits, reuse, digest, qkey in jobs:
             res = run_quantize(
                 src,
                 r,
@@ -95,13 +96,14 @@ def register(app: typer.Typer) -> None:
                 accuracy_limits=limits,
                 gate_method=gate,
                 reuse=reuse,
+                input_digest=digest,
                 progress=stages,
             )
             m = res.manifest
             acc = m["accuracy"][m["accuracy"]["gate"]]
             for n in res.notes:
                 err.print(f"note: {n}", highlight=False)
-            err.print(
+            (err if json_out else out_console).print(  # the result is data: stdout (stderr under --json)
                 f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
                 f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f}, "
                 f"ppl {acc['ppl_increase']:+.1%} [{m['accuracy']['gate']}]; "
@@ -110,13 +112,12 @@ def register(app: typer.Typer) -> None:
                 markup=False,
             )
             results.append({"out": str(res.out), "reused": res.reused, "manifest": m})
-            if registry and spec is not None:
-                from toolchain.quantize.run import registry_key
+            if registry and qkey is not None:
                 from toolchain.registry import open_registry
 
                 reg = open_registry(registry)
-                key = registry_key(spec_obj, r)
-                if key and not reg.exists(key):
+                key = qkey
+                if not reg.exists(key):
                     reg.put(
                         key,
                         res.out,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
 err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 180)
@@ -24,13 +26,104 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-class Stages:
-    """Progress narration on stderr: one timed line per stage."""
+def _amount(x: float, unit: str) -> str:
+    if unit == "B":
+        return fmt_bytes(x)
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
-    def __init__(self, quiet: bool = False) -> None:
+
+class Stages:
+    """The one renderer of ``toolchain.progress.Progress``, on stderr.
+
+    A plain ``stage`` is one timed narration line. Counted work (``done``/``total``) becomes a bar on a
+    terminal, and otherwise a line at most every ``every`` seconds per stage (plus one when it is
+    complete), with rate and ETA for bytes and the latest message for open-ended work.
+    """
+
+    def __init__(self, quiet: bool = False, *, every: float = 3.0, tty: bool | None = None) -> None:
         self.t0 = time.monotonic()
         self.quiet = quiet
+        self.every = every
+        self.tty = err.is_terminal if tty is None else tty
+        self._lock = threading.Lock()
+        self._first: dict[str, tuple[float, float]] = {}  # stage -> (time, done) at its first update
+        self._last_line: dict[str, float] = {}
+        self._bars: Any = None
+        self._tasks: dict[str, Any] = {}
 
-    def __call__(self, stage: str) -> None:
-        if not self.quiet:
-            err.print(f"[dim][{time.monotonic() - self.t0:6.1f}s][/dim] {stage}", highlight=False)
+    def _stamp(self) -> str:
+        return f"[dim][{time.monotonic() - self.t0:6.1f}s][/dim]"
+
+    def describe(self, stage: str, done: float, total: float | None, unit: str, message: str | None) -> str:
+        now = time.monotonic()
+        t_first, d_first = self._first.setdefault(stage, (now, done))
+        if unit == "s":
+            text = f"{stage}: {done:.0f} s elapsed"
+        elif total:
+            text = f"{stage}: {_amount(done, unit)} / {_amount(total, unit)} {'' if unit == 'B' else unit}".rstrip()
+            text += f" ({done / total:.0%})"
+        else:
+            text = f"{stage}: {_amount(done, unit)} {'' if unit == 'B' else unit}".rstrip()
+        if unit == "B" and now - t_first > 0.2 and done > d_first:
+            rate = (done - d_first) / (now - t_first)
+            text += f", {fmt_bytes(rate)}/s"
+            if total and done < total:
+                text += f", ETA {(total - done) / rate:.0f} s"
+        if message:
+            text += f" — {message.strip()[:160]}"
+        return text
+
+    def __call__(
+        self,
+        stage: str,
+        done: float | None = None,
+        total: float | None = None,
+        *,
+        unit: str = "",
+        message: str | None = None,
+    ) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if done is None:
+                self._close_bars()
+                err.print(f"{self._stamp()} {escape(stage)}", highlight=False)
+                return
+            if self.tty:
+                self._bar(stage, done, total, unit, message)
+                return
+            now = time.monotonic()
+            complete = total is not None and done >= total
+            last = self._last_line.get(stage)
+            if last is not None and now - last < self.every and not complete:
+                self.describe(stage, done, total, unit, message)  # keeps the rate's origin
+                return
+            self._last_line[stage] = now
+            err.print(f"{self._stamp()} " + escape(self.describe(stage, done, total, unit, message)), highlight=False)
+
+    def _bar(self, stage: str, done: float, total: float | None, unit: str, message: str | None) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self._bars is None:
+            self._bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=err,
+                transient=False,
+            )
+            self._bars.start()
+        info = self.describe(stage, done, total, unit, message).removeprefix(f"{stage}: ")
+        if stage not in self._tasks:
+            self._tasks[stage] = self._bars.add_task(escape(stage), total=total, info=escape(info))
+        self._bars.update(self._tasks[stage], completed=done, total=total, info=escape(info))
+
+    def _close_bars(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars, self._tasks = None, {}
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_bars()

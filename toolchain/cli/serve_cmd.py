@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         import signal
         import time
 
-        from toolchain.cli.render import err
+        from toolchain.cli.render import Stages, err
         from toolchain.triton import server as S
         from toolchain.triton.lint import lint_repository, read_repo_meta
 
@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
             ports=S.Ports(http_port, grpc_port, metrics_port),
             ready_timeout=ready_timeout,
             world_size=ws,
+            progress=Stages(),
         )
         if meta.get("reference"):
             err.print("serving the CPU reference model (PyTorch), not TensorRT-LLM", highlight=False)

@@ -70,14 +70,14 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     """
     from rich.table import Table
 
+    from toolchain.artifacts.cell import for_cells
     from toolchain.cli.render import out, print_json
     from toolchain.specs.loader import load_spec
-    from toolchain.specs.matrix import identities
     from toolchain.specs.rules import require_compatible
 
     s = load_spec(spec)
     require_compatible(s)  # the rules `spec validate` applies (the error names the cell)
-    ids = identities(s)
+    ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
         return

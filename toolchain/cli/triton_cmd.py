@@ -31,14 +31,15 @@ def emit(
       toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
         --engine 3f2a9c1d --out ./repo
     """
+    from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
+    from toolchain.pipeline.emit import emit_cell
     from toolchain.specs.loader import load_spec
     from toolchain.specs.matrix import expand, find_cell
-    from toolchain.triton.deploy import emit_for_cell
 
     s = load_spec(spec)
     c = find_cell(s, cell) if cell else expand(s)[0]
-    res = emit_for_cell(c, engine, out, registry=registry, force=force)
+    res = emit_cell(for_cell(c), engine, out, registry=registry, force=force)
     if json_out:
         print_json(res)
     else:

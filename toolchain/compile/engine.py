@@ -20,21 +20,27 @@ from typing import Any
 
 import yaml
 
-from toolchain.compile.llmapi import llmapi_options
+from toolchain import settings
+from toolchain.artifacts.cell import CellArtifacts
+from toolchain.artifacts.layout import cache
+from toolchain.artifacts.recipe import is_unquantized
+from toolchain.artifacts.source import source_dir
+from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
+from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
 from toolchain.compile.synth import build_drift, expected_build_config, trtllm_build_args
-from toolchain.digest import cache_home, canonical_json, hash_file, sha256_text
+from toolchain.digest import hash_file
 from toolchain.errors import (
     BuildDriftError,
     CheckpointError,
     CompatibilityError,
     EngineBuildError,
     NeedsGPUError,
-    SpecError,
 )
 from toolchain.proc import run_logged, tail
-from toolchain.registry.store import Registry
-from toolchain.specs.matrix import Cell, checkpoint_identity, engine_key
+from toolchain.progress import Heartbeat, Progress, silent
+from toolchain.specs.llmapi import llmapi_options
+from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
 ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 (TensorRT-LLM 1.1.0)"
@@ -54,6 +60,7 @@ class CellBuild:
     def to_json(self) -> dict[str, Any]:
         return {
             "cell": self.cell.id,
+            "spec": self.cell.spec.name,
             "engine_key": self.key,
             "status": self.status,
             "command": shlex.join(self.command) if self.command else None,
@@ -64,17 +71,10 @@ class CellBuild:
         }
 
 
-def quantized_checkpoint(cell: Cell) -> Path:
-    """Where `toolchain quantize` puts this cell's quantized checkpoint (TP/PP baked in)."""
-    from toolchain.quantize.run import default_out, recipe_from_spec
-
-    return default_out(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
-
-
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
+    from toolchain.artifacts.quantized import QUANT_ALGO
     from toolchain.compile.synth import CONVERTERS
-    from toolchain.quantize.run import QUANT_ALGO
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
@@ -86,7 +86,7 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     q = cell.spec.quantization
     arch = cfg.get("architecture")
     problems = []
-    if arch not in CONVERTERS:
+    if arch not in CONVERTERS and arch != heads_architecture(cell):
         problems.append(f"architecture {arch!r} is not one this toolchain builds")
     if cfg.get("dtype") != cell.spec.model.dtype:
         problems.append(f"dtype {cfg.get('dtype')!r} != spec model.dtype {cell.spec.model.dtype!r}")
@@ -111,20 +111,6 @@ def check_checkpoint(cell: Cell, ckpt: Path) -> str:
             "re-run `toolchain quantize SPEC --force`",
         )
     return str(arch)
-
-
-def timing_cache_key(cell: Cell) -> str:
-    t = cell.spec.target
-    return sha256_text(
-        canonical_json(
-            {
-                "kind": "timing-cache",
-                "gpu": cell.gpu.nvml_name,
-                "trtllm": t.trtllm_version,
-                "tensorrt": t.tensorrt_version,
-            }
-        )
-    )
 
 
 class _GpuMemSampler:
@@ -185,20 +171,15 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
         )
 
 
-def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> CellBuild:
+def plan_cell_build(art: CellArtifacts, registry: ArtifactStore, *, force: bool = False) -> CellBuild:
+    cell = art.cell
     require_compatible(cell.spec, [cell])
-    ident = checkpoint_identity(cell.spec)
-    if ident is None:
-        raise SpecError(
-            f"checkpoint not found at {cell.spec.local_source()}",
-            hint="create it (scripts/make_tiny_checkpoint.py for tiny) or fix model.source",
-        )
-    key = engine_key(cell, ident)
-    ckpt = quantized_checkpoint(cell)
+    key = engine_key_of(art)
+    ckpt = art.quantized_dir
     if cell.spec.runtime == "tensorrt":
         cmd = trtllm_build_args(
             cell,
-            Path("<converted checkpoint>") if is_unquantized(cell) else ckpt / "trtllm",
+            Path("<converted checkpoint>") if is_unquantized(cell.spec) else ckpt / "trtllm",
             Path("<tmp>/engine"),
             timing_cache_in=Path("<tmp>/timing.cache"),
             timing_cache_out=Path("<tmp>/model.cache"),
@@ -209,23 +190,36 @@ def plan_cell_build(cell: Cell, registry: Registry, *, force: bool = False) -> C
     return CellBuild(cell, key, status, cmd, ckpt)
 
 
+def engine_key_of(art: CellArtifacts) -> str:
+    """The cell's engine key; a missing source checkpoint is a user error."""
+    art.require_source()
+    assert art.engine_key is not None
+    return art.engine_key
+
+
 def build_cell(
-    cell: Cell, registry: Registry, *, force: bool = False, log_dir: Path | None = None, timeout: float | None = None
+    art: CellArtifacts,
+    registry: ArtifactStore,
+    *,
+    force: bool = False,
+    log_dir: Path | None = None,
+    timeout: float | None = None,
+    provenance_extra: dict[str, Any] | None = None,
+    progress: Progress = silent,
 ) -> CellBuild:
-    plan = plan_cell_build(cell, registry, force=force)
+    plan = plan_cell_build(art, registry, force=force)
     if plan.status == "cached":
         return plan
-    from toolchain.quantize.run import source_dir, verify_output
+    from toolchain.artifacts.quantized import verify_output
 
+    cell = art.cell
     ckpt_root = plan.checkpoint
     assert ckpt_root is not None
-    unquantized = is_unquantized(cell)
+    unquantized = is_unquantized(cell.spec)
     if not unquantized:
         if verify_output(ckpt_root) is None:
-            from toolchain.quantize.run import recipe_from_spec, registry_key
-
-            qkey = registry_key(cell.spec, recipe_from_spec(cell.spec, cell.tp, cell.pp))
-            if qkey and registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
+            qkey = art.quantized_key
+            if registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
                 registry.get(qkey, ckpt_root, force=True)
         if verify_output(ckpt_root) is None:
             raise CheckpointError(
@@ -234,8 +228,9 @@ def build_cell(
             )
     if cell.spec.runtime == "pytorch":
         return _publish_llmapi(cell, plan, registry, source_dir(cell.spec) if unquantized else ckpt_root / "hf")
-    log_dir = log_dir or cache_home() / "logs"
-    log_path = log_dir / f"build-{cell.id}-{plan.key[:12]}.log"
+    log_path = cache().build_log(cell.id, plan.key)
+    if log_dir is not None:
+        log_path = log_dir / log_path.name
     plan.log_path = log_path
     if shutil.which("trtllm-build") is None:
         cmd = trtllm_build_args(cell, Path("<converted>") if unquantized else ckpt_root / "trtllm", Path("<out>"))
@@ -252,10 +247,14 @@ def build_cell(
     try:
         if log_path.exists():
             log_path.unlink()
-        ckpt_dir = _convert(cell, source_dir(cell.spec), work, log_path, plan) if unquantized else ckpt_root / "trtllm"
+        ckpt_dir = (
+            _convert(cell, source_dir(cell.spec), work, log_path, plan, progress)
+            if unquantized
+            else ckpt_root / "trtllm"
+        )
         arch = check_checkpoint(cell, ckpt_dir)
         out_dir = work / "engine"
-        tc_key = timing_cache_key(cell)
+        tc_key = art.timing_cache_key
         tc_in = None
         if registry.exists(tc_key):
             registry.get(tc_key, work / "tc")
@@ -267,7 +266,9 @@ def build_cell(
         plan.command = cmd
         t0 = time.time()
         with _GpuMemSampler() as mem:
-            plan.seconds = round(_run_step(f"trtllm-build for cell {cell.id}", cmd, log_path, work, timeout), 2)
+            plan.seconds = round(
+                _run_step(f"trtllm-build for cell {cell.id}", cmd, log_path, work, timeout, progress), 2
+            )
         _check_engine(cell, out_dir, arch, log_path)
         shutil.copyfile(log_path, out_dir / "toolchain-build.log")
         prov = provenance(versions) | {
@@ -284,6 +285,7 @@ def build_cell(
         }
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
+        prov |= provenance_extra or {}
         registry.put(plan.key, out_dir, kind="engine", provenance=prov)
         if tc_out.is_file():
             (work / "tcpush").mkdir()
@@ -296,7 +298,7 @@ def build_cell(
 
 
 def _work_root() -> Path:
-    p = cache_home() / "builds"
+    p = cache().build_work
     p.mkdir(parents=True, exist_ok=True)
     return p
 
@@ -317,9 +319,16 @@ def _check_engine(cell: Cell, out_dir: Path, arch: str, log_path: Path) -> None:
         )
 
 
-def _run_step(what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: float | None) -> float:
-    """Run one build step with its output in the build log; a failure names the log and publishes nothing."""
-    res = run_logged(cmd, log_path, cwd=cwd, timeout=timeout)
+def _run_step(
+    what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: float | None, progress: Progress = silent
+) -> float:
+    """Run one build step with its output in the build log; a failure names the log and publishes nothing.
+
+    Progress: the log path first, then elapsed time and the latest log line every second.
+    """
+    progress(f"{what}: log {log_path}")
+    with Heartbeat(progress, what, lambda: tail(log_path, 1)[:200] or None):
+        res = run_logged(cmd, log_path, cwd=cwd, timeout=timeout)
     if res.returncode != 0:
         raise EngineBuildError(
             f"{what} failed (exit {res.returncode}); nothing was published. Log tail:\n{tail(log_path, 15)}",
@@ -330,30 +339,31 @@ def _run_step(what: str, cmd: list[str], log_path: Path, cwd: Path, timeout: flo
     return res.seconds
 
 
-def is_unquantized(cell: Cell) -> bool:
-    q = cell.spec.quantization
-    return q.weights in ("bf16", "fp16") and q.kv_cache == "auto"
-
-
-def _convert(cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild) -> Path:
+def _convert(
+    cell: Cell, hf_dir: Path, work: Path, log_path: Path, plan: CellBuild, progress: Progress = silent
+) -> Path:
     """Unquantized checkpoints go through TensorRT-LLM's per-model convert_checkpoint.py."""
     from toolchain.compile.synth import convert_checkpoint_args
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = (cfg.get("architectures") or ["?"])[0]
-    root = Path(os.environ.get("TRTLLM_ROOT", "/app/tensorrt_llm"))
-    cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
+    root = settings.trtllm_root()
+    heads = heads_dir(cell)  # Medusa/EAGLE: base and heads convert together (compile.speculative)
+    if heads is not None:
+        cmd = heads_convert_args(cell, hf_dir, heads, work / "ckpt", root)
+    else:
+        cmd = convert_checkpoint_args(cell, arch, hf_dir, work / "ckpt", root)
     if not Path(cmd[1]).is_file():
         raise NeedsGPUError(
             f"the TensorRT-LLM converter {cmd[1]} is not here",
             "set TRTLLM_ROOT to the TensorRT-LLM source tree of the targeted release",
         )
-    _run_step("convert_checkpoint.py", cmd, log_path, work, None)
+    _run_step("convert_checkpoint.py", cmd, log_path, work, None, progress)
     plan.notes.append(shlex.join(cmd))
     return work / "ckpt"
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: Registry, hf: Path) -> CellBuild:
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:

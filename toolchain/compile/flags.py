@@ -44,6 +44,7 @@ FLAGS: dict[str, Flag] = {
         str, ("draft_tokens_external", "lookahead_decoding", "medusa", "explicit_draft_tokens", "eagle")
     ),
     "--max_lora_rank": Flag(int, default=64),
+    "--lora_ckpt_source": Flag(str, ("hf", "nemo"), "hf"),
     # plugins / features (plugin.py): dtype-valued
     "--bert_attention_plugin": Flag(str, DTYPES, "auto"),
     "--gpt_attention_plugin": Flag(str, DTYPES, "auto"),
@@ -87,6 +88,13 @@ STORE_TRUE = (
     "--gather_generation_logits",
     "--gather_all_token_logits",
 )
+# nargs='+' flags (build.py LoRA group): one or more values, choices per value
+LORA_MODULE_IDS = (
+    "attn_qkv", "attn_q", "attn_k", "attn_v", "attn_dense", "mlp_h_to_4h", "mlp_4h_to_h", "mlp_gate",
+    "cross_attn_qkv", "cross_attn_q", "cross_attn_k", "cross_attn_v", "cross_attn_dense", "moe_h_to_4h",
+    "moe_4h_to_h", "moe_gate", "moe_router", "mlp_router", "mlp_gate_up",
+)  # fmt: skip
+NARGS: dict[str, tuple[str, ...] | None] = {"--lora_target_modules": LORA_MODULE_IDS, "--lora_dir": None}
 # Removed from trtllm-build (release notes 0.11-0.12, 0.14): never emit.
 REMOVED = (
     "--tp_size",
@@ -121,6 +129,19 @@ def check_args(args: list[str]) -> list[str]:
         if a in STORE_TRUE:
             seen.add(a)
             i += 1
+            continue
+        if a in NARGS:
+            values = []
+            i += 1
+            while i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+            if not values:
+                problems.append(f"{a} needs at least one value")
+            allowed = NARGS[a]
+            problems += [
+                f"{a} {v!r} is not one of {', '.join(allowed)}" for v in values if allowed and v not in allowed
+            ]
             continue
         flag = FLAGS.get(a)
         if flag is None:

@@ -6,13 +6,12 @@ The engine's own config.json records none of this (facts §3), so it goes into t
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import sys
 from typing import Any
 
-from toolchain import __version__
+from toolchain import __version__, settings
 
 _PROBE = """
 import json
@@ -67,7 +66,7 @@ def provenance(versions: dict[str, str | None]) -> dict[str, Any]:
         "cuda": cuda_driver_version(),
         "tensorrt": versions.get("tensorrt"),
         "tensorrt_llm": versions.get("tensorrt_llm"),
-        "container_image": os.environ.get("TOOLCHAIN_CONTAINER_IMAGE"),
+        "container_image": settings.container_image(),
         "host": platform.node(),
         "toolchain": __version__,
     }

@@ -5,17 +5,15 @@ built engine can be checked for drift.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolchain.compile.flags import check_args
+from toolchain.compile.speculative import adjusted_shape, expected_feature_config, feature_args
 from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.resolve import resolve
 
-FP8_CTX_QUANT = ("fp8", "w4a8_awq", "nvfp4")  # quant that keeps FP8 context FMHA (builder.py)
-# Architectures TensorRT-LLM applies reduce_fusion to (facts §1.5 item 4).
-REDUCE_FUSION_ARCHS = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM")
 # HF architecture -> the per-model converter an unquantized checkpoint needs (facts §2.4).
 CONVERTERS = {
     "LlamaForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
@@ -23,60 +21,6 @@ CONVERTERS = {
     "MixtralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
     "Qwen2ForCausalLM": "examples/models/core/qwen/convert_checkpoint.py",
 }
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """The build options after every rule: what we pass, and what the engine will record."""
-
-    dtype: str
-    gemm_plugin: str
-    use_paged_context_fmha: bool
-    use_fp8_context_fmha: bool
-    reduce_fusion: bool
-    max_num_tokens: int
-    tokens_per_block: int
-    multiple_profiles: bool
-    kv_cache_type: str
-
-
-def resolve(cell: Cell, architecture: str = "LlamaForCausalLM") -> Resolved:
-    spec, gpu = cell.spec, cell.gpu
-    q, b = spec.quantization, spec.build
-    dtype = spec.model.dtype
-    if b.gemm_plugin is not None:
-        gemm = b.gemm_plugin
-    elif q.weights == "fp8":
-        gemm = "disable"  # perf guide: GEMM plugin off for FP8
-    elif q.weights == "nvfp4":
-        gemm = "nvfp4"
-    else:
-        gemm = "auto"
-    if q.weights == "nvfp4" and gemm not in ("nvfp4", "disable"):
-        raise CompatibilityError(
-            f"NVFP4 builds use the nvfp4 GEMM plugin; build.gemm_plugin {gemm} is not allowed",
-            "remove build.gemm_plugin or set it to nvfp4",
-        )
-    # builder.py's order of adjustments (facts §1.5 item 7)
-    kv_fp8 = q.kv_cache == "fp8"
-    paged = b.use_paged_context_fmha is not False
-    fp8_ctx = b.use_fp8_context_fmha is not False
-    if q.weights not in FP8_CTX_QUANT:
-        fp8_ctx = False
-        paged = paged and not kv_fp8
-    if gpu.sm < 89:
-        fp8_ctx = False
-        paged = paged and not kv_fp8
-    if paged:
-        fp8_ctx = kv_fp8
-    if q.kv_cache == "int8":
-        paged = False
-    reduce = b.reduce_fusion and cell.tp > 1 and architecture in REDUCE_FUSION_ARCHS
-    tokens = min(b.max_num_tokens, cell.max_seq_len * cell.max_batch_size)
-    tokens = max(tokens, b.tokens_per_block)
-    return Resolved(
-        dtype, gemm, paged, fp8_ctx, reduce, tokens, b.tokens_per_block, b.multiple_profiles, b.kv_cache_type
-    )
 
 
 def onoff(v: bool) -> str:
@@ -136,6 +80,7 @@ def trtllm_build_args(
         "--workers",
         str(cell.world_size),
     ]
+    args += feature_args(cell)  # speculative decoding and LoRA (compile.speculative)
     if timing_cache_in is not None:
         args += ["--input_timing_cache", str(timing_cache_in)]
     if timing_cache_out is not None:
@@ -149,11 +94,13 @@ def trtllm_build_args(
 def expected_build_config(cell: Cell, architecture: str = "LlamaForCausalLM") -> dict[str, Any]:
     """The ``build_config`` fields of the engine's config.json that must equal what was asked."""
     r = resolve(cell, architecture)
+    max_seq_len, max_num_tokens = adjusted_shape(cell, r.max_num_tokens)
     return {
+        **expected_feature_config(cell),
         "max_batch_size": cell.max_batch_size,
         "max_input_len": cell.max_input_len,
-        "max_seq_len": cell.max_seq_len,
-        "max_num_tokens": r.max_num_tokens,
+        "max_seq_len": max_seq_len,
+        "max_num_tokens": max_num_tokens,
         "max_beam_width": cell.spec.build.max_beam_width,
         "kv_cache_type": r.kv_cache_type.upper(),
         "plugin_config": {
@@ -179,6 +126,11 @@ def build_drift(expected: dict[str, Any], engine_config: dict[str, Any]) -> list
             for pk, pv in v.items():
                 if pc.get(pk) != pv:
                     out.append(f"plugin_config.{pk}: asked {pv!r}, engine has {pc.get(pk)!r}")
+        elif k == "lora_config":
+            lc = got.get("lora_config") or {}
+            for lk, lv in v.items():
+                if lc.get(lk) != lv:
+                    out.append(f"lora_config.{lk}: asked {lv!r}, engine has {lc.get(lk)!r}")
         elif got.get(k) != v:
             out.append(f"{k}: asked {v!r}, engine has {got.get(k)!r}")
     return out

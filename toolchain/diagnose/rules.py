@@ -38,6 +38,8 @@ class Observations:
     at_peak: bool = True
     prefix_caching_configured: bool | None = None
     reused_blocks: float | None = None
+    # requests that shared a prompt prefix; 0 means the workload gave the cache nothing to reuse
+    shared_prefix_requests: int | None = None
 
 
 TTFT_RATIO, QUEUE_MS, KV_FRACTION, GPU_UTIL, TPOT_RATIO = 5.0, 200.0, 0.8, 0.7, 3.0
@@ -98,7 +100,12 @@ def diagnose(o: Observations) -> list[Finding]:
                     "enable chunked prefill and cap max_num_tokens so decode steps are not stalled",
                 )
             )
-    if o.prefix_caching_configured and o.reused_blocks is not None and o.reused_blocks == 0:
+    if (
+        o.prefix_caching_configured
+        and o.reused_blocks is not None
+        and o.reused_blocks == 0
+        and o.shared_prefix_requests != 0
+    ):
         out.append(
             Finding(
                 "prefix-cache-unused",
@@ -109,6 +116,16 @@ def diagnose(o: Observations) -> list[Finding]:
             )
         )
     return out
+
+
+def bench_window(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The server metrics a bench result recorded during its busiest load point, if it has them."""
+    runs = [r for r in (result or {}).get("runs", []) if r.get("summary", {}).get("completed")]
+    if not runs:
+        return None
+    peak = max(runs, key=lambda r: r["summary"]["output_token_throughput_tps"])
+    server = peak.get("server")
+    return server if server and "error" not in server else None
 
 
 def observations_from(
@@ -124,7 +141,10 @@ def observations_from(
             o.ttft_p99_ms = (s.get("ttft_ms") or {}).get("p99")
             o.tpot_p50_ms = (s.get("tpot_ms") or {}).get("p50")
             o.tpot_p99_ms = (s.get("tpot_ms") or {}).get("p99")
-            server = server or peak.get("server")
+            window = peak.get("server")
+            if window and "error" not in window:
+                server = window  # sampled during the bench, not now on a possibly idle server
+            o.shared_prefix_requests = sum((r.get("prefix") or {}).get("shared_requests", 0) for r in runs)
     if server:
         o.queue_p99_ms = server.get("queue_ms_p99")
         o.queue_mean_ms = server.get("queue_ms_mean")

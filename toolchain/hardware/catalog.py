@@ -38,6 +38,13 @@ class GPU:
         return f"{self.sm // 10}.{self.sm % 10}"
 
     @property
+    def gfd_product(self) -> str:
+        """The ``nvidia.com/gpu.product`` node label GPU Feature Discovery sets for this GPU: the NVML name with
+        spaces replaced by '-' (NVIDIA/k8s-device-plugin ``internal/lm/resource.go`` ``productLabel``; a
+        time-sliced GPU adds ``-SHARED``, a MIG device ``-MIG-<profile>``; docs/deploy.md)."""
+        return self.nvml_name.replace(" ", "-")
+
+    @property
     def memory_bytes(self) -> float:
         return self.memory_gb * 1e9
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from toolchain.digest import canonical_json, sha256_text
+from toolchain.artifacts.cell import for_cells
+from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.errors import CompatibilityError, UserInputError
 from toolchain.specs.loader import load_spec, safe_yaml
-from toolchain.specs.matrix import checkpoint_identity, engine_key, expand
 from toolchain.specs.rules import require_compatible
 
 DEFAULT_RUNNERS = {
@@ -38,13 +38,13 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     except OSError as e:
         raise UserInputError(
             f"cannot read runner map {path}: {e.strerror or e}", "give a YAML mapping GPU name -> runner label"
-        ) from None
+        ) from e
     except (yaml.YAMLError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
         problem = getattr(e, "problem", None) or str(e).splitlines()[0][:120]
         raise UserInputError(
             f"runner map {path} is not a small plain YAML file: {problem}",
             "give a YAML mapping GPU name -> runner label",
-        ) from None
+        ) from e
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")
     m.update(data)
@@ -62,25 +62,10 @@ def build_matrix(
         try:
             require_compatible(spec)  # the rules `spec validate` applies: no CI job for a cell that cannot build
         except CompatibilityError as e:
-            raise CompatibilityError(f"{path}: {e.message}", e.hint) from None
-        ident = checkpoint_identity(spec)
-        for cell in expand(spec):
-            q = spec.quantization
-            qid = (
-                "q-"
-                + sha256_text(
-                    canonical_json(
-                        {
-                            "source": spec.model.source,
-                            "weights": q.weights,
-                            "kv": q.kv_cache,
-                            "calib": q.calibration.model_dump(),
-                            "tp": cell.tp,
-                            "pp": cell.pp,
-                        }
-                    )
-                )[:12]
-            )
+            raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
+        for art in for_cells(spec):
+            cell, q = art.cell, spec.quantization
+            qid = quantize_job_id(art.quantized_key)
             runner = runners.get(cell.gpu.name)
             if runner is None:
                 raise UserInputError(f"no runner label for GPU {cell.gpu.name}", "add it to the --runner-map file")
@@ -96,10 +81,10 @@ def build_matrix(
                     "runner": runner,
                 },
             )
-            key = engine_key(cell, ident) if ident else None
+            key = art.engine_key
             builds.append(
                 {
-                    "id": f"{spec.name}--{cell.id}",
+                    "id": build_job_id(spec, cell),
                     "spec": str(path),
                     "cell": cell.id,
                     "gpu": cell.gpu.name,

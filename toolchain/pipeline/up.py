@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import cache_home
+from toolchain.artifacts.cell import for_cell
+from toolchain.artifacts.layout import cache
+from toolchain.artifacts.recipe import is_unquantized
 from toolchain.errors import SpecError
+from toolchain.progress import Progress, prefixed, silent
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 
@@ -32,7 +35,7 @@ class UpResult:
     findings: list[dict[str, str]] = field(default_factory=list)
 
 
-def _ensure_checkpoint(spec: EngineSpec, progress: Any) -> str:
+def _ensure_checkpoint(spec: EngineSpec, progress: Progress) -> str:
     src = spec.local_source()
     if src is None or (src / "config.json").is_file():
         return "present"
@@ -52,37 +55,33 @@ def run_up(
     registry: str | None = None,
     requests: int = 8,
     concurrency: tuple[int, ...] = (1, 2),
-    progress: Any = lambda s: None,
+    progress: Progress = silent,
 ) -> UpResult:
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.compile.engine import build_cell, quantized_checkpoint
+    from toolchain.compile.engine import build_cell
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
-    from toolchain.planning.arch import arch_for_spec
+    from toolchain.pipeline.emit import emit_cell
     from toolchain.planning.plan import plan_cell
-    from toolchain.quantize.run import quantize, recipe_from_spec
+    from toolchain.quantize.run import quantize
     from toolchain.registry import open_registry
-    from toolchain.specs.matrix import checkpoint_identity, engine_key, profile_id
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.rules import require_compatible
     from toolchain.triton import server as S
-    from toolchain.triton.deploy import emit_for_cell
 
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
     res = UpResult(spec.name, cell.id, None, None)
 
     res.stages["checkpoint"] = _ensure_checkpoint(spec, progress)
-    ident = checkpoint_identity(spec)
-    assert ident is not None
-    res.engine_key = engine_key(cell, ident)
-    res.profile_id = profile_id(cell, res.engine_key)
+    art = for_cell(cell)  # the source checkpoint's digest, computed once for the whole run
+    source = art.require_source()
+    res.engine_key, res.profile_id = art.engine_key, art.profile_id
 
-    qout = quantized_checkpoint(cell)
-    from toolchain.compile.engine import is_unquantized
-
-    if is_unquantized(cell):
+    qout = art.quantized_dir
+    if is_unquantized(spec):
         raise SpecError(
             f"spec {spec.name} asks for no quantization; `up` runs the ModelOpt pipeline",
             hint="set quantization.weights (e.g. fp8), or use `toolchain build` directly",
@@ -90,11 +89,12 @@ def run_up(
     progress(f"quantize ({spec.quantization.weights}, KV {spec.quantization.kv_cache}) with ModelOpt")
     q = quantize(
         spec.local_source() or Path(),
-        recipe_from_spec(spec, cell.tp, cell.pp),
+        art.recipe,
         qout,
         reuse=True,
+        input_digest=source.get("digest"),
         accuracy_limits=spec.quantization.accuracy,
-        progress=lambda s: progress(f"  {s}"),
+        progress=prefixed(progress, "  "),
     )
     res.stages["quantize"] = "reused" if q.reused else "done"
     res.artifacts["quantized checkpoint"] = str(qout)
@@ -116,7 +116,7 @@ def run_up(
     reg = open_registry(registry)
     engine = "reference"
     try:
-        b = build_cell(cell, reg)
+        b = build_cell(art, reg, progress=prefixed(progress, "  "))
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:
@@ -128,10 +128,10 @@ def run_up(
         else f"tensorrtllm backend, engine {engine[:16]}"
     )
 
-    work = cache_home() / "up" / f"{spec.name}-{cell.id}"
+    work = cache().up_work(spec.name, cell.id)
     repo = work / "repo"
     progress(f"emit Triton repository ({'CPU reference model' if engine == 'reference' else 'tensorrtllm'})")
-    emit_for_cell(cell, engine, repo, registry=registry, force=True)
+    emit_cell(art, engine, repo, registry=registry, force=True)
     res.artifacts["triton repository"] = str(repo)
 
     progress("serve (tritonserver on 127.0.0.1)")
@@ -142,15 +142,14 @@ def run_up(
         log_path=work / "tritonserver.log",
         ready_timeout=300,
         extra_args=["--metrics-config=summary_latencies=true"],
+        progress=prefixed(progress, "  "),
     )
     res.artifacts["server log"] = str(srv.log_path)
     try:
         progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
         from transformers import AutoTokenizer
 
-        from toolchain.triton.deploy import tokenizer_dir
-
-        tok = AutoTokenizer.from_pretrained(tokenizer_dir(cell))
+        tok = AutoTokenizer.from_pretrained(art.tokenizer_dir())
         t = spec.traffic
         inp = Dist.parse(str(t.input_tokens.mean if t else 32))
         outd = Dist.parse(str(t.output_tokens.mean if t else 16))
@@ -174,7 +173,7 @@ def run_up(
                 "reference": res.served_by if engine == "reference" else None,
             },
         )
-        result = run_bench(cfg, progress=lambda s: progress(f"  {s}"))
+        result = run_bench(cfg, progress=prefixed(progress, "  "))
         result["planner"] = {"tpot_floor_b1_ms": plan.tpot_floor_b1_ms, "gpu": cell.gpu.name}
         save(result, work / "bench.json")
         res.bench = result

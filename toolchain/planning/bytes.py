@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from toolchain.planning.arch import ModelArch
+from toolchain.specs.arch import ModelArch
 
 DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0}
 

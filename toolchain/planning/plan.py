@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolchain.planning import bytes as B
-from toolchain.planning.arch import ModelArch
 from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
+from toolchain.planning.speculative import feature_explain, feature_plan
+from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
 
 RESERVE_BYTES = 1.5e9
@@ -81,6 +82,7 @@ class CellPlan:
     tok_s_per_gpu_at_sla: float | None = None
     fleet: dict[str, Any] | None = None
     speculative_tokens: float | None = None
+    features: dict[str, Any] = field(default_factory=dict)  # speculative and LoRA (planning.speculative)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -206,6 +208,9 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
                     tokens_per_step=tps,
                 )
                 plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
+    plan.features = feature_plan(
+        cell, tpot_b1_ms=tpot_b1, avg_context=avg_ctx, left_after_kv_bytes=max(0.0, free) - budget, arch=arch
+    )
     ttft = _target(spec.slo.ttft_ms)
     if ttft is not None and pre > ttft:
         plan.warnings.append(
@@ -263,4 +268,5 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         )
     if plan.speculative_tokens:
         lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
+    lines += feature_explain(plan.features)
     return "\n".join(lines)

@@ -70,11 +70,11 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
     elif dataset.startswith("hf:"):
         try:
             import datasets
-        except ImportError:
+        except ImportError as exc:
             raise UserInputError(
                 f"calibration dataset '{dataset}' needs the 'datasets' package",
                 "pip install datasets, or use dataset: builtin or a local .txt/.jsonl file",
-            ) from None
+            ) from exc
         name = dataset[3:]
         try:
             ds = datasets.load_dataset(name, split="train", streaming=True)
@@ -82,7 +82,7 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
             raise UserInputError(
                 f"cannot load dataset {name}: {type(e).__name__}",
                 "check the dataset name and network, or use a local file",
-            ) from None
+            ) from e
         texts = []
         for row in ds:
             t = row.get("text") or row.get("article") or row.get("content")
@@ -100,12 +100,12 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
             )
         try:
             content = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as exc:
             raise UserInputError(
                 f"calibration file {path} is not UTF-8 text", "give a .txt or .jsonl text file"
-            ) from None
+            ) from exc
         except OSError as e:
-            raise UserInputError(f"cannot read calibration file {path}: {e.strerror or e}") from None
+            raise UserInputError(f"cannot read calibration file {path}: {e.strerror or e}") from e
         if "\x00" in content:
             raise UserInputError(f"calibration file {path} holds NUL bytes (binary data)", "give a text file")
         if path.suffix == ".jsonl":
@@ -115,8 +115,8 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
                     continue
                 try:
                     obj = json.loads(line)
-                except (ValueError, RecursionError):
-                    raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from None
+                except (ValueError, RecursionError) as exc:
+                    raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from exc
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise UserInputError(f"{path}:{n}: no string 'text' field", 'each line must be {"text": ...}')
                 texts.append(obj["text"])

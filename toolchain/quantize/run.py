@@ -19,15 +19,18 @@ import os
 import resource
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
-from toolchain.checkpoint import config_dims, read_config_json, safetensors_param_count
-from toolchain.digest import canonical_json, dir_digest, hash_file, sha256_text, staged_dir
+from toolchain.artifacts.keys import directory_digest
+from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, verify_output
+from toolchain.artifacts.recipe import Recipe
+from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.progress import Progress, silent
+from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -38,15 +41,6 @@ _CFG = {
     "int8_sq": "INT8_SMOOTHQUANT_CFG",
     "int8_wo": "INT8_WEIGHT_ONLY_CFG",
     "nvfp4": "NVFP4_DEFAULT_CFG",
-}
-# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
-QUANT_ALGO = {
-    "fp8": "FP8",
-    "int4_awq": "W4A16_AWQ",
-    "w4a8_awq": "W4A8_AWQ",
-    "int8_sq": "W8A8_SQ_PER_CHANNEL",
-    "int8_wo": "W8A16",
-    "nvfp4": "NVFP4",
 }
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
 DECODER_TYPE = {
@@ -63,48 +57,12 @@ AWQ_FORMATS = ("int4_awq", "w4a8_awq")
 NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
 
 
-@dataclass(frozen=True)
-class Recipe:
-    weights: str
-    kv_cache: str = "none"
-    awq_group_size: int = 128
-    dataset: str = "builtin"
-    samples: int = 64
-    seq_len: int = 256
-    batch_size: int = 4
-    seed: int = 1234
-    dtype: str = "bfloat16"
-    tp: int = 1
-    pp: int = 1
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 @dataclass
 class QuantizeResult:
     out: Path
     manifest: dict[str, Any]
     reused: bool = False
     notes: list[str] = field(default_factory=list)
-
-
-def recipe_from_spec(spec: Any, tp: int = 1, pp: int = 1) -> Recipe:
-    q = spec.quantization
-    c = q.calibration
-    return Recipe(
-        q.weights,
-        "fp8" if q.kv_cache == "fp8" else ("int8" if q.kv_cache == "int8" else "none"),
-        q.awq_group_size,
-        c.dataset,
-        c.samples,
-        c.seq_len,
-        c.batch_size,
-        c.seed,
-        spec.model.dtype,
-        tp,
-        pp,
-    )
 
 
 def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
@@ -159,37 +117,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
-    return out
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    m = out / "manifest.json"
-    if not m.is_file():
-        return None
-    try:
-        data = json.loads(m.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def verify_output(out: Path) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise."""
-    data = read_manifest(out)
-    if data is None:
-        return None
-    for rel, meta in data.get("files", {}).items():
-        p = out / rel
-        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
-            return None
-    return data
-
-
 def quantize(
     model_dir: Path,
     recipe: Recipe,
@@ -201,9 +128,13 @@ def quantize(
     accuracy_limits: Any = None,
     gate_method: str = "auto",
     reuse: bool = False,
-    progress: Callable[[str], None] = lambda s: None,
+    input_digest: str | None = None,
+    progress: Progress = silent,
 ) -> QuantizeResult:
-    """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest."""
+    """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
+
+    ``input_digest`` is ``model_dir``'s content digest when the caller already has it (it is computed otherwise).
+    """
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
     if recipe.weights not in FORMATS:
         raise UserInputError(f"unknown format '{recipe.weights}'", f"use one of {', '.join(FORMATS)}")
@@ -213,7 +144,7 @@ def quantize(
             "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
         )
     cfg = check_checkpoint(model_dir, allow_pickle)
-    input_digest = dir_digest(model_dir)
+    input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
         existing = verify_output(out) if reuse else None
         if (
@@ -231,6 +162,7 @@ def quantize(
     elif device != "cpu":
         raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
 
+    progress("importing torch, transformers and ModelOpt")
     torch = require("torch", "quantize")
     transformers = require("transformers", "quantize")
     mtq = require("modelopt.torch.quantization", "quantize")
@@ -265,8 +197,9 @@ def quantize(
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for b in batches:
+            for i, b in enumerate(batches):
                 m(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device))
+                progress("calibration", i + 1, len(batches), unit="batch")
 
     eval_batch = acc_mod.held_out_batch(tok)
     ref_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
@@ -278,7 +211,7 @@ def quantize(
         except AssertionError as e:
             raise NeedsGPUError(
                 f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
-            ) from None
+            ) from e
 
     fake: Any = None
     use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
@@ -409,47 +342,3 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-def source_dir(spec: Any) -> Path:
-    """The local checkpoint a spec names; an hf:// source is fetched (config + safetensors) first."""
-    local = spec.local_source()
-    if local is not None:
-        return Path(local)
-    repo, rev = spec.model.hf_repo_revision()
-    hub = require("huggingface_hub", "hf")
-    try:
-        return Path(
-            hub.snapshot_download(
-                repo, revision=rev, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
-            )
-        )
-    except Exception as e:
-        raise CheckpointError(
-            f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
-            "check network and HF_TOKEN, or download it and point model.source at the directory",
-        ) from None
-
-
-def default_out(spec: Any, recipe: Recipe) -> Path:
-    """Where a spec's quantized checkpoint lives: keyed by spec name, checkpoint content and recipe."""
-    from toolchain.digest import cache_home
-    from toolchain.specs.matrix import checkpoint_identity
-
-    source = checkpoint_identity(spec) or {"source": spec.model.source}
-    ident = sha256_text(canonical_json({"checkpoint": source, "recipe": recipe.to_json()}))[:12]
-    return cache_home() / "quantized" / f"{spec.name}-{recipe.weights}-tp{recipe.tp}pp{recipe.pp}-{ident}"
-
-
-def registry_key(spec: Any, recipe: Recipe) -> str | None:
-    """Registry key of a spec's quantized checkpoint: input checkpoint identity + recipe + quantizer."""
-    from toolchain.specs.matrix import QUANTIZER, checkpoint_identity
-
-    ident = checkpoint_identity(spec)
-    if ident is None:
-        return None
-    return sha256_text(
-        canonical_json(
-            {"kind": "quantized-checkpoint", "checkpoint": ident, "recipe": recipe.to_json(), "quantizer": QUANTIZER}
-        )
-    )

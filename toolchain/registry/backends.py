@@ -13,11 +13,12 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from toolchain import settings
 from toolchain.digest import hash_file, staged_file
 from toolchain.errors import (
     CorruptArtifactError,
@@ -32,6 +33,10 @@ FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 class Backend:
     url: str
     locks = False  # whether lock() excludes gc from pushes (else gc relies on its grace period)
+    # Transfer progress: called with a byte count as data moves. Backends that stream (S3) call it while a
+    # file moves; for the others the registry counts whole files.
+    meter: Callable[[int], None] | None = None
+    streams_bytes = False
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
@@ -82,8 +87,10 @@ class Backend:
     def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
         """Blobs first (in parallel), the manifest last: the entry appears only when complete."""
         with ThreadPoolExecutor(max_workers=8) as pool:
-            for f in [pool.submit(self.put_file, p, src, d) for p, src, d in blobs]:
+            for f, src in [(pool.submit(self.put_file, p, src, d), src) for p, src, d in blobs]:
                 f.result()
+                if self.meter is not None and not self.streams_bytes:
+                    self.meter(src.stat().st_size)
         self.write_bytes(manifest_path, manifest)
 
 
@@ -136,7 +143,7 @@ class LocalBackend(Backend):
         except OSError as e:
             raise RegistryError(
                 f"cannot create registry at {self.root}: {e.strerror}", "pass --registry with a writable directory"
-            ) from None
+            ) from e
 
     def _p(self, path: str) -> Path:
         return self.root / path
@@ -193,12 +200,12 @@ class LocalBackend(Backend):
                 try:
                     fcntl.flock(fd, op | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
+                except BlockingIOError as exc:
                     if deadline is not None and time.monotonic() > deadline:
                         raise RegistryError(
                             f"{self.url} is busy ({'a push is' if exclusive else 'gc is'} running)",
                             "wait for it to finish, then run the command again",
-                        ) from None
+                        ) from exc
                     time.sleep(0.05)
             self._lock_depth = 1
             try:
@@ -249,7 +256,7 @@ class S3Backend(Backend):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        endpoint = endpoint_url or os.environ.get("TOOLCHAIN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = endpoint_url or settings.s3_endpoint_url()
         cfg = Config(
             retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60, max_pool_connections=16
         )
@@ -276,27 +283,27 @@ class S3Backend(Backend):
         except EndpointConnectionError as e:
             raise RegistryUnavailableError(
                 f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
-            ) from None
-        except NoCredentialsError:
+            ) from e
+        except NoCredentialsError as exc:
             raise RegistryUnavailableError(
                 f"no AWS credentials for {self.url}", "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
-            ) from None
+            ) from exc
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchKey", "NotFound"):
-                raise FileNotFoundError(args[0] if args else "") from None
+                raise FileNotFoundError(args[0] if args else "") from e
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
                 raise RegistryUnavailableError(
                     f"S3 refused the credentials for {self.url} ({code})",
                     "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
-                ) from None
+                ) from e
             if code == "NoSuchBucket":
                 raise RegistryUnavailableError(
                     f"bucket {self.bucket} does not exist", "create it or fix the registry URL"
-                ) from None
-            raise RegistryError(f"S3 error on {self.url}: {code}") from None
+                ) from e
+            raise RegistryError(f"S3 error on {self.url}: {code}") from e
         except BotoCoreError as e:
-            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from e
 
     def exists(self, path: str) -> bool:
         try:
@@ -312,14 +319,20 @@ class S3Backend(Backend):
     def write_bytes(self, path: str, data: bytes) -> None:
         self._call(self.s3.put_object, Bucket=self.bucket, Key=self._k(path), Body=data)
 
+    streams_bytes = True
+
     def put_file(self, path: str, src: Path, digest: str) -> None:
         if self.exists(path):
             self.touch(path)
+            if self.meter is not None:
+                self.meter(src.stat().st_size)
             return
-        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer)
+        extra = {"Callback": self.meter} if self.meter is not None else {}
+        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer, **extra)
 
     def get_file(self, path: str, dest: Path) -> None:
-        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer)
+        extra = {"Callback": self.meter} if self.meter is not None else {}
+        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer, **extra)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         pag = self.s3.get_paginator("list_objects_v2")
@@ -394,15 +407,15 @@ class HFBackend(Backend):
             local = self.api.hf_hub_download(self.repo_id, path)
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
-                raise FileNotFoundError(path) from None
-            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from None
+                raise FileNotFoundError(path) from e
+            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from e
         return Path(local).read_bytes()
 
     def _commit(self, ops: list[Any], message: str) -> None:
         try:
             self.api.create_commit(self.repo_id, operations=ops, commit_message=message)
         except Exception as e:
-            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from e
 
     def write_bytes(self, path: str, data: bytes) -> None:
         from huggingface_hub import CommitOperationAdd
@@ -437,7 +450,7 @@ class HFBackend(Backend):
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 return
-            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from e
 
     def mtime(self, path: str) -> float | None:
         return 0.0 if self.exists(path) else None
@@ -450,10 +463,11 @@ class HFBackend(Backend):
 
 def open_backend(url: str | None) -> Backend:
     """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://."""
-    from toolchain.digest import cache_home
+    from toolchain.artifacts.layout import cache
 
+    url = url or settings.registry_url()
     if not url:
-        return LocalBackend(cache_home() / "registry")
+        return LocalBackend(cache().registry)
     if url.startswith("s3://"):
         rest = url[5:]
         bucket, _, prefix = rest.partition("/")

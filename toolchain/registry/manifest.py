@@ -104,4 +104,4 @@ def parse_manifest(raw: bytes, where: str) -> EntryManifest:
         loc = ".".join(str(x) for x in first["loc"])
         loc = loc if len(loc) <= 100 else loc[:97] + "..."
         msg = str(first["msg"]).splitlines()[0][:200] if first["msg"] else "invalid"
-        raise ManifestError(f"manifest {where} is invalid: {loc!r}: {msg}") from None
+        raise ManifestError(f"manifest {where} is invalid: {loc!r}: {msg}") from e

@@ -6,19 +6,23 @@ import contextlib
 import os
 import stat
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import StatCache, cache_home, fastest_algo, hash_file, staged_dir
+from toolchain.artifacts.layout import cache
+from toolchain.digest import StatCache, fastest_algo, hash_file, staged_dir
 from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
     ManifestError,
     UserInputError,
 )
+from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
@@ -61,7 +65,27 @@ class Registry:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.url = backend.url
-        self._src_cache = StatCache(cache_home() / "statcache-blake3.json", "blake3")
+        layout = cache()
+        self._src_cache = StatCache(layout.statcache_blake3, "blake3")
+        self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
+
+    @contextlib.contextmanager
+    def _metered(self, stage: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Count bytes moved (from any thread) and report them; the backend meters while the block runs."""
+        lock = threading.Lock()
+        done = [0]
+
+        def add(n: int) -> None:
+            with lock:
+                done[0] += n
+                self.progress(stage, done[0], total, unit="B")
+
+        self.progress(stage, 0, total, unit="B")
+        self.backend.meter = add
+        try:
+            yield add
+        finally:
+            self.backend.meter = None
 
     # --- lookup -------------------------------------------------------------------------------
 
@@ -89,8 +113,8 @@ class Registry:
         key = self.resolve(ref)
         try:
             raw = self.backend.read_bytes(manifest_path(key))
-        except FileNotFoundError:
-            raise ArtifactNotFoundError(key, self.url) from None
+        except FileNotFoundError as exc:
+            raise ArtifactNotFoundError(key, self.url) from exc
         m = parse_manifest(raw, f"{self.url}/{manifest_path(key)}")
         if m.key != key:
             raise ManifestError(f"manifest {key} names key {m.key}")
@@ -167,8 +191,10 @@ class Registry:
                     rel = safe_relpath(p.relative_to(src).as_posix())
                 except ValueError as e:
                     raise UserInputError(
-                        f"cannot store {str(p)[:200]!r}: {e}", "rename the file (no backslashes or control characters)"
-                    ) from None
+                        f"{str(p)[:200]!r}: the file name cannot be stored ({e}); entries hold portable relative "
+                        "paths only",
+                        "rename the file (no backslashes or control characters), then push again",
+                    ) from e
                 digest = self._src_cache.digest(p) if algo == "blake3" else hash_file(p, algo)
                 files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
                 blobs.append((blob_path(digest), p, digest))
@@ -197,7 +223,8 @@ class Registry:
                         f"({len(old.files)} files, {old.total_size:,} bytes)",
                         "pass --force to replace it, or push under another --key",
                     )
-            self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
+            with self._metered(f"push {key[:12]}", sum(p.stat().st_size for _, p, _ in unique)):
+                self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
         return m
 
     # --- get ----------------------------------------------------------------------------------
@@ -215,7 +242,10 @@ class Registry:
                 dest.rmdir()
             else:
                 raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
-        with staged_dir(dest) as tmp:
+        with (
+            staged_dir(dest) as tmp,
+            self._metered(f"pull {m.key[:12]}", sum(f.size for f in m.files.values())) as moved,
+        ):
             for rel, f in m.files.items():
                 target = (tmp / rel).resolve()
                 if tmp.resolve() not in target.parents:
@@ -231,15 +261,17 @@ class Registry:
                 else:
                     try:
                         self.backend.get_file(bp, target)
-                    except FileNotFoundError:
+                    except FileNotFoundError as exc:
                         raise CorruptArtifactError(
                             f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
-                        ) from None
+                        ) from exc
                     got = hash_file(target, algo)
                 if got != f.digest or target.stat().st_size != f.size:
                     raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if target.stat().st_nlink == 1:  # our own copy (a hardlink keeps the blob's read-only mode)
                     target.chmod(0o755 if f.executable else 0o644)
+                if local is not None or not self.backend.streams_bytes:
+                    moved(f.size)
         return m
 
     # --- verify and gc ------------------------------------------------------------------------

@@ -47,5 +47,8 @@ def values_in_scope(spec: EngineSpec, scope: str, *, skip: tuple[str, ...] = ())
     for path, s in field_table().items():
         if s != scope or path.startswith(skip):
             continue
+        parent = path.rpartition(".")[0]
+        if parent and get_path(spec, parent) is None:
+            continue  # a field of an optional block that is not set is not part of any identity
         out[path] = get_path(spec, path)
     return out

@@ -215,10 +215,10 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"not valid YAML: {problem}", file=file, line=line) from None
+        raise SpecError(f"not valid YAML: {problem}", file=file, line=line) from e
     except (ValueError, OverflowError, TypeError) as e:
         # SafeLoader's constructors (timestamps, base64, sets of unhashable keys) raise these.
-        raise SpecError(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}", file=file) from None
+        raise SpecError(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}", file=file) from e
     if not isinstance(data, dict):
         kind = "empty" if data is None else type(data).__name__
         raise SpecError(f"top level is {kind}; an engine spec is a YAML mapping", file=file, line=1)
@@ -242,7 +242,7 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise SpecError(
             _message(dict(first)) + more, file=file, yaml_path=_format_loc(loc) or None, line=_node_line(root, loc)
-        ) from None
+        ) from e
 
 
 def load_spec(path: str | Path) -> EngineSpec:
@@ -257,11 +257,11 @@ def load_spec(path: str | Path) -> EngineSpec:
             raise SpecError(f"is larger than {MAX_SPEC_BYTES:,} bytes; an engine spec is a small YAML file", file=p)
         raw = p.read_bytes()
     except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror or e}", file=p) from None
+        raise SpecError(f"cannot read: {e.strerror or e}", file=p) from e
     except ValueError as e:  # a NUL byte in the path
-        raise SpecError(f"cannot read: {e}", file=repr(str(p))) from None
+        raise SpecError(f"cannot read: {e}", file=repr(str(p))) from e
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("is not UTF-8 text; an engine spec is a YAML file", file=p) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError("is not UTF-8 text; an engine spec is a YAML file", file=p) from exc
     return parse_spec_text(text, str(p)).with_base_dir(p.resolve().parent)

@@ -1,13 +1,6 @@
-"""Matrix expansion, engine keys and profile ids.
+"""Matrix expansion: the cells (GPU x batch x sequence x input length x TP) of a spec.
 
-Engine key = sha256 over the canonical JSON of everything that changes the built bytes: the
-checkpoint identity (content digest of a local checkpoint, or repo@revision of an hf:// one)
-together with the quantization recipe that turns it into the quantized checkpoint, the runtime,
-TensorRT-LLM and TensorRT versions, the GPU (full NVML name and compute capability), TP/PP and
-every spec field declared ``build`` in ``toolchain.specs.fields``.
-
-Profile id = sha256 over the engine key plus every ``runtime`` field. Changing a runtime knob
-makes a new profile and never a rebuild.
+The keys that name a cell's artifacts (engine key, profile id) are in ``toolchain.artifacts.keys``.
 """
 
 from __future__ import annotations
@@ -16,15 +9,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from toolchain.digest import canonical_json, dir_digest, sha256_text
 from toolchain.errors import SpecError
 from toolchain.hardware.catalog import GPU, lookup_gpu
-from toolchain.specs.fields import values_in_scope
 from toolchain.specs.models import EngineSpec
-
-KEY_SCHEMA = 1
-# The quantizer whose output the key stands for (pinned in pyproject's [quantize] extra).
-QUANTIZER = "nvidia-modelopt==0.47.0"
 
 
 @dataclass(frozen=True)
@@ -83,73 +70,3 @@ def find_cell(spec: EngineSpec, cell_id: str) -> Cell:
         + ", ".join(c.id for c in cells[:6])
         + (" ..." if len(cells) > 6 else ""),
     )
-
-
-def checkpoint_identity(spec: EngineSpec) -> dict[str, Any] | None:
-    """What the input checkpoint is: its content digest, or repo@revision; None if it is not there yet."""
-    if spec.model.is_hf:
-        repo, rev = spec.model.hf_repo_revision()
-        return {"hf": repo, "revision": rev or "main"}
-    path = spec.local_source()
-    assert path is not None
-    if not (path / "config.json").is_file():
-        return None
-    return {"digest": dir_digest(path)}
-
-
-def key_material(cell: Cell, checkpoint: dict[str, Any]) -> dict[str, Any]:
-    spec = cell.spec
-    build = values_in_scope(spec, "build", skip=("matrix.", "parallelism.", "model.source"))
-    return {
-        "schema": KEY_SCHEMA,
-        "checkpoint": checkpoint,
-        "quantizer": QUANTIZER
-        if spec.quantization.weights not in ("bf16", "fp16") or spec.quantization.kv_cache != "auto"
-        else None,
-        "gpu": {"nvml_name": cell.gpu.nvml_name, "compute_capability": cell.gpu.compute_capability},
-        "mapping": {"tp": cell.tp, "pp": cell.pp},
-        "shape": {
-            "max_batch_size": cell.max_batch_size,
-            "max_seq_len": cell.max_seq_len,
-            "max_input_len": cell.max_input_len,
-        },
-        "build": build,
-    }
-
-
-def engine_key(cell: Cell, checkpoint: dict[str, Any]) -> str:
-    return sha256_text(canonical_json(key_material(cell, checkpoint)))
-
-
-def profile_id(cell: Cell, key: str) -> str:
-    runtime = values_in_scope(cell.spec, "runtime")
-    return sha256_text(canonical_json({"schema": KEY_SCHEMA, "engine_key": key, "runtime": runtime}))
-
-
-@dataclass(frozen=True)
-class CellIdentity:
-    cell: Cell
-    engine_key: str | None
-    profile_id: str | None
-    pending: str | None  # why the key cannot be computed yet
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.cell.id,
-            **self.cell.axes(),
-            "engine_key": self.engine_key,
-            "profile_id": self.profile_id,
-            "pending": self.pending,
-        }
-
-
-def identities(spec: EngineSpec) -> list[CellIdentity]:
-    ckpt = checkpoint_identity(spec)
-    out = []
-    for cell in expand(spec):
-        if ckpt is None:
-            out.append(CellIdentity(cell, None, None, f"checkpoint not found at {spec.local_source()}"))
-            continue
-        key = engine_key(cell, ckpt)
-        out.append(CellIdentity(cell, key, profile_id(cell, key), None))
-    return out

@@ -19,6 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
+from toolchain.specs.lora import LoraServing
+from toolchain.specs.speculative import SpeculativeDecoding
+
 WeightFormat = Literal["bf16", "fp16", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4"]
 KVCacheFormat = Literal["auto", "fp8", "int8"]
 Runtime = Literal["tensorrt", "pytorch"]
@@ -406,6 +409,8 @@ class EngineSpec(_Strict):
     matrix: Matrix
     build: BuildOptions = Field(default_factory=BuildOptions)
     serving: Serving = Field(default_factory=Serving)
+    speculative: SpeculativeDecoding | None = None
+    lora: LoraServing | None = None
     slo: SLO = Field(default_factory=SLO)
     traffic: Traffic | None = None
 

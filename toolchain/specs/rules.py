@@ -43,7 +43,9 @@ def _version_tuple(v: str) -> tuple[int, int]:
 
 def check_spec(spec: EngineSpec) -> list[Problem]:
     """Rules that do not depend on a matrix cell."""
-    out: list[Problem] = []
+    from toolchain.specs import lora, speculative
+
+    out: list[Problem] = speculative.problems(spec) + lora.problems(spec)
     s, b, q = spec.serving, spec.build, spec.quantization
     ver = _version_tuple(spec.target.trtllm_version)
     if spec.runtime == "tensorrt" and not (SUPPORTED_TENSORRT[0] <= ver <= SUPPORTED_TENSORRT[1]):
@@ -137,7 +139,9 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
 
 def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
     """Rules for one matrix cell; ``arch`` (a ModelArch) enables the shape rules."""
-    out: list[Problem] = []
+    from toolchain.specs import speculative
+
+    out: list[Problem] = speculative.cell_problems(cell)
     spec, gpu = cell.spec, cell.gpu
     q, b, s = spec.quantization, spec.build, spec.serving
     cid = cell.id
@@ -256,7 +260,7 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     """Every problem of a spec and its cells (default: all), with the shape rules when the model's
     architecture is known offline (local config.json or the catalog)."""
     from toolchain.errors import ModelConfigError
-    from toolchain.planning.arch import arch_for_spec
+    from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.matrix import expand
 
     problems = check_spec(spec)

@@ -63,11 +63,11 @@ class EngineInfo:
             raise TritonRepoError(
                 f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
                 "give --engine a registry key or a directory with config.json and rank*.engine",
-            ) from None
+            ) from e
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
-        from toolchain.compile.synth import resolve
+        from toolchain.specs.resolve import resolve
 
         r = resolve(cell)
         return cls(

@@ -81,9 +81,9 @@ def read_repo_meta(repo: Path) -> dict[str, Any]:
     try:
         meta = json.loads(p.read_bytes())
     except OSError as e:
-        raise TritonRepoError(f"cannot read {p}: {e.strerror or e}") from None
-    except (ValueError, RecursionError):
-        raise TritonRepoError(f"{p} is not JSON") from None
+        raise TritonRepoError(f"cannot read {p}: {e.strerror or e}") from e
+    except (ValueError, RecursionError) as exc:
+        raise TritonRepoError(f"{p} is not JSON") from exc
     engine = meta.get("engine") if isinstance(meta, dict) else None
     if not isinstance(meta, dict) or not isinstance(engine or {}, dict):
         raise TritonRepoError(f"{p} is not the object `toolchain triton emit` writes")

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from toolchain.compile.llmapi import llmapi_options
+from toolchain.specs.llmapi import llmapi_options
 from toolchain.specs.matrix import Cell
 
 INPUTS = [

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import socket
@@ -26,9 +27,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.digest import cache_home
+from toolchain.artifacts.layout import cache
 from toolchain.errors import ServerError, UserInputError
 from toolchain.proc import stop_group, tail
+from toolchain.progress import Heartbeat, Progress, silent
 
 CONTAINER_TRITON = Path("/opt/tritonserver/bin/tritonserver")
 STUB_FAILURES = ("error while loading shared libraries", "triton_python_backend_stub is not found")
@@ -87,20 +89,20 @@ def check_port(host: str, port: int, what: str) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
+        except OSError as exc:
             raise UserInputError(
                 f"{what} port {port} on {host} is already in use",
                 f"stop what listens there or pass another --{what}-port",
-            ) from None
+            ) from exc
 
 
 def pytriton_dir() -> Path:
     try:
         import pytriton
-    except ImportError:
+    except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
-        raise MissingDependencyError("pytriton", "triton") from None
+        raise MissingDependencyError("pytriton", "triton") from exc
     return Path(pytriton.__file__).resolve().parent / "tritonserver"
 
 
@@ -131,7 +133,7 @@ def prepare_backends(ts: Path) -> Path:
             f"the Python {minor} backend stub cannot load {', '.join(missing)} (tritonserver would hang)",
             hint=f"install libpython{minor} (Debian: apt install libpython{minor}) or use a Python with a shared lib",
         )
-    bk = cache_home() / "triton-backends" / minor
+    bk = cache().triton_backends()
     (bk / "python").mkdir(parents=True, exist_ok=True)
     for src in (
         ts / "backends" / "python" / "libtriton_python.so",
@@ -185,6 +187,7 @@ def start(
     ready_timeout: float = 120.0,
     world_size: int = 1,
     extra_args: list[str] | None = None,
+    progress: Progress = silent,
 ) -> Server:
     """Start tritonserver on ``repo`` and wait until every model is ready (or fail with the log tail)."""
     repo = Path(repo).resolve()
@@ -193,7 +196,7 @@ def start(
     ports = ports or Ports()
     for what, port in (("http", ports.http), ("grpc", ports.grpc), ("metrics", ports.metrics)):
         check_port(host, port, what)
-    log_path = log_path or cache_home() / "logs" / f"tritonserver-{int(time.time())}.log"
+    log_path = log_path or cache().server_log()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shm_prefix = f"tc{os.getpid()}x{ports.grpc}_"
     env = dict(os.environ)
@@ -246,7 +249,10 @@ def start(
         proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
+    progress(f"tritonserver starting: log {log_path}")
+    beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path))
     try:
+        beat.__enter__()
         while True:
             if proc.poll() is not None:
                 text = log_path.read_text(errors="replace")
@@ -272,3 +278,36 @@ def start(
     except BaseException:
         server.stop(5)
         raise
+    finally:
+        beat.__exit__()
+
+
+_LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
+_LOADED = re.compile(r"\"successfully loaded '([^']+)'")
+_FAILED = re.compile(r"failed to load '([^']+)'")
+
+
+def model_states(http_url: str, log_path: Path | None = None) -> str | None:
+    """Model load states, e.g. 'ensemble READY, tensorrt_llm LOADING'.
+
+    From Triton's repository index API once the HTTP service is up; tritonserver starts its endpoints
+    only after the initial load, so until then the states come from its own log lines (loading: /
+    successfully loaded / failed to load).
+    """
+    req = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=0.5) as r:
+            models = json.loads(r.read())
+        return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
+    except (OSError, ValueError):
+        pass
+    if log_path is None:
+        return None
+    text = tail(log_path, 400)
+    states: dict[str, str] = {}
+    for line in text.splitlines():
+        for rx, state in ((_LOADING, "LOADING"), (_LOADED, "READY"), (_FAILED, "UNAVAILABLE")):
+            m = rx.search(line)
+            if m:
+                states[m.group(1)] = state
+    return ", ".join(f"{k} {v}" for k, v in sorted(states.items())) or None

@@ -1,4 +1,7 @@
-"""Model architecture facts from a Hugging Face ``config.json`` (or an offline catalog)."""
+"""The architecture of the model a spec names, from its Hugging Face ``config.json`` (or an offline catalog).
+
+Shared by the compatibility rules (TP must divide the heads) and the planner (memory and speed arithmetic).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from toolchain.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.errors import ModelConfigError
+from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
+from toolchain.specs.models import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ CATALOG: dict[str, ModelArch] = {
 def arch_from_catalog(name: str) -> ModelArch:
     try:
         return CATALOG[name]
-    except KeyError:
+    except KeyError as exc:
         import difflib
 
         close = difflib.get_close_matches(name, list(CATALOG), n=1)
@@ -209,10 +213,10 @@ def arch_from_catalog(name: str) -> ModelArch:
         raise ModelConfigError(
             f"architecture '{name}' is not in the offline catalog{hint}",
             f"use one of {', '.join(CATALOG)} or point model.source at a local checkpoint",
-        ) from None
+        ) from exc
 
 
-def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
+def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     """The architecture of a spec's model: local config.json, the offline catalog, or the Hub."""
     local = spec.local_source()
     if local is not None and (local / "config.json").is_file():
@@ -230,10 +234,10 @@ def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
     repo, rev = spec.model.hf_repo_revision()
     try:
         from huggingface_hub import constants, hf_hub_download
-    except ImportError:
+    except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
-        raise MissingDependencyError("huggingface_hub", "hf") from None
+        raise MissingDependencyError("huggingface_hub", "hf") from exc
     hint = f"set model.architecture to one of {', '.join(CATALOG)} to plan offline"
     path: str | None = None
     with contextlib.suppress(Exception):  # a config.json already in the Hub cache needs no network
@@ -256,11 +260,11 @@ def arch_for_spec(spec: Any, *, allow_network: bool = True) -> ModelArch:
         except Exception as e:
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})", hint
-            ) from None
+            ) from e
     try:
         cfg = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError, RecursionError):
-        raise ModelConfigError(f"{repo}/config.json from the Hub is not valid JSON") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ModelConfigError(f"{repo}/config.json from the Hub is not valid JSON") from e
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{repo}/config.json from the Hub: top level is not an object")
     return arch_from_config(cfg, name=repo, where=f"{repo}/config.json")

@@ -23,9 +23,9 @@ def read_config_json(cfg_path: Path) -> dict[str, Any]:
     try:
         cfg = json.loads(cfg_path.read_bytes())
     except OSError as e:
-        raise ModelConfigError(f"{cfg_path}: cannot read ({e.strerror or e})") from None
+        raise ModelConfigError(f"{cfg_path}: cannot read ({e.strerror or e})") from e
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ModelConfigError(f"{cfg_path}: not valid JSON ({str(e)[:100]})") from None
+        raise ModelConfigError(f"{cfg_path}: not valid JSON ({str(e)[:100]})") from e
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{cfg_path}: top level is not an object")
     return cfg
@@ -115,9 +115,9 @@ def safetensors_param_count(model_dir: Path) -> int | None:
                     raise ModelConfigError(f"{f}: implausible safetensors header size {n} in a {size}-byte file", hint)
                 meta = json.loads(fh.read(n))
         except OSError as e:
-            raise ModelConfigError(f"{f}: cannot read ({e.strerror or e})", hint) from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ModelConfigError(f"{f}: the safetensors header is not JSON", hint) from None
+            raise ModelConfigError(f"{f}: cannot read ({e.strerror or e})", hint) from e
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelConfigError(f"{f}: the safetensors header is not JSON", hint) from exc
         if not isinstance(meta, dict):
             raise ModelConfigError(f"{f}: the safetensors header is not a JSON object", hint)
         for k, v in meta.items():

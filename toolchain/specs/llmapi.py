@@ -6,9 +6,13 @@ checked against the allowed sets below (TensorRT-LLM rejects unknown keys at eve
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import EngineSpec
+from toolchain.specs.speculative import LLMAPI_DECODING_TYPE
 
 TOP = {
     "max_batch_size",
@@ -25,7 +29,11 @@ TOP = {
     "return_perf_metrics",
     "enable_iter_perf_stats",
     "model",
+    "speculative_config",
+    "lora_config",
 }
+SPECULATIVE = {"decoding_type", "max_draft_len", "speculative_model"}
+LORA = {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"}
 KV = {
     "enable_block_reuse",
     "max_tokens",
@@ -52,7 +60,7 @@ LEGACY = {
 }
 
 
-def llmapi_options(cell: Cell) -> dict[str, Any]:
+def llmapi_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
     spec = cell.spec
     s, b = spec.serving, spec.build
     kv: dict[str, Any] = {
@@ -88,6 +96,7 @@ def llmapi_options(cell: Cell) -> dict[str, Any]:
         if sizes:
             g["batch_sizes"] = sizes
         opts["cuda_graph_config"] = g
+    opts.update(llmapi_feature_options(cell, draft_dir=draft_dir))
     problems = validate_options(opts)
     if problems:
         raise AssertionError(f"generated LLM-API options are invalid: {problems}")
@@ -112,6 +121,10 @@ def validate_options(opts: dict[str, Any]) -> list[str]:
                 out.append(f"unknown cuda_graph_config key {k}")
         if cg.get("batch_sizes") and cg.get("max_batch_size") not in (0, max(cg["batch_sizes"])):
             out.append("cuda_graph_config.max_batch_size must equal max(batch_sizes)")
+    for name, allowed in (("speculative_config", SPECULATIVE), ("lora_config", LORA)):
+        for k in opts.get(name) or {}:
+            if k not in allowed:
+                out.append(f"unknown {name} key {k}")
     sc = opts.get("scheduler_config") or {}
     for k in sc:
         if k not in SCHED:
@@ -126,3 +139,41 @@ def validate_options(opts: dict[str, Any]) -> list[str]:
     if tpb is not None and (tpb < 2 or tpb & (tpb - 1)):
         out.append("kv_cache_config.tokens_per_block must be a power of two")
     return out
+
+
+def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_dir: str | None = None) -> dict[str, Any]:
+    """``speculative_config`` / ``lora_config`` for ``extra_llm_api_options`` (PyTorch runtime).
+
+    ``draft_dir``/``heads_dir`` name where the draft (or EAGLE-3) checkpoint sits next to the artifact;
+    the spec's source is used when not given."""
+    spec = cell.spec
+    opts: dict[str, Any] = {}
+    sd = spec.speculative
+    if sd is not None:
+        kind = LLMAPI_DECODING_TYPE.get(sd.mode)
+        if kind is None:
+            raise CompatibilityError(
+                f"speculative mode {sd.mode} is not available on the PyTorch runtime", "use runtime: tensorrt"
+            )
+        source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
+        model = draft_dir or heads_dir or _local_or_repo(spec, source)
+        opts["speculative_config"] = {"decoding_type": kind, "max_draft_len": sd.draft_len, "speculative_model": model}
+    lo = spec.lora
+    if lo is not None:
+        lc: dict[str, Any] = {
+            "lora_dir": [_local_or_repo(spec, a) for a in lo.adapters],
+            "max_lora_rank": lo.max_rank,
+            "lora_target_modules": list(lo.target_modules),
+        }
+        if lo.max_loras is not None:
+            lc["max_loras"] = lo.max_loras
+        opts["lora_config"] = lc
+    return opts
+
+
+def _local_or_repo(spec: EngineSpec, source: str) -> str:
+    """A local checkpoint as an absolute path, an hf:// one as the Hub id the LLM API downloads."""
+    if source.startswith("hf://"):
+        return source.removeprefix("hf://").split("@", 1)[0]
+    p = Path(source).expanduser()
+    return str(p if p.is_absolute() else (spec.base_dir / p).resolve())

@@ -1,0 +1,179 @@
+"""Benchmark edge cases: connection reuse, a busy client, late sends, 503, garbage answers, exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.bench.sse_server import sse_server
+from tests.conftest import REPO
+from toolchain.bench.loadgen import Load, _run, run_load
+from toolchain.bench.metrics import RequestRecord, aggregate
+from toolchain.bench.run import assess, client_health
+from toolchain.bench.workload import Request
+
+
+def _reqs(n: int, tokens: int = 4) -> list[Request]:
+    return [Request(f"p{i}", 2, tokens) for i in range(n)]
+
+
+def test_openai_stream_reuses_connections_and_ttft_matches_the_server() -> None:
+    with sse_server(first_s=0.03, gap_s=0.004) as (url, stats):
+        out = run_load("openai", url, "m", _reqs(48), Load(concurrency=4), warmup=0)
+    s = aggregate(out.records, out.wall_s)
+    assert s["completed"] == 48, [r.error for r in out.records if r.error]
+    # one keep-alive connection per concurrent stream (+1 for the /v1/models check), not one per request
+    assert stats.connections <= 4 + 1, stats.connections
+    client = [r.ttft for r in out.records if r.ttft is not None]
+    gap_ms = (float(np.median(client)) - float(np.median(stats.server_ttft_s))) * 1000
+    # ~1 ms on an idle machine; the bound leaves room for a loaded CI box (client and server share the GIL)
+    assert 0 <= gap_ms < 10, f"client TTFT is {gap_ms:.1f} ms above the server's own timing"
+
+
+class _FakeTarget:
+    """A target whose request handling blocks the event loop for `block_s` before it sends."""
+
+    def __init__(self, block_s: float, serve_s: float = 0.01) -> None:
+        self.block_s, self.serve_s = block_s, serve_s
+
+    async def one(self, req: Request, rec: RequestRecord) -> None:
+        time.sleep(self.block_s)  # e.g. CPU-heavy request building in the client
+        rec.sent = time.perf_counter()
+        await asyncio.sleep(self.serve_s)
+        rec.chunk_times = [time.perf_counter(), time.perf_counter() + 1e-4]
+        rec.output_tokens = 2
+
+
+def _run_fake(target: Any, load: Load, n: int) -> Any:
+    return asyncio.run(_run(target, _reqs(n), load, 0, 0, False, 3, {}))
+
+
+def test_busy_client_is_reported_in_concurrency_mode() -> None:
+    out = _run_fake(_FakeTarget(block_s=0.06), Load(concurrency=4), 12)
+    health = client_health(out)
+    assert health["loop_lag_ms_p99"] > 40
+    assert any("client is the bottleneck" in w for w in health["warnings"])
+    calm = client_health(_run_fake(_FakeTarget(block_s=0.0), Load(concurrency=4), 12))
+    assert not any("bottleneck" in w for w in calm.get("warnings", []))
+
+
+def test_send_lag_is_measured_when_the_request_actually_goes_out() -> None:
+    # 10 requests due 0.1 ms apart are all created in one tick; each blocks 40 ms before it sends, so the
+    # last one goes out ~360 ms late even though its task was created on time.
+    out = _run_fake(_FakeTarget(block_s=0.04), Load(rate=10000), 10)
+    assert max(out.lag_s) > 0.3
+    assert client_health(out)["late_sends"] >= 5
+
+
+def test_http_503_is_a_server_error_not_an_unreachable_server() -> None:
+    with sse_server(mode="503") as (url, _):
+        out = run_load("openai", url, "m", _reqs(6), Load(concurrency=1), warmup=0)
+    assert out.stop is None and out.interrupted is None  # the run went on: the server is there
+    assert len(out.records) == 6
+    assert all(r.error_kind == "server" and "HTTP 503" in (r.error or "") for r in out.records)
+    s = aggregate(out.records, out.wall_s)
+    assert s["errors"] == 6 and s["error_kinds"] == {"server": 6}
+
+
+@pytest.mark.parametrize("mode", ["garbage", "json"])
+def test_garbage_answers_are_errors_with_a_reason(mode: str) -> None:
+    with sse_server(mode=mode) as (url, _):
+        out = run_load("openai", url, "m", _reqs(3), Load(concurrency=1), warmup=0)
+    assert all(r.error and r.error_kind == "protocol" for r in out.records), [r.error for r in out.records]
+    res = {"runs": [{"label": "concurrency=1", "summary": aggregate(out.records, out.wall_s)}], "stop": None}
+    code, reason = assess(res)
+    assert code == 1 and reason and "all 3 requests" in reason and "protocol 3" in reason
+
+
+def test_assess_exit_codes() -> None:
+    ok = RequestRecord(0, 1, 2, 0.0, chunk_times=[0.1, 0.2], output_tokens=2)
+    bad = RequestRecord(1, 1, 2, 0.0, error="HTTP 500", error_kind="server")
+    run = {"label": "c=1", "summary": aggregate([ok, bad], 1.0)}
+    assert assess({"runs": [run], "stop": None}) == (0, None)
+    assert assess({"runs": [run], "stop": "interrupted", "interrupted": "x"})[0] == 130
+    assert assess({"runs": [run], "stop": "server-gone", "interrupted": "server unreachable"}) == (
+        1,
+        "server unreachable",
+    )
+    assert assess({"runs": [], "stop": None})[0] == 1
+
+
+def _bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "toolchain.cli.main",
+        "bench",
+        "--url",
+        url,
+        "--protocol",
+        "openai",
+        "--model",
+        "m",
+        "--tokenizer",
+        str(tok),
+        "--input-tokens",
+        "4",
+        "--output-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def test_all_failed_run_exits_1_and_keeps_the_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with sse_server(mode="503") as (url, _):
+        p = subprocess.run(
+            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "3"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_env(),
+        )
+    assert p.returncode == 1, p.stderr
+    assert "Error: the benchmark did not measure what was asked: all 3 requests" in p.stderr
+    assert "Traceback" not in p.stderr
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["runs"][0]["summary"]["error_kinds"] == {"server": 3}
+
+
+def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    # each request streams for ~1 s; interrupt while two are in flight
+    with sse_server(first_s=0.05, gap_s=0.2) as (url, _):
+        proc = subprocess.Popen(
+            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "40", "--concurrency", "2"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:  # narration: wait until the load point has started
+            if "load concurrency=2" in line:
+                break
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["stop"] == "interrupted"
+    s = saved["runs"][0]["summary"]
+    assert s["completed"] >= 1 and s["cancelled"] >= 1 and s["errors"] == 0, s
+    assert "Traceback" not in stderr

@@ -1,0 +1,113 @@
+"""Replica counts, GPUs per pod, /dev/shm and probe budgets against the planner, for every shipped spec."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.conftest import HERE, SHIPPED
+from toolchain.deploy.manifests import Target, manifests
+from toolchain.deploy.sizing import GIB, size_cell
+from toolchain.errors import DeployError
+from toolchain.hardware.catalog import CATALOG
+from toolchain.planning.plan import plan_cell
+from toolchain.specs.arch import arch_for_spec
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
+
+
+def _target(app: str = "app") -> Target:
+    return Target(
+        app=app,
+        image="registry.example.com/llm:v1",
+        engine_key="a" * 64,
+        registry="s3://engines/prod",
+        registry_secret="engine-registry",
+        registry_pvc=None,
+        frontend="openai",
+        engines_root="/engines",
+        model_repository="/opt/toolchain/model_repository",
+        queue_target_ms=200,
+        prometheus_url="http://prometheus.monitoring.svc:9090",
+    )
+
+
+CELLS = [(spec, cell) for spec in SHIPPED for cell in expand(load_spec(spec))]
+
+
+@pytest.mark.parametrize(("spec", "cell"), CELLS, ids=[f"{s.stem}:{c.id}" for s, c in CELLS])
+def test_pods_and_fleet_follow_the_planner(spec: Path, cell) -> None:
+    plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
+    s = size_cell(cell, plan)
+    fleet = plan.fleet
+    assert fleet is not None, "every shipped spec has traffic and an SLO"
+    ranks = cell.tp * cell.pp
+    assert s.gpus_per_replica == ranks
+    # instances, not GPUs: the planner's totals divided by the GPUs of one instance
+    assert s.max_replicas == fleet["total_instances"] == fleet["total_gpus"] // ranks
+    assert s.min_replicas == math.ceil(round(fleet["raw_instances"], 9))
+    assert s.shm_bytes == (ranks + 1) * GIB
+    work = manifests(_target(), cell, s)["deployment.yaml"]
+    pod = work["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == str(ranks)
+    assert work["spec"]["replicas"] == s.min_replicas
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert shm == {"medium": "Memory", "sizeLimit": f"{ranks + 1}Gi"}
+    probe = container["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == s.startup_budget_s
+    # the budget covers at least pulling the engine at the assumed rate and loading one rank
+    assert s.startup_budget_s >= plan.weight_bytes_total / 250e6 + plan.weight_bytes_per_gpu / 1e9
+    so = manifests(_target(), cell, s)["scaledobject.yaml"]["spec"]
+    assert (so["minReplicaCount"], so["maxReplicaCount"]) == (s.min_replicas, s.max_replicas)
+
+
+def test_70b_tp2_gets_two_gpu_pods_counted_in_instances() -> None:
+    (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h100.yaml")))
+    plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
+    s = size_cell(cell, plan)
+    assert cell.tp == 2 and s.gpus_per_replica == 2 and not s.multi_node
+    assert plan.fleet is not None
+    assert s.max_replicas * 2 == plan.fleet["total_gpus"]  # 12 GPUs → 6 pods of 2
+    assert s.max_replicas != plan.fleet["total_gpus"]
+    assert s.shm_bytes == 3 * GIB
+
+
+def test_startup_budget_grows_with_the_engine() -> None:
+    small = expand(load_spec(Path("engine_specs/mistral-7b-int4-awq.yaml")))[0]
+    big = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h200.yaml")))[0]
+    sizes = [size_cell(c, plan_cell(c, arch_for_spec(c.spec, allow_network=False))) for c in (small, big)]
+    assert sizes[0].engine_bytes_total < sizes[1].engine_bytes_total
+    assert sizes[0].startup_budget_s < sizes[1].startup_budget_s
+
+
+def test_a_replica_wider_than_a_node_is_a_leaderworkerset() -> None:
+    (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h100.yaml")))
+    s = size_cell(cell, plan_cell(cell, arch_for_spec(cell.spec, allow_network=False)), gpus_per_node=1)
+    assert s.multi_node and s.nodes_per_replica == 2
+    res = manifests(_target(), cell, s)
+    lws = res["leaderworkerset.yaml"]
+    assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert res["scaledobject.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+
+
+def test_overrides_and_bad_ranges() -> None:
+    (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h200.yaml")))
+    plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
+    s = size_cell(cell, plan, min_replicas=2, max_replicas=3)
+    assert (s.min_replicas, s.max_replicas) == (2, 3)
+    with pytest.raises(DeployError):
+        size_cell(cell, plan, min_replicas=5, max_replicas=3)
+    with pytest.raises(DeployError):
+        size_cell(cell, plan, gpus_per_node=0)
+
+
+def test_node_selector_is_the_gfd_product_label() -> None:
+    seen = json.loads((HERE / "data" / "gfd_product_labels.json").read_text())["labels"]
+    for name, rec in seen.items():
+        assert CATALOG[name].gfd_product == rec["value"], name
+    for gpu in CATALOG.values():  # every value is a valid label value
+        assert len(gpu.gfd_product) <= 63 and all(ch.isalnum() or ch in "-_." for ch in gpu.gfd_product)

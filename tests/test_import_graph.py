@@ -1,0 +1,125 @@
+"""The shape of the package, held: stages side by side, every import pointing down.
+
+Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
+
+    0  base       toolchain/__init__, errors, settings, digest, proc, progress, _deps
+    1  hardware   GPU catalog and detection
+    2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
+    3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format
+    4  stages     planning, quantize, compile, registry, triton, deploy, bench, diagnose: never each other
+    5  pipeline   the only place that runs stages in order
+    6  cli        the Typer layer (nothing else imports typer)
+
+Every import counts, including those inside functions (lazy imports) and relative ones.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "toolchain"
+BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "_deps"}
+STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
+RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "cli": 6}
+
+
+def _unit(module: str) -> str:
+    """toolchain.<unit>...: the package (or top-level module) a module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _rank(unit: str) -> int:
+    if unit in BASE:
+        return 0
+    assert unit in RANK, f"toolchain.{unit} has no layer: add it to tests/test_import_graph.py"
+    return RANK[unit]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file, relative ones resolved."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            out.append((node.lineno, name))
+            if name == "toolchain":  # from toolchain import settings, pipeline
+                out += [(node.lineno, f"toolchain.{a.name}") for a in node.names if a.name in RANK or a.name in BASE]
+    return out
+
+
+def violations(files: list[Path]) -> list[str]:
+    bad = []
+    for path in files:
+        src = _module_name(path)
+        if src == "toolchain":
+            continue
+        here = _unit(src)
+        for line, name in imports(path):
+            where = f"{path.relative_to(PACKAGE.parent)}:{line}"
+            if name.split(".")[0] == "typer" and here != "cli":
+                bad.append(f"{where}: imports typer outside toolchain/cli")
+            if not name.startswith("toolchain.") or name == "toolchain":
+                continue
+            there = _unit(name)
+            if there in ("__init__", here) or (there in BASE and here in BASE):
+                continue
+            if _rank(there) > _rank(here):
+                bad.append(f"{where}: {src} imports {name} (upward: {here} -> {there})")
+            elif _rank(there) == _rank(here) and here in STAGES:
+                bad.append(f"{where}: {src} imports {name} (stage {here} -> stage {there})")
+    return bad
+
+
+def test_no_upward_or_sibling_stage_imports() -> None:
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 50
+    assert violations(files) == []
+
+
+def test_the_checker_sees_lazy_relative_and_upward_imports(tmp_path: Path) -> None:
+    """The rule itself, on files it must refuse (written where the package would hold them)."""
+    cases = {
+        "compile/lazy.py": "def f():\n    from toolchain.quantize.run import quantize\n",
+        "triton/rel.py": "from ..registry import open_registry\n",
+        "specs/up.py": "import toolchain.planning.plan\n",
+        "bench/cli.py": "from toolchain.cli.render import err\n",
+        "registry/t.py": "import typer\n",
+        "artifacts/p.py": "from toolchain import pipeline\n",
+    }
+    fake = tmp_path / "toolchain"
+    for rel, text in cases.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(text)
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, fake
+    try:
+        bad = violations(sorted(fake.rglob("*.py")))
+    finally:
+        PACKAGE = saved
+    assert len(bad) == len(cases), bad
+    fine = fake / "compile" / "ok.py"
+    fine.write_text("from toolchain.artifacts.cell import for_cell\nfrom . import lazy\nimport json\n")
+    PACKAGE = fake
+    try:
+        assert violations([fine]) == []
+    finally:
+        PACKAGE = saved

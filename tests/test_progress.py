@@ -1,0 +1,64 @@
+"""The progress interface: the CLI renderer (bars on a terminal, throttled lines otherwise) and Heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from toolchain.progress import Heartbeat, prefixed
+
+
+def test_lines_off_a_terminal_are_throttled_and_bytes_get_rate_and_eta(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.cli.render import Stages
+
+    st = Stages(every=0.3, tty=False)
+    st("pulling")
+    for i in range(1, 11):
+        st("pull", i * 1e6, 10e6, unit="B")
+        time.sleep(0.06)
+    lines = capsys.readouterr().err.splitlines()
+    assert "pulling" in lines[0]
+    pull = [ln for ln in lines if "pull:" in ln]
+    assert 2 <= len(pull) < 10  # throttled, not one line per update
+    assert "10.00 MB / 10.00 MB (100%)" in pull[-1]  # completion always gets a line
+    assert "MB/s" in pull[1] and "ETA" in pull[1]
+
+
+def test_open_ended_work_shows_elapsed_and_the_latest_message(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.cli.render import Stages
+
+    st = Stages(every=0.0, tty=False)
+    st("trtllm-build", 12.0, None, unit="s", message="[TRT] Building layer 3/40 [x]")
+    out = capsys.readouterr().err
+    assert "trtllm-build: 12 s elapsed — [TRT] Building layer 3/40 [x]" in out  # markup in logs printed as is
+
+
+def test_heartbeat_reports_every_interval_with_the_probe() -> None:
+    seen: list[tuple[str, float | None, str | None]] = []
+
+    def progress(stage, done=None, total=None, *, unit="", message=None):  # type: ignore[no-untyped-def]
+        seen.append((stage, done, message))
+
+    box = ["starting"]
+    with Heartbeat(prefixed(progress, "  "), "server", lambda: box[0], every=0.05):
+        time.sleep(0.2)
+        box[0] = "ensemble READY"
+        time.sleep(0.2)
+    assert len(seen) >= 4 and seen[0][0] == "  server"
+    assert seen[-1][2] == "ensemble READY" and seen[-1][1] is not None and seen[-1][1] >= 0.3
+
+
+def test_bench_reports_every_finished_request() -> None:
+    from tests.bench.test_bench_edges import _FakeTarget, _reqs
+    from toolchain.bench.loadgen import Load, _run
+
+    seen: list[tuple[str, float | None, float | None]] = []
+
+    def progress(stage, done=None, total=None, *, unit="", message=None):  # type: ignore[no-untyped-def]
+        seen.append((stage, done, total))
+
+    asyncio.run(_run(_FakeTarget(0.0), _reqs(6), Load(concurrency=2), 1, 0, False, 3, {}, progress))
+    assert [d for _, d, _ in seen] == [1, 2, 3, 4, 5] and {t for _, _, t in seen} == {5}
+    assert seen[0][0] == "concurrency=2 requests"

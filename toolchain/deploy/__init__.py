@@ -1,0 +1,241 @@
+"""A self-contained deployment of one cell: container build context and Kubernetes manifests.
+
+Output layout (``toolchain deploy SPEC --cell ID --out DIR``)::
+
+    DIR/deploy.json               what was decided and why: cell, engine key, images, sizing, pinned versions
+    DIR/image/                    docker build context (see toolchain.deploy.context)
+    DIR/k8s/kustomization.yaml    `kubectl apply -k DIR/k8s`
+    DIR/k8s/deployment.yaml       (leaderworkerset.yaml when one replica spans nodes)
+    DIR/k8s/service.yaml  servicemonitor.yaml  pdb.yaml  scaledobject.yaml
+
+This stage imports specs, hardware and the small shared modules only. The planner's result and the emitted
+Triton repository are passed in (``toolchain.pipeline.fleet`` runs planning and emission, then this).
+Nothing host-specific reaches the output: the written files are scanned for the host paths that went in
+and for an image tagged ``latest`` before the directory is renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolchain.deploy.context import (
+    ENTRYPOINT,
+    copy_source,
+    copy_tokenizer,
+    dockerfile,
+    pinned_image,
+    relocate_repository,
+)
+from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
+from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
+from toolchain.digest import staged_dir
+from toolchain.errors import DeployError, OutputExistsError
+from toolchain.specs.matrix import Cell
+
+__all__ = ["DeployOptions", "DeployResult", "Sizing", "size_cell", "write_deployment"]
+
+LATEST = re.compile(r"[:@](latest)\b")  # an image tag named latest
+FRONTENDS = ("openai", "kserve")
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    registry: str
+    image: str | None = None  # the image to build; default <app>:<profile id prefix>
+    registry_secret: str | None = None
+    registry_pvc: str | None = None
+    namespace: str | None = None
+    frontend: str = "openai"
+    engines_root: str = "/engines"
+    image_root: str = "/opt/toolchain"
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    queue_target_ms: float = 200.0
+    gpus_per_node: int = 8
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    force: bool = False
+
+
+@dataclass
+class DeployResult:
+    out: Path
+    app: str
+    image: str
+    engine_key: str
+    sizing: Sizing
+    files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out),
+            "app": self.app,
+            "image": self.image,
+            "engine_key": self.engine_key,
+            "sizing": self.sizing.to_json(),
+            "files": self.files,
+        }
+
+
+def _registry_in_pod(o: DeployOptions) -> str:
+    if o.registry.startswith(("s3://", "hf://")):
+        if o.registry_pvc:
+            raise DeployError("--registry-pvc is for a registry on a volume, not " + o.registry, "drop --registry-pvc")
+        return o.registry
+    if "://" in o.registry:
+        raise DeployError(f"registry '{o.registry}' is not s3://, hf:// or a volume", "use s3://bucket/prefix or hf://")
+    if not o.registry_pvc:
+        raise DeployError(
+            f"registry '{o.registry}' is a path on this machine, which a pod cannot reach",
+            "push the engine to s3://... or hf://... (`toolchain cache push`), or pass --registry-pvc CLAIM "
+            "for a volume that holds the registry",
+        )
+    return "/registry"
+
+
+def _yaml(obj: dict[str, Any], header: str) -> str:
+    return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+
+
+def write_deployment(
+    cell: Cell,
+    plan: PlanLike,
+    *,
+    repository: Path,
+    tokenizer: Path,
+    engine_key: str,
+    out: Path,
+    options: DeployOptions,
+    host_paths: tuple[Path, ...] = (),
+) -> DeployResult:
+    """Write the build context and manifests for ``cell`` into ``out`` (staged, renamed into place).
+
+    ``repository`` is the emitted Triton repository whose engine paths already point under
+    ``options.engines_root``; its tokenizer paths are moved to the image's copy here.
+    """
+    o = options
+    if o.frontend not in FRONTENDS:
+        raise DeployError(f"frontend '{o.frontend}' is not one of {', '.join(FRONTENDS)}", "use openai or kserve")
+    if cell.spec.runtime != "tensorrt":
+        raise DeployError(
+            f"runtime {cell.spec.runtime}: `toolchain deploy` writes deployments for the tensorrt runtime only",
+            "serve the LLM-API checkpoint with `trtllm-serve` (docs/deploy.md) or use runtime tensorrt",
+        )
+    if not re.fullmatch(r"[0-9a-f]{64}", engine_key):
+        raise DeployError(
+            f"engine key '{engine_key}' is not a full 64-hex key", "resolve it with `toolchain cache show`"
+        )
+    if not cell.spec.target.container:
+        raise DeployError(
+            f"spec '{cell.spec.name}' names no target.container to build the image FROM",
+            "set target.container to e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+        )
+    base = pinned_image(cell.spec.target.container, "target.container")
+    sizing = size_cell(
+        cell, plan, gpus_per_node=o.gpus_per_node, min_replicas=o.min_replicas, max_replicas=o.max_replicas
+    )
+    app = app_name(cell)
+    image = str(pinned_image(o.image or f"{app}:{engine_key[:12]}", "--image"))
+    out = Path(out).resolve()
+    if out.exists() and any(out.iterdir()) and not o.force:
+        raise OutputExistsError(f"{out} is not empty")
+    target = Target(
+        app=app,
+        image=image,
+        engine_key=engine_key,
+        registry=_registry_in_pod(o),
+        registry_secret=o.registry_secret,
+        registry_pvc=o.registry_pvc,
+        frontend=o.frontend,
+        engines_root=o.engines_root,
+        model_repository=f"{o.image_root.rstrip('/')}/model_repository",
+        queue_target_ms=o.queue_target_ms,
+        prometheus_url=o.prometheus_url,
+        namespace=o.namespace,
+    )
+    header = (
+        f"# toolchain deploy: {cell.spec.name} cell {cell.id}, engine {engine_key[:16]}; written for Kubernetes "
+        f"{PINNED['kubernetes']} (KEDA {PINNED['keda']}, prometheus-operator {PINNED['prometheus-operator']}, "
+        f"LeaderWorkerSet {PINNED['lws']})\n"
+    )
+    with staged_dir(out) as tmp:
+        ctx = tmp / "image"
+        ctx.mkdir()
+        shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
+        tok_in_image = f"{o.image_root.rstrip('/')}/tokenizer"
+        moved = relocate_repository(ctx / "model_repository", {str(tokenizer.resolve()): tok_in_image})
+        copy_tokenizer(tokenizer, ctx / "tokenizer")
+        shutil.copyfile(ENTRYPOINT, ctx / "entrypoint.sh")
+        os.chmod(ctx / "entrypoint.sh", 0o755)
+        copy_source(ctx / "src")
+        (ctx / "Dockerfile").write_text(
+            dockerfile(
+                base,
+                trtllm_version=cell.spec.target.trtllm_version,
+                image_root=o.image_root,
+                engines_root=o.engines_root,
+            )
+        )
+        (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")
+        k8s = tmp / "k8s"
+        k8s.mkdir()
+        res = manifests(target, cell, sizing)
+        for name, obj in res.items():
+            (k8s / name).write_text(_yaml(obj, header))
+        (k8s / "kustomization.yaml").write_text(_yaml(kustomization(target, list(res)), header))
+        decision = {
+            "spec": cell.spec.name,
+            "cell": cell.id,
+            "engine_key": engine_key,
+            "app": app,
+            "base_image": str(base),
+            "image": image,
+            "registry": target.registry,
+            "registry_secret": o.registry_secret,
+            "frontend": o.frontend,
+            "engines_root": o.engines_root,
+            "pinned": PINNED,
+            "sizing": sizing.to_json(),
+            "sizing_explained": sizing.explain(),
+            "relocated_parameters": moved,
+            "next": [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"],
+        }
+        (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
+        # every host path that went in, except those holding the image or engines root (a test may lay the
+        # image out on this machine to run the entrypoint)
+        roots = (o.image_root, o.engines_root)
+        leaks = [
+            p
+            for p in (*host_paths, repository, tokenizer, tmp, out)
+            if not any(r.startswith(str(p.resolve())) for r in roots)
+        ]
+        _refuse_leaks(tmp, tuple(leaks), skip=ctx / "src")
+        files = sorted(
+            str(p.relative_to(tmp))
+            for p in tmp.rglob("*")
+            if p.is_file() and p.relative_to(tmp).parts[:2] != ("image", "src")
+        )
+    return DeployResult(out, app, image, engine_key, sizing, files)
+
+
+def _refuse_leaks(root: Path, host_paths: tuple[Path, ...], *, skip: Path) -> None:
+    """No host path and no image tagged ``latest`` in anything written (the toolchain source is copied as is)."""
+    needles = sorted({str(p.resolve()) for p in host_paths if str(p.resolve()) not in ("/", "")}, key=len)
+    for f in root.rglob("*"):
+        if not f.is_file() or skip in f.parents:
+            continue
+        text = f.read_text(errors="replace")
+        for n in needles:
+            if n in text:
+                raise DeployError(
+                    f"{f.relative_to(root)} would contain the host path {n}", "report this as a toolchain bug"
+                )
+        if LATEST.search(text):
+            raise DeployError(f"{f.relative_to(root)} would name an image tag 'latest'", "pin every image tag")

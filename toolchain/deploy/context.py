@@ -1,0 +1,148 @@
+"""The container build context: ``FROM`` the spec's container, the toolchain installed into that image's own
+Python without changing any package the image ships, the relocatable model repository, the tokenizer and
+the entrypoint.
+
+The context's layout is the image's ``/opt/toolchain`` (``image_root``)::
+
+    Dockerfile
+    entrypoint.sh                 pull by key → verify → lint → serve (docs/deploy.md)
+    model_repository/             the Triton repository; engine paths under the engines root
+    tokenizer/                    tokenizer files the pre/post-processing models read
+    src/                          the toolchain source (pyproject.toml, README.md, toolchain/)
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import DeployError
+
+ENTRYPOINT = Path(__file__).with_name("entrypoint.sh")
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER_FILES = re.compile(
+    r"^(tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|vocab\.(json|txt)|merges\.txt|"
+    r"generation_config\.json|chat_template\.(jinja|json)|added_tokens\.json)$"
+)
+_REF = re.compile(
+    r"^(?P<repo>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    def __str__(self) -> str:
+        return self.repository + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+def pinned_image(ref: str, what: str) -> ImageRef:
+    """Parse an image reference that names an exact version: a tag other than ``latest``, or a digest."""
+    m = _REF.match(ref.strip())
+    if not m:
+        raise DeployError(f"{what} '{ref}' is not an image reference", "use registry/repository:tag")
+    tag, digest = m.group("tag"), m.group("digest")
+    if digest is None and (tag is None or tag == "latest"):
+        raise DeployError(
+            f"{what} '{ref}' is not pinned ({'no tag' if tag is None else 'latest'} moves under you)",
+            "give an exact tag such as nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3, or an @sha256 digest",
+        )
+    return ImageRef(m.group("repo"), tag, digest)
+
+
+def dockerfile(base: ImageRef, *, trtllm_version: str, image_root: str, engines_root: str) -> str:
+    """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute)."""
+    root = image_root.rstrip("/")
+    check = (
+        'import importlib.metadata as m, sys; v = m.version("tensorrt_llm"); '
+        f'sys.exit(0 if v == "{trtllm_version}" else "tensorrt_llm " + v + " in the image, not {trtllm_version}")'
+    )
+    lines = [
+        "# syntax=docker/dockerfile:1",
+        "# Written by `toolchain deploy`: the spec's serving container plus the toolchain, the model repository",
+        "# and an entrypoint that pulls and verifies the engine before serving (docs/deploy.md).",
+        f"FROM {base}",
+        "",
+        "# The toolchain goes into the image's own Python. Every package the image already has is a constraint,",
+        "# so pip can add what is missing (boto3, huggingface_hub, tritonclient...) but never replace",
+        "# tensorrt_llm, torch, numpy or anything else NVIDIA ships.",
+        f"COPY src {root}/src",
+        f"RUN python3 -m pip list --format=freeze > {root}/image-constraints.txt \\",
+        f"    && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -c {root}/image-constraints.txt \\",
+        f"       {shlex.quote(root + '/src[s3,hf]')} 'tritonclient[grpc,http]' \\",
+        f"    && python3 -c {shlex.quote(check)} \\",
+        "    && python3 -m toolchain.cli.main --help > /dev/null",
+        "",
+        f"COPY model_repository {root}/model_repository",
+        f"COPY tokenizer {root}/tokenizer",
+        f"COPY entrypoint.sh {root}/entrypoint.sh",
+        f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
+        f"    TOOLCHAIN_TOKENIZER={root}/tokenizer \\",
+        f"    ENGINES_ROOT={engines_root} \\",
+        f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache",
+        "EXPOSE 8000 8001 8002 9000",
+        f'ENTRYPOINT ["{root}/entrypoint.sh"]',
+        'CMD ["server"]',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def copy_source(dest: Path) -> None:
+    """The toolchain source the image installs (a source checkout: pyproject.toml beside the package)."""
+    if not (SOURCE_ROOT / "pyproject.toml").is_file():
+        raise DeployError(
+            f"no toolchain source checkout at {SOURCE_ROOT} (installed without pyproject.toml)",
+            "run `toolchain deploy` from a clone of the toolchain repository",
+        )
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(SOURCE_ROOT / name, dest / name)
+    shutil.copytree(
+        SOURCE_ROOT / "toolchain", dest / "toolchain", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+
+
+def copy_tokenizer(src: Path, dest: Path) -> list[str]:
+    names = sorted(p.name for p in src.iterdir() if p.is_file() and TOKENIZER_FILES.match(p.name))
+    if "tokenizer_config.json" not in names and "tokenizer.json" not in names:
+        raise DeployError(
+            f"no tokenizer files in {src}", "pass --tokenizer DIR with tokenizer.json/tokenizer_config.json"
+        )
+    dest.mkdir(parents=True)
+    for n in names:
+        shutil.copyfile(src / n, dest / n)
+    return names
+
+
+def relocate_repository(repo: Path, replace: dict[str, str]) -> list[str]:
+    """Rewrite every config.pbtxt parameter whose value starts with a key of ``replace`` (parsed and written
+    back as ModelConfig messages). Returns ``model.parameter`` names changed."""
+    from google.protobuf import text_format
+
+    from toolchain._deps import require
+
+    pb: Any = require("tritonclient.grpc.model_config_pb2", "triton")
+    changed = []
+    for cfg_path in sorted(repo.glob("*/config.pbtxt")):
+        cfg = text_format.Parse(cfg_path.read_text(), pb.ModelConfig())
+        touched = False
+        for key in sorted(cfg.parameters):
+            value = cfg.parameters[key].string_value
+            for old, new in replace.items():
+                if value == old or value.startswith(old.rstrip("/") + "/"):
+                    cfg.parameters[key].string_value = new + value[len(old.rstrip("/")) :] if value != old else new
+                    changed.append(f"{cfg_path.parent.name}.{key}")
+                    touched = True
+                    break
+        if touched:
+            cfg_path.write_text(str(text_format.MessageToString(cfg)))
+    return changed

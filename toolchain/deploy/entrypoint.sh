@@ -1,0 +1,85 @@
+#!/bin/sh
+# Container entrypoint written by `toolchain deploy` (docs/deploy.md): pull the engine by key from the
+# registry, verify every file's digest, check the model repository was made for that engine, then start
+# the server. Any failure exits non-zero before a port is opened, so the pod never turns ready on a bad engine.
+#
+# Environment (set by the manifests; registry credentials come from a Secret through envFrom):
+#   TOOLCHAIN_REGISTRY  s3://bucket/prefix, hf://org/repo, or a directory on a mounted volume
+#   ENGINE_KEY          the registry entry to serve (full key)
+#   ENGINES_ROOT        where engines are restored (an emptyDir); the repository points under it
+#   TOOLCHAIN_MODEL_REPOSITORY, TOOLCHAIN_TOKENIZER, TOOLCHAIN_WORLD_SIZE (TP x PP), READY_TIMEOUT (s)
+#   TOOLCHAIN_FRONTEND  openai: Triton's OpenAI frontend (+ KServe HTTP/gRPC) | kserve: tritonserver
+#   SERVE_HOST, HTTP_PORT, GRPC_PORT, METRICS_PORT, OPENAI_PORT, TOOLCHAIN_PYTHON (default python3)
+set -eu
+
+PY="${TOOLCHAIN_PYTHON:-python3}"
+REPO="${TOOLCHAIN_MODEL_REPOSITORY:-/opt/toolchain/model_repository}"
+TOKENIZER="${TOOLCHAIN_TOKENIZER:-/opt/toolchain/tokenizer}"
+ROOT="${ENGINES_ROOT:-/engines}"
+WORLD="${TOOLCHAIN_WORLD_SIZE:-1}"
+FRONTEND="${TOOLCHAIN_FRONTEND:-kserve}"
+HOST="${SERVE_HOST:-0.0.0.0}"
+HTTP_PORT="${HTTP_PORT:-8000}"
+GRPC_PORT="${GRPC_PORT:-8001}"
+METRICS_PORT="${METRICS_PORT:-8002}"
+OPENAI_PORT="${OPENAI_PORT:-9000}"
+READY_TIMEOUT="${READY_TIMEOUT:-600}"
+TRITON_BIN=/opt/tritonserver/bin/tritonserver
+OPENAI_MAIN=/opt/tritonserver/python/openai/openai_frontend/main.py
+
+fail() {
+    printf 'Error: %s\n' "$*" >&2
+    exit 1
+}
+say() { printf 'entrypoint: %s\n' "$*" >&2; }
+
+[ -n "${ENGINE_KEY:-}" ] || fail "ENGINE_KEY is not set — set it to the registry key the deployment serves"
+[ -n "${TOOLCHAIN_REGISTRY:-}" ] || fail "TOOLCHAIN_REGISTRY is not set — set it to s3://..., hf://... or a mounted directory"
+[ -f "$REPO/toolchain-repo.json" ] || fail "no model repository at $REPO — rebuild the image from \`toolchain deploy\` output"
+
+# 1. the repository must have been made for this engine
+made_for=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("engine_key") or "")' \
+    "$REPO/toolchain-repo.json") || fail "cannot read $REPO/toolchain-repo.json"
+[ "$made_for" = "$ENGINE_KEY" ] ||
+    fail "the model repository was made for engine ${made_for:-none}, not $ENGINE_KEY — redeploy with \`toolchain deploy\`"
+
+# 2. pull and verify (the registry checks every file's digest; a corrupt entry is refused)
+dest="$ROOT/$ENGINE_KEY"
+rm -rf "$dest"
+mkdir -p "$ROOT"
+say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
+"$PY" -m toolchain.cli.main cache pull "$ENGINE_KEY" "$dest" --registry "$TOOLCHAIN_REGISTRY" ||
+    fail "engine $ENGINE_KEY could not be pulled and verified from $TOOLCHAIN_REGISTRY; not serving"
+"$PY" -m toolchain.cli.main triton lint "$REPO" --world-size "$WORLD" ||
+    fail "the model repository does not agree with engine $ENGINE_KEY; not serving"
+
+# 3. serve
+case "$FRONTEND" in
+kserve)
+    # one tritonserver, or mpirun with one tritonserver per rank when TP x PP > 1
+    exec "$PY" -m toolchain.cli.main serve "$REPO" --host "$HOST" --http-port "$HTTP_PORT" \
+        --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" --ready-timeout "$READY_TIMEOUT" --world-size "$WORLD"
+    ;;
+openai)
+    [ -f "$OPENAI_MAIN" ] || fail "this image has no Triton OpenAI frontend at $OPENAI_MAIN — use TOOLCHAIN_FRONTEND=kserve"
+    set -- "$PY" "$OPENAI_MAIN" --model-repository "$REPO" --tokenizer "$TOKENIZER" --backend tensorrtllm \
+        --host "$HOST" --openai-port "$OPENAI_PORT" \
+        --enable-kserve-frontends --kserve-http-port "$HTTP_PORT" --kserve-grpc-port "$GRPC_PORT"
+    if [ "$WORLD" -gt 1 ]; then
+        # leader mode: rank 0 is the frontend's in-process server; ranks 1.. load only tensorrt_llm
+        set -- mpirun --allow-run-as-root -n 1 "$@"
+        rank=1
+        while [ "$rank" -lt "$WORLD" ]; do
+            set -- "$@" : -n 1 "$TRITON_BIN" "--model-repository=$REPO" --model-control-mode=explicit \
+                --load-model=tensorrt_llm --disable-auto-complete-config --allow-http=false --allow-grpc=false \
+                --allow-metrics=false "--backend-config=python,shm-region-prefix-name=rank${rank}_"
+            rank=$((rank + 1))
+        done
+    fi
+    say "starting: $*"
+    exec "$@"
+    ;;
+*)
+    fail "TOOLCHAIN_FRONTEND=$FRONTEND is not openai or kserve"
+    ;;
+esac

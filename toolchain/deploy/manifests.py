@@ -1,0 +1,321 @@
+"""Kubernetes manifests for one cell, built as data (dicts) and serialised with yaml.safe_dump.
+
+One replica is one serving instance (TP × PP ranks). A replica that fits one node is a Deployment; one that
+spans nodes is a LeaderWorkerSet (leader + workers, one pod per node). Around it: a Service (HTTP, gRPC,
+metrics, OpenAI), a ServiceMonitor, a PodDisruptionBudget and a KEDA ScaledObject that scales on the mean
+Triton queue time per request — the signal ``toolchain diagnose`` reads — between the planner's min and max.
+Registry credentials come from a Secret by reference (``envFrom.secretRef``); no value is ever written.
+The API versions and the cluster version they were validated against are pinned in ``PINNED``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.deploy.sizing import GIB, Sizing
+from toolchain.specs.matrix import Cell
+
+# What the manifests are written for and checked against (tests validate offline with these versions).
+PINNED = {
+    "kubernetes": "1.34.0",
+    "keda": "2.20.2",
+    "prometheus-operator": "0.93.0",
+    "lws": "0.10.0",
+}
+PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
+QUEUE_MODEL = "tensorrt_llm"  # the model whose queue time `toolchain diagnose` reads
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how the cell runs: everything the manifests need besides the sizing."""
+
+    app: str
+    image: str  # repository:tag (never latest) or repository@sha256:...
+    engine_key: str
+    registry: str  # s3://..., hf://..., or a path inside the pod (a mounted volume)
+    registry_secret: str | None
+    registry_pvc: str | None
+    frontend: str  # openai | kserve
+    engines_root: str
+    model_repository: str
+    queue_target_ms: float
+    prometheus_url: str
+    namespace: str | None = None
+
+
+def app_name(cell: Cell) -> str:
+    """A DNS-1035 label (<= 63 chars) naming the cell's workload, stable for the cell."""
+    raw = re.sub(r"[^a-z0-9-]+", "-", f"{cell.spec.name}-{cell.id}".lower()).strip("-")
+    if not raw[:1].isalpha():
+        raw = "tc-" + raw
+    if len(raw) > 52:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+        raw = raw[:43].rstrip("-") + "-" + digest
+    return raw
+
+
+def _labels(t: Target, cell: Cell) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": t.app,
+        "app.kubernetes.io/component": "llm-server",
+        "app.kubernetes.io/part-of": "toolchain",
+        "toolchain/engine-key": t.engine_key[:16],
+        "toolchain/gpu": cell.gpu.name.lower(),
+    }
+
+
+def _selector(t: Target) -> dict[str, str]:
+    return {"app.kubernetes.io/name": t.app}
+
+
+def _meta(t: Target, cell: Cell, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or t.app, "labels": _labels(t, cell)}
+
+
+def _quantity(n: int) -> str:
+    return f"{n // GIB}Gi" if n % GIB == 0 else f"{-(-n // 2**20)}Mi"
+
+
+def _env(t: Target, cell: Cell, s: Sizing) -> list[dict[str, Any]]:
+    env = [
+        {"name": "TOOLCHAIN_REGISTRY", "value": t.registry},
+        {"name": "ENGINE_KEY", "value": t.engine_key},
+        {"name": "ENGINES_ROOT", "value": t.engines_root},
+        {"name": "TOOLCHAIN_MODEL_REPOSITORY", "value": t.model_repository},
+        {"name": "TOOLCHAIN_WORLD_SIZE", "value": str(s.ranks)},
+        {"name": "TOOLCHAIN_FRONTEND", "value": t.frontend},
+        {"name": "READY_TIMEOUT", "value": str(s.startup_budget_s)},
+        {"name": "SERVE_HOST", "value": "0.0.0.0"},
+        {"name": "HTTP_PORT", "value": str(PORTS["http"])},
+        {"name": "GRPC_PORT", "value": str(PORTS["grpc"])},
+        {"name": "METRICS_PORT", "value": str(PORTS["metrics"])},
+        {"name": "OPENAI_PORT", "value": str(PORTS["openai"])},
+    ]
+    return env
+
+
+def _probe(path: str, period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def container_ports(t: Target) -> list[dict[str, Any]]:
+    names = ["http", "grpc", "openai"] if t.frontend == "openai" else ["http", "grpc", "metrics"]
+    return [{"name": n, "containerPort": PORTS[n], "protocol": "TCP"} for n in names]
+
+
+def metrics_port(t: Target) -> str:
+    """The OpenAI frontend serves Triton's Prometheus metrics on its own port; tritonserver on 8002."""
+    return "openai" if t.frontend == "openai" else "metrics"
+
+
+def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server") -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": t.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [role],
+        "env": _env(t, cell, s),
+        "ports": container_ports(t) if role == "server" else [],
+        "resources": {
+            "requests": {"cpu": str(max(4, 4 * gpus)), "memory": _quantity(s.memory_request_bytes)},
+            "limits": {"nvidia.com/gpu": str(gpus)},
+        },
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "engines", "mountPath": t.engines_root},
+        ],
+    }
+    if role == "server":
+        container["startupProbe"] = _probe("/v2/health/ready", s.startup_period_s, s.startup_failure_threshold)
+        container["readinessProbe"] = _probe("/v2/health/ready", 5, 3)
+        container["livenessProbe"] = _probe("/v2/health/live", 10, 3)
+    if t.registry_secret:
+        container["envFrom"] = [{"secretRef": {"name": t.registry_secret, "optional": False}}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(s.shm_bytes)}},
+        {"name": "engines", "emptyDir": {"sizeLimit": _quantity(s.engine_volume_bytes)}},
+    ]
+    if t.registry_pvc:
+        container["volumeMounts"].append({"name": "registry", "mountPath": t.registry, "readOnly": True})
+        volumes.append({"name": "registry", "persistentVolumeClaim": {"claimName": t.registry_pvc, "readOnly": True}})
+    return {
+        "nodeSelector": {"nvidia.com/gpu.product": cell.gpu.gfd_product},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 60,
+        "containers": [container],
+        "volumes": volumes,
+    }
+
+
+def workload(t: Target, cell: Cell, s: Sizing) -> dict[str, Any]:
+    labels = _labels(t, cell)
+    if not s.multi_node:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _meta(t, cell),
+            "spec": {
+                "replicas": s.min_replicas,
+                "selector": {"matchLabels": _selector(t)},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {"metadata": {"labels": labels}, "spec": pod_spec(t, cell, s, gpus=s.ranks)},
+            },
+        }
+    per_node = s.gpus_per_node
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "replicas": s.min_replicas,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": s.nodes_per_replica,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {
+                    "metadata": {"labels": labels},
+                    "spec": pod_spec(t, cell, s, gpus=per_node, role="server"),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": {**labels, "app.kubernetes.io/component": "llm-worker"}},
+                    "spec": pod_spec(t, cell, s, gpus=per_node, role="worker"),
+                },
+            },
+        },
+    }
+
+
+def service(t: Target, cell: Cell) -> dict[str, Any]:
+    ports = [
+        {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
+        for p in container_ports(t)
+    ]
+    for p in ports:
+        if p["name"] == "grpc":
+            p["appProtocol"] = "kubernetes.io/h2c"
+    selector = {**_selector(t)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {**selector, "app.kubernetes.io/component": "llm-server"},
+            "ports": ports,
+        },
+    }
+
+
+def service_monitor(t: Target, cell: Cell) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "selector": {"matchLabels": _selector(t)},
+            "endpoints": [{"port": metrics_port(t), "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}],
+        },
+    }
+
+
+def pdb(t: Target, cell: Cell) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {**_selector(t), "app.kubernetes.io/component": "llm-server"}},
+        },
+    }
+
+
+def queue_query(t: Target) -> str:
+    """Mean Triton queue time per request (ms) over the cell's pods: what `toolchain diagnose` compares with
+    its 200 ms "undersized" threshold (nv_inference_queue_duration_us ÷ nv_inference_request_success)."""
+    sel = f'model="{QUEUE_MODEL}",service="{t.app}"'
+    if t.namespace:
+        sel += f',namespace="{t.namespace}"'
+    return (
+        f"sum(rate(nv_inference_queue_duration_us{{{sel}}}[2m])) / "
+        f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[2m])), 0.001) / 1000"
+    )
+
+
+def scaled_object(t: Target, cell: Cell, s: Sizing, workload_obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": workload_obj["apiVersion"],
+                "kind": workload_obj["kind"],
+                "name": t.app,
+            },
+            "minReplicaCount": s.min_replicas,
+            "maxReplicaCount": s.max_replicas,
+            "pollingInterval": 15,
+            "cooldownPeriod": 600,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {
+                        # a new replica takes the startup budget to serve: do not flap while it loads
+                        "scaleUp": {"stabilizationWindowSeconds": 60},
+                        "scaleDown": {"stabilizationWindowSeconds": max(600, s.startup_budget_s)},
+                    }
+                }
+            },
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metricType": "Value",
+                    "metadata": {
+                        "serverAddress": t.prometheus_url,
+                        "query": queue_query(t),
+                        "threshold": f"{t.queue_target_ms:g}",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
+    """File name → resource, in apply order."""
+    work = workload(t, cell, s)
+    kind = "leaderworkerset" if s.multi_node else "deployment"
+    return {
+        f"{kind}.yaml": work,
+        "service.yaml": service(t, cell),
+        "servicemonitor.yaml": service_monitor(t, cell),
+        "pdb.yaml": pdb(t, cell),
+        "scaledobject.yaml": scaled_object(t, cell, s, work),
+    }
+
+
+def kustomization(t: Target, files: list[str]) -> dict[str, Any]:
+    if "@" in t.image:
+        repo, digest = t.image.split("@", 1)
+        image: dict[str, Any] = {"name": repo, "digest": digest}
+    else:
+        repo, _, tag = t.image.rpartition(":")
+        image = {"name": repo, "newTag": tag}  # `kustomize edit set image` changes it; the tag stays pinned
+    k: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": files,
+        "images": [image],
+    }
+    if t.namespace:
+        k["namespace"] = t.namespace
+    return k

@@ -1,0 +1,32 @@
+"""`toolchain triton emit`: resolve the engine a cell serves (registry key or tag, directory, or the CPU
+reference), fetch it from the registry when needed, then emit the cell's Triton repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from toolchain.artifacts.cell import CellArtifacts
+from toolchain.artifacts.layout import cache
+from toolchain.registry import open_registry
+from toolchain.triton.repository import emit_for_cell
+
+
+def fetch_engine(ref: str, registry: str | None) -> tuple[Path, str]:
+    """A registry key, key prefix or tag -> the engine restored under the cache, and its full key."""
+    reg = open_registry(registry)
+    key = reg.resolve(ref)
+    path = cache().engine(key)
+    if not (path / "config.json").is_file():
+        reg.get(key, path, force=True)
+    return path, key
+
+
+def emit_cell(
+    art: CellArtifacts, engine: str, out: Path, *, registry: str | None = None, force: bool = False
+) -> dict[str, Any]:
+    """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference."""
+    if engine == "reference" or Path(engine).is_dir() or art.spec.runtime == "pytorch":
+        return emit_for_cell(art, engine, out, force=force)
+    path, key = fetch_engine(engine, registry)
+    return emit_for_cell(art, str(path), out, engine_key=key, force=force)

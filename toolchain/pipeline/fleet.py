@@ -1,0 +1,125 @@
+"""`toolchain deploy`: plan the cell, emit its Triton repository under the engines root, write the deployment.
+
+The stages meet here only: planning gives the fleet and memory figures, triton emits the repository (with
+engine paths that name the engines root inside the pod, not this machine's cache), deploy writes the build
+context and the manifests from both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from toolchain.artifacts.cell import CellArtifacts, for_cell
+from toolchain.artifacts.keys import profile_id
+from toolchain.artifacts.layout import cache
+from toolchain.deploy import DeployOptions, DeployResult, Sizing, size_cell, write_deployment
+from toolchain.errors import DeployError, PlanError
+from toolchain.specs.matrix import Cell, expand, find_cell
+from toolchain.specs.models import EngineSpec
+
+_FULL_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _cell(spec: EngineSpec, cell_id: str | None) -> Cell:
+    from toolchain.specs.rules import require_compatible
+
+    cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
+    require_compatible(spec, [cell])
+    return cell
+
+
+def plan_for(cell: Cell) -> Any:
+    from toolchain.planning.plan import plan_cell
+    from toolchain.specs.arch import arch_for_spec
+
+    plan = plan_cell(cell, arch_for_spec(cell.spec))
+    if plan.errors:
+        raise PlanError(f"cell {cell.id}: {plan.errors[0]}")
+    return plan
+
+
+def size_only(spec: EngineSpec, cell_id: str | None, options: DeployOptions) -> tuple[Cell, Sizing]:
+    """The pod and fleet sizing of a cell, without writing anything (`toolchain deploy --dry-run`)."""
+    cell = _cell(spec, cell_id)
+    sizing = size_cell(
+        cell,
+        plan_for(cell),
+        gpus_per_node=options.gpus_per_node,
+        min_replicas=options.min_replicas,
+        max_replicas=options.max_replicas,
+    )
+    return cell, sizing
+
+
+def _engine_key(art: CellArtifacts, engine: str | None, registry: str, reference: bool) -> str:
+    if engine:
+        if _FULL_KEY.match(engine):
+            return engine
+        from toolchain.registry import open_registry
+
+        return str(open_registry(registry).resolve(engine))
+    if reference:
+        raise DeployError(
+            "the CPU reference deployment serves a checkpoint pushed to the registry; name its key",
+            "push the checkpoint with `toolchain cache push DIR --kind checkpoint` and pass --engine KEY",
+        )
+    cell = art.cell
+    key = art.engine_key
+    if key is None:
+        raise DeployError(
+            f"the engine key of cell {cell.id} needs the checkpoint at {cell.spec.local_source()}",
+            "pass --engine KEY (see `toolchain cache ls`), or put the checkpoint there",
+        )
+    return key
+
+
+def deploy_cell(
+    spec: EngineSpec,
+    *,
+    cell_id: str | None,
+    out: Path,
+    options: DeployOptions,
+    engine: str | None = None,
+    tokenizer: Path | None = None,
+    reference: bool = False,
+    progress: Any = lambda s: None,
+) -> DeployResult:
+    """Plan, emit and write the deployment of one cell."""
+    from toolchain.triton.emit import EngineInfo, emit_repository
+
+    cell = _cell(spec, cell_id)
+    progress(f"planning cell {cell.id}")
+    plan = plan_for(cell)
+    art = for_cell(cell)
+    key = _engine_key(art, engine, options.registry, reference)
+    tok = tokenizer if tokenizer is not None else art.tokenizer_dir()
+    in_pod = f"{options.engines_root.rstrip('/')}/{key}"
+    info = dataclasses.replace(
+        EngineInfo.predicted(cell),
+        engine_dir=None if reference else in_pod,
+        source=f"predicted from spec {spec.name} for engine {key[:16]}, restored at start to {in_pod}",
+    )
+    identity = {"spec": spec.name, "cell": cell.id, "engine_key": key, "profile_id": profile_id(cell, key)}
+    progress("emitting the Triton repository" + (" (CPU reference model)" if reference else ""))
+    with tempfile.TemporaryDirectory(prefix="toolchain-deploy-") as scratch:
+        repo = emit_repository(
+            cell,
+            info,
+            tok,
+            Path(scratch) / "repo",
+            identity=identity,
+            reference=reference,
+            reference_model_dir=Path(in_pod) if reference else None,
+        )
+        progress(f"writing the build context and manifests to {out}")
+        host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch))
+        local = spec.local_source()
+        if local is not None:
+            host += (local,)
+        return write_deployment(
+            cell, plan, repository=repo, tokenizer=tok, engine_key=key, out=out, options=options, host_paths=host
+        )

@@ -1,0 +1,77 @@
+"""Every environment variable the toolchain reads, with its default, in one place.
+
+Each value is read when it is asked for (never at import time), so a test or a caller that changes the
+environment is seen by the next call. Nothing else in ``toolchain/`` reads ``os.environ``.
+
+=============================  =======================  =====================================================
+variable                       default                  meaning
+=============================  =======================  =====================================================
+``TOOLCHAIN_CACHE``            ``~/.cache/toolchain``   root of the local cache (layout: ``toolchain.artifacts``)
+``TOOLCHAIN_REGISTRY``         (none)                   registry URL used when ``--registry`` is not given;
+                                                        without either, ``$TOOLCHAIN_CACHE/registry``
+``TOOLCHAIN_DEBUG``            (none)                   ``1``: print the traceback (and its cause) of an error
+``TOOLCHAIN_S3_ENDPOINT_URL``  ``$AWS_ENDPOINT_URL``    endpoint of an S3-compatible store for ``s3://`` URLs
+``TOOLCHAIN_CONTAINER_IMAGE``  (none)                   container image recorded in build provenance
+``TRTLLM_ROOT``                ``/app/tensorrt_llm``    TensorRT-LLM source tree (its ``convert_checkpoint.py``)
+=============================  =======================  =====================================================
+
+Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
+them through untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, the default when unset or empty, and what it means."""
+
+    name: str
+    default: str | None
+    help: str
+
+    def get(self) -> str | None:
+        value = os.environ.get(self.name)
+        return value if value else self.default
+
+
+CACHE = Setting("TOOLCHAIN_CACHE", None, "root of the local cache (default ~/.cache/toolchain)")
+REGISTRY = Setting("TOOLCHAIN_REGISTRY", None, "registry URL used when --registry is not given")
+DEBUG = Setting("TOOLCHAIN_DEBUG", None, "1: print the traceback of an error")
+S3_ENDPOINT = Setting("TOOLCHAIN_S3_ENDPOINT_URL", None, "S3-compatible endpoint for s3:// registries")
+AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS SDKs' own variable)")
+CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
+TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
+
+ALL: tuple[Setting, ...] = (CACHE, REGISTRY, DEBUG, S3_ENDPOINT, AWS_ENDPOINT, CONTAINER_IMAGE, TRTLLM_ROOT)
+
+
+def cache_home() -> Path:
+    """Root of the local cache."""
+    value = CACHE.get()
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "toolchain"
+
+
+def registry_url() -> str | None:
+    """The registry URL from the environment, or None for the local default."""
+    return REGISTRY.get()
+
+
+def debug() -> bool:
+    return DEBUG.get() == "1"
+
+
+def s3_endpoint_url() -> str | None:
+    return S3_ENDPOINT.get() or AWS_ENDPOINT.get()
+
+
+def container_image() -> str | None:
+    return CONTAINER_IMAGE.get()
+
+
+def trtllm_root() -> Path:
+    return Path(TRTLLM_ROOT.get() or "/app/tensorrt_llm")
