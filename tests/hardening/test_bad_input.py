@@ -148,9 +148,15 @@ def test_matrix_size_is_capped_with_a_clear_error(cli, tmp_path: Path) -> None:
     t0 = time.monotonic()
     r = cli("spec", "validate", _write(tmp_path, d))
     assert time.monotonic() - t0 < 1.0
-    assert r.exit_code == 2 and "the limit is 1,024" in _one_line_error(r)
-    r = cli("spec", "validate", _write(tmp_path, _with("matrix.max_batch_size", list(range(1, 201)))))
-    assert r.exit_code == 2 and "at most 64" in _one_line_error(r)
+    assert r.exit_code == 2 and "the limit is 10,000" in _one_line_error(r)
+    t0 = time.monotonic()
+    d = {**BASE, "matrix": {k: list(range(1, 201)) for k in ("max_batch_size", "max_seq_len", "max_input_len")}}
+    d["matrix"]["gpu"] = ["H100-SXM"]
+    r = cli("spec", "validate", _write(tmp_path, d))  # 200 values per axis: 8 million cells, refused before expansion
+    assert time.monotonic() - t0 < 1.0
+    assert r.exit_code == 2 and "the limit is 10,000" in _one_line_error(r)
+    r = cli("spec", "validate", _write(tmp_path, _with("matrix.max_batch_size", list(range(1, 301)))))
+    assert r.exit_code == 2 and "at most 256" in _one_line_error(r)
 
 
 @pytest.mark.parametrize(

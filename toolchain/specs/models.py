@@ -42,8 +42,8 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._\-]{0,79}")
 INT32_MAX = 2**31 - 1
 MAX_FLOAT = 1e9
 # The matrix is the product of its axes; one spec is one CI fan-out, so keep it to what a CI runs.
-MAX_AXIS_VALUES = 64
-MAX_CELLS = 1024
+MAX_AXIS_VALUES = 256
+MAX_CELLS = 10_000
 
 
 class _Strict(BaseModel):
@@ -442,7 +442,12 @@ class EngineSpec(_Strict):
 
 def schema() -> dict[str, Any]:
     """JSON Schema of the spec, for editors (yaml-language-server) and docs."""
+    from toolchain.hardware.catalog import CATALOG
+
     s = EngineSpec.model_json_schema()
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "toolchain engine spec"
+    # GPU names the loader accepts: catalog names and full NVML names (`toolchain gpus` lists them)
+    names = sorted({g.name for g in CATALOG.values()} | {g.nvml_name for g in CATALOG.values()})
+    s["$defs"]["Matrix"]["properties"]["gpu"]["items"] = {"type": "string", "enum": names}
     return s
