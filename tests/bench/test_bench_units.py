@@ -203,6 +203,7 @@ def test_tokenizer_of_a_relocatable_repository(tmp_path: Path) -> None:
 
     repo = tmp_path / "repo"
     (repo / "preprocessing").mkdir(parents=True)
-    cfg = 'name: "preprocessing"\nparameters { key: "tokenizer_dir" value { string_value: "../preprocessing/tokenizer" } }\n'
+    param = 'key: "tokenizer_dir" value { string_value: "../preprocessing/tokenizer" }'
+    cfg = f'name: "preprocessing"\nparameters {{ {param} }}\n'
     (repo / "preprocessing" / "config.pbtxt").write_text(cfg)
     assert find_tokenizer(None, repo, None) == (repo / "preprocessing" / "tokenizer").resolve()
