@@ -21,4 +21,14 @@ echo "setup: installing into .venv (first run takes a few minutes)" >&2
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto" \
   || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
+# The HTML report test opens reports in Debian's headless chromium; install it where we can (root + apt).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium for the report test" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      >/dev/null 2>&1 || echo "setup: could not install chromium; the HTML report test will be skipped" >&2
+  else
+    echo "setup: chromium is not installed (needs root + apt-get); the HTML report test will be skipped" >&2
+  fi
+fi
 echo "$want" > "$stamp"

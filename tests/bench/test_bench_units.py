@@ -171,7 +171,7 @@ def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
     p.write_text(json.dumps(res))
     r = cli("bench", "report", p, "--out", tmp_path / "rep")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "rep" / "report.md").read_text().count("concurrency=1") == 1
+    assert (tmp_path / "rep" / "report.md").read_text().count("| concurrency=1 |") == 1
     assert (tmp_path / "rep" / "latency_cdf.png").stat().st_size > 1000
     r = cli("diagnose", "--bench", p, "--json")
     assert r.exit_code == 0, r.output

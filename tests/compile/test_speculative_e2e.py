@@ -93,3 +93,16 @@ def test_lora_engine_records_the_plugin(stand_in, tiny_checkpoint: Path, tmp_pat
     reg.get(r.key, tmp_path / "e")
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
     assert cfg["build_config"]["lora_config"] == {"max_lora_rank": 8, "lora_target_modules": ["attn_q", "attn_v"]}
+
+
+def test_quantize_spec_also_quantizes_an_fp8_draft(
+    cli, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
+) -> None:
+    block = {"mode": "draft_target", "max_draft_len": 3, "draft": {"source": str(draft_checkpoint), "weights": "fp8"}}
+    path = _spec(tmp_path, tiny_checkpoint, speculative=block)
+    r = cli("quantize", path, "--json")
+    assert r.exit_code == 0, r.output
+    spec = load_spec(path)
+    d_art = draft_artifacts(for_cell(expand(spec)[0]))
+    assert d_art is not None and (d_art.quantized_dir / "manifest.json").is_file()
+    assert (for_cell(expand(spec)[0]).quantized_dir / "manifest.json").is_file()

@@ -88,7 +88,9 @@ def test_engine_and_tokenizer_paths_point_into_the_image(written: Path) -> None:
     key = json.loads((written / "deploy.json").read_text())["engine_key"]
     assert f'"/engines/{key}"' in cfg
     for model in ("preprocessing", "postprocessing"):
-        assert '"/opt/toolchain/tokenizer"' in (written / f"image/model_repository/{model}/config.pbtxt").read_text()
+        # the tokenizer travels inside the model repository, named relative to each model's directory
+        assert '"../preprocessing/tokenizer"' in (written / f"image/model_repository/{model}/config.pbtxt").read_text()
+    assert (written / "image/model_repository/preprocessing/tokenizer/tokenizer_config.json").is_file()
 
 
 def test_dockerfile_from_the_spec_container_and_respects_the_image(written: Path, tiny_spec_file: Path) -> None:

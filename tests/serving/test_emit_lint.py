@@ -56,7 +56,8 @@ def test_tensorrt_llm_parameters_and_tensors_follow_the_facts(reference_repo: Pa
     assert steps["tensorrt_llm"].input_map["streaming"] == "stream"
     assert steps["postprocessing"].output_map["OUTPUT"] == "text_output"
     pre = {k: v.string_value for k, v in _cfg(reference_repo, "preprocessing").parameters.items()}
-    assert Path(pre["tokenizer_dir"], "tokenizer.json").is_file()
+    assert pre["tokenizer_dir"] == "../preprocessing/tokenizer"  # relative to the model's directory: relocatable
+    assert (reference_repo / "preprocessing" / pre["tokenizer_dir"] / "tokenizer.json").is_file()
     meta = json.loads((reference_repo / "toolchain-repo.json").read_text())
     assert meta["reference"] is True and "not TensorRT-LLM" in meta["reference_note"]
 
@@ -80,11 +81,6 @@ def _broken(reference_repo: Path, tmp_path: Path, model: str, edit) -> Path:
             "tensorrt_llm",
             lambda t: t.replace('string_value: "0.9"', 'string_value: "${kv_cache_free_gpu_mem_fraction}"'),
             "unfilled placeholder ${kv_cache_free_gpu_mem_fraction}",
-        ),
-        (
-            "tensorrt_llm",
-            lambda t: t.replace("decoupled: true", "decoupled: false"),
-            "model_transaction_policy.decoupled",
         ),
         (
             "tensorrt_llm",
@@ -147,55 +143,124 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     emit_for_cell(for_cell(cell), "reference", tmp_path / "c")  # same identity: re-emitting is fine
 
 
-def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
-    cell = expand(load_spec(tiny_spec))[0]
-    eng = tmp_path / "engine"
-    eng.mkdir()
-    (eng / "config.json").write_text(
+def _engine_dir(d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int = 256, beam: int = 1, **plugin) -> Path:
+    d.mkdir()
+    (d / "config.json").write_text(
         json.dumps(
             {
-                "pretrained_config": {"mapping": {"world_size": 2}, "logits_dtype": "float32"},
+                "pretrained_config": {
+                    "mapping": {"world_size": tp * pp, "tp_size": tp, "pp_size": pp},
+                    "logits_dtype": "float32",
+                },
                 "build_config": {
-                    "max_batch_size": 8,
+                    "max_batch_size": batch,
                     "max_input_len": 128,
-                    "max_seq_len": 256,
-                    "max_beam_width": 1,
-                    "plugin_config": {"use_paged_context_fmha": True},
+                    "max_seq_len": seq,
+                    "max_beam_width": beam,
+                    "kv_cache_type": "PAGED",
+                    "plugin_config": {"use_paged_context_fmha": True, "tokens_per_block": 32, **plugin},
                 },
             }
         )
     )
-    (eng / "rank0.engine").write_bytes(b"x")
-    repo = emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"]
-    llm = _cfg(Path(repo), "tensorrt_llm")
-    assert llm.backend == "tensorrtllm" and llm.parameters["gpt_model_path"].string_value == str(eng)
-    lines = [f.line() for f in lint_repository(Path(repo), world_size=1)]
+    for r in range(tp * pp):
+        (d / f"rank{r}.engine").write_bytes(b"x")
+    return d
+
+
+def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
+    cell = expand(load_spec(tiny_spec))[0]
+    eng = _engine_dir(tmp_path / "engine")
+    repo = Path(emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"])
+    llm = _cfg(repo, "tensorrt_llm")
+    assert llm.backend == "tensorrtllm"
+    assert llm.parameters["gpt_model_path"].string_value == str(repo / "tensorrt_llm" / "1" / "engine")
+    assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []
+    # the repository's engine copy loses a rank and claims TP2: lint sees both
+    cfg = json.loads((repo / "tensorrt_llm/1/engine/config.json").read_text())
+    cfg["pretrained_config"]["mapping"] = {"world_size": 2, "tp_size": 2, "pp_size": 1}
+    (repo / "tensorrt_llm/1/engine/config.json").unlink()
+    (repo / "tensorrt_llm/1/engine/config.json").write_text(json.dumps(cfg))
+    lines = [f.line() for f in lint_repository(repo, world_size=1)]
     assert any("1 rank*.engine files for world size 2" in ln for ln in lines)
     assert any("launch world size 1 != engine world size 2" in ln for ln in lines)
 
 
-def test_pytorch_runtime_emits_llmapi_layout(tiny_checkpoint: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        ({"tp": 2}, "mapping.tp_size: cell 1, engine 2"),
+        ({"pp": 2}, "mapping.pp_size: cell 1, engine 2"),
+        ({"batch": 16}, "build_config.max_batch_size: cell 8, engine 16"),
+        ({"beam": 4}, "build_config.max_beam_width: cell 1, engine 4"),
+        ({"seq": 512}, "build_config.max_seq_len: cell 256, engine 512"),
+        ({"tokens_per_block": 64}, "plugin_config.tokens_per_block: cell 32, engine 64"),
+    ],
+)
+def test_emit_refuses_an_engine_of_another_cell(tiny_spec: Path, tmp_path: Path, engine, expected) -> None:
+    cell = expand(load_spec(tiny_spec))[0]
+    eng = _engine_dir(tmp_path / "engine", **engine)
+    with pytest.raises(TritonRepoError, match="was not built for cell") as e:
+        emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")
+    assert expected in str(e.value)
+    assert not (tmp_path / "repo").exists()
+
+
+def _pytorch_spec(tmp_path: Path, ckpt: Path, **quant) -> Path:
     import yaml
 
-    spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint)
+    spec = write_tiny_spec(tmp_path / "s.yaml", ckpt)
     d = yaml.safe_load(spec.read_text())
     d["runtime"] = "pytorch"
+    d["quantization"].update(quant)
     spec.write_text(yaml.safe_dump(d))
+    return spec
+
+
+def test_pytorch_runtime_unquantized_ships_model_py_and_its_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import yaml
+
+    spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
     cell = expand(load_spec(spec))[0]
     res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
-    assert res["layout"] == "llmapi"
-    cfg = _cfg(tmp_path / "repo", "tensorrt_llm")
-    assert cfg.backend == "python" and cfg.max_batch_size == 0
-    my = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert res["layout"] == "llmapi" and res["mounts"] == []
+    repo = tmp_path / "repo"
+    cfg = _cfg(repo, "tensorrt_llm")
+    assert cfg.backend == "python" and cfg.max_batch_size == 0 and cfg.model_transaction_policy.decoupled
+    my = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert my["triton_config"] == {"max_batch_size": 0, "decoupled": True} and my["backend"] == "pytorch"
+    assert my["model"] == "model" and (repo / "tensorrt_llm" / "1" / "model" / "config.json").is_file()
+    assert "class TritonPythonModel" in (repo / "tensorrt_llm" / "1" / "model.py").read_text()
+    assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []
+    # relocated: still whole
+    shutil.move(repo, tmp_path / "moved")
+    assert [f.line() for f in lint_repository(tmp_path / "moved") if f.severity == "error"] == []
+
+
+def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import yaml
+
+    spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
+    cell = expand(load_spec(spec))[0]
+    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo", engines_root="/engines")
+    my = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert my["model"].startswith("/engines/")
+    assert res["mounts"] == [{"source": str(tiny_checkpoint), "target": my["model"], "what": "checkpoint"}]
+    findings = lint_repository(tmp_path / "repo")
+    assert [f for f in findings if f.severity == "error"] == []
+    assert any(f.severity == "warning" and "mounted under /engines" in f.message for f in findings)
+    # a quantized spec whose checkpoint was never made: refused, instead of a model.yaml naming nothing
+    quantized = _pytorch_spec(tmp_path, tiny_checkpoint)
+    with pytest.raises(TritonRepoError, match="no Hugging Face checkpoint"):
+        emit_for_cell(for_cell(expand(load_spec(quantized))[0]), "reference", tmp_path / "repo2")
 
 
 def test_cli_lint_exit_codes(cli, reference_repo, tmp_path) -> None:
     r = cli("triton", "lint", reference_repo)
     assert r.exit_code == 0, r.output
-    repo = _broken(reference_repo, tmp_path, "tensorrt_llm", lambda t: t.replace("decoupled: true", "decoupled: false"))
+    repo = _broken(reference_repo, tmp_path, "tensorrt_llm", lambda t: t.replace('"inflight_fused_batching"', '"x"'))
     r = cli("triton", "lint", repo)
-    assert r.exit_code == 2 and "set decoupled: true" in r.output
+    assert r.exit_code == 2 and "set it to inflight_fused_batching" in r.output
 
 
 def test_multi_gpu_launch_is_one_tritonserver_per_rank_under_mpirun(tmp_path: Path) -> None:

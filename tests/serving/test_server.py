@@ -109,3 +109,32 @@ def test_failed_model_is_named_with_log_tail(reference_repo: Path, tmp_path: Pat
             ready_timeout=120,
         )
     assert e.value.log_path == tmp_path / "t.log"
+
+
+def test_non_decoupled_repository_moved_elsewhere_lints_clean_and_serves(
+    tiny_checkpoint: Path, tmp_path: Path, greedy
+) -> None:
+    """serving: {streaming: false, decoupled: false} (NVIDIA's templates allow it), emitted in one place and
+    served from another: relative tokenizer and reference-model paths, no path of the first place."""
+    from tests.serving.conftest import write_tiny_spec
+    from toolchain.artifacts.cell import for_cell
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
+    from toolchain.triton.lint import lint_repository
+    from toolchain.triton.repository import emit_for_cell
+
+    spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint, streaming=False, decoupled=False)
+    emit_for_cell(for_cell(expand(load_spec(spec))[0]), "reference", tmp_path / "a" / "repo")
+    repo = tmp_path / "b" / "repo"
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []
+    ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
+    srv = S.start(repo, ports=ports, log_path=tmp_path / "triton.log", ready_timeout=180)
+    try:
+        tok, run = greedy
+        want = run(PROMPT, 6)
+        res = stream_generate(srv.grpc_url, "ensemble", PROMPT, 6, stream=False)
+        assert res.error is None and len(res.chunks) == 1
+        assert res.chunks[0] == tok.decode(want, skip_special_tokens=True)
+    finally:
+        srv.stop()

@@ -99,3 +99,27 @@ def test_decoding_mode_matches_the_engine(mode: str) -> None:
 def test_plain_engine_of_a_speculative_mode_needs_its_decoding_mode() -> None:
     assert any("decoding_mode must be medusa" in p for p in lint_features(configs(), {"speculative_decoding_mode": 4}))
     assert lint_features(configs(), {"speculative_decoding_mode": MODES["NONE"]}) == []
+
+
+def test_predicted_build_config_lints_its_own_repository() -> None:
+    from toolchain.specs.speculative import draft_cell
+    from toolchain.triton.speculative import predicted_build_config
+
+    for blocks in (
+        {"speculative": DRAFT},
+        {"speculative": {"mode": "lookahead"}},
+        {"speculative": {"mode": "medusa", "heads": {"source": "./h"}}},
+        {"lora": {}},
+        {},
+    ):
+        c = cell(**blocks)
+        configs_ = apply_features(configs(), c, draft_model_path="/d")
+        draft = (
+            predicted_build_config(draft_cell(c))
+            if "speculative" in blocks and blocks["speculative"] is DRAFT
+            else None
+        )
+        assert lint_features(configs_, predicted_build_config(c), draft) == [], blocks
+    assert (
+        predicted_build_config(cell(speculative=DRAFT))["speculative_decoding_mode"] == MODES["DRAFT_TOKENS_EXTERNAL"]
+    )

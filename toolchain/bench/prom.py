@@ -58,7 +58,7 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
     except OSError as e:
         raise BenchError(
             f"cannot scrape metrics at {url}: {e}", "check --metrics-url (Triton serves /metrics on 8002)"
-        ) from None
+        ) from e
 
 
 def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:

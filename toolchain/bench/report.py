@@ -1,29 +1,63 @@
-"""Render bench results as Markdown + HTML with PNG plots (throughput vs latency, latency CDFs)."""
+"""Bench reports: Markdown and HTML (Jinja2 templates), CSV, and PNG plots (matplotlib).
+
+Several result files are compared side by side, each under its label (``LABEL=PATH`` on the command
+line, else the file name). Plots: TTFT / TPOT / ICL percentiles against the load (concurrency or
+rate) on separate axes with the SLO lines and the planner floor, points labelled by load; latency
+CDFs; inter-chunk latency per load; throughput against latency.
+"""
 
 from __future__ import annotations
 
-import html
+import csv
 import json
 from pathlib import Path
 from typing import Any
 
-from toolchain.bench.metrics import DEFINITIONS
+from toolchain._deps import require
+from toolchain.bench.metrics import AIPERF_NAMES, DEFINITIONS
 from toolchain.errors import UserInputError
 
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-def load_results(paths: list[Path]) -> list[dict[str, Any]]:
+
+def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dict[str, Any]]:
+    """Read result files; each gets ``label`` (given, else the file name without .json)."""
     out = []
-    for p in paths:
+    for i, p in enumerate(paths):
         try:
             d = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UserInputError(
                 f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --out`"
-            ) from None
-        if d.get("kind") != "toolchain.bench-result":
-            raise UserInputError(f"{p} is not a toolchain bench result")
+            ) from e
+        if not isinstance(d, dict) or d.get("kind") != "toolchain.bench-result":
+            raise UserInputError(
+                f"{p} is not a toolchain bench result", "pass files written by `toolchain bench --out`"
+            )
+        d["label"] = labels[i] if labels and i < len(labels) and labels[i] else p.name.removesuffix(".json")
         out.append(d)
     return out
+
+
+def parse_labelled(args: list[str]) -> tuple[list[Path], list[str]]:
+    """``LABEL=PATH`` or ``PATH`` arguments -> paths and labels (the file name when no label is given)."""
+    paths, labels = [], []
+    for a in args:
+        label, sep, path = a.partition("=")
+        if sep and path and not Path(a).exists():
+            paths.append(Path(path))
+            labels.append(label)
+        else:
+            paths.append(Path(a))
+            labels.append(Path(a).name.removesuffix(".json"))
+    return paths, labels
+
+
+def load_value(run: dict[str, Any]) -> float | None:
+    """The x of a load point: its concurrency, or its request rate."""
+    load = run.get("load") or {}
+    v = load.get("concurrency") if load.get("concurrency") is not None else load.get("rate")
+    return float(v) if v is not None else None
 
 
 def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -39,6 +73,8 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
             rows.append(
                 {
+                    "result": res.get("label", ""),
+                    "x": load_value(run),
                     "load": run["label"],
                     "requests": s["completed"],
                     "errors": s["errors"],
@@ -96,74 +132,289 @@ def row_cells(r: dict[str, Any]) -> list[str]:
     ]
 
 
+CSV_FIELDS = (
+    "result",
+    "load",
+    "requests",
+    "errors",
+    "cancelled",
+    "req_s",
+    "tok_s",
+    "goodput",
+    *(f"{m}_p{q}" for m in ("ttft", "tpot") for q in (50, 90, 95, 99)),
+    "icl_p50",
+    "icl_p99",
+    "tokens",
+)
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """One row per result file and load point, full precision, latencies in ms."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _floor(results: list[dict[str, Any]], floor_ms: float | None) -> dict[str, Any] | None:
+    planner = next((d["planner"] for d in results if d.get("planner")), None)
+    value = floor_ms if floor_ms is not None else (planner or {}).get("tpot_floor_b1_ms")
+    if value is None:
+        return None
+    reference = next((d["provenance"].get("reference") for d in results if d["provenance"].get("reference")), None)
+    return {
+        "ms": value,
+        "gpu": (planner or {}).get("gpu") or results[0]["provenance"].get("gpu"),
+        # the floor is the GPU's HBM bound; a CPU stand-in says nothing about it
+        "meaningful": not reference,
+        "reference": reference,
+    }
+
+
+def _notices(results: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Interruptions, failed requests and client warnings, per result file."""
+    out: list[dict[str, str]] = []
+    for res in results:
+        lab = res.get("label", "")
+        if res.get("interrupted"):
+            out.append({"result": lab, "kind": "interrupted", "text": str(res["interrupted"])})
+        for run in res["runs"]:
+            s = run["summary"]
+            if s["requests"] and not s["completed"]:
+                kinds = ", ".join(f"{k}: {n}" for k, n in sorted((s.get("error_kinds") or {}).items()))
+                out.append(
+                    {
+                        "result": lab,
+                        "kind": "all failed",
+                        "text": f"{run['label']}: all {s['requests']} requests failed ({kinds or 'no reason given'})",
+                    }
+                )
+            elif s["errors"]:
+                kinds = ", ".join(f"{k}: {n}" for k, n in sorted((s.get("error_kinds") or {}).items()))
+                first = next((r.get("error") for r in run.get("records", []) if r.get("error")), None)
+                text = f"{run['label']}: {s['errors']} of {s['requests']} requests failed ({kinds})"
+                out.append({"result": lab, "kind": "errors", "text": text + (f"; first: {first}" if first else "")})
+            if s.get("cancelled"):
+                text = f"{run['label']}: {s['cancelled']} requests in flight were cancelled"
+                out.append({"result": lab, "kind": "cancelled", "text": text})
+            for w in (run.get("client") or {}).get("warnings") or (
+                [run["client"]["warning"]] if (run.get("client") or {}).get("warning") else []
+            ):
+                out.append({"result": lab, "kind": "client warning", "text": f"{run['label']}: {w}"})
+    return out
+
+
 def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | None = None) -> dict[str, Path]:
+    """Write report.md, report.html, report.csv and the plots into ``out_dir``; return their paths."""
+    jinja2 = require("jinja2", "report")
     out_dir.mkdir(parents=True, exist_ok=True)
+    for i, res in enumerate(results):
+        res.setdefault("label", f"result {i + 1}")
     rows = table_rows(results)
-    plots = _plots(results, rows, out_dir)
+    measured = any(r["requests"] for r in rows)
+    slo = next((r["runs"][0]["summary"].get("slo") for r in results if r["runs"]), None) or {}
+    floor = _floor(results, floor_ms)
+    plots = _plots(results, rows, out_dir, slo, floor) if measured else {}
+    write_csv(rows, out_dir / "report.csv")
     prov = results[0]["provenance"]
-    md = [f"# Benchmark: {prov.get('model')} at {prov.get('url')}", ""]
-    for k in ("engine_key", "profile_id", "spec", "cell", "gpu", "reference"):
-        if prov.get(k) is not None:
-            md.append(f"- {k}: `{prov[k]}`")
-    md += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    md += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
-    if floor_ms is not None:
-        best = min((r["tpot_p50"] for r in rows if r["tpot_p50"] is not None), default=None)
-        md += [
-            "",
-            f"Planner TPOT floor for this cell: {floor_ms:.2f} ms; best measured TPOT p50: {_f(best)} ms"
-            + (f" ({best / floor_ms:.1f}x the floor)" if best else ""),
-        ]
-    md += ["", "Definitions (ms):"] + [f"- {k}: {v}" for k, v in DEFINITIONS.items()]
-    md += [""] + [f"![{name}]({p.name})" for name, p in plots.items()]
-    (out_dir / "report.md").write_text("\n".join(md) + "\n")
-    body = "".join(f"<p>{html.escape(line)}</p>" if not line.startswith("|") else "" for line in md[:8])
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in COLUMNS)
-    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in rows)
-    imgs = "".join(f'<img src="{p.name}" alt="{html.escape(n)}" width="520">' for n, p in plots.items())
-    (out_dir / "report.html").write_text(
-        f"<html><body>{body}<table border=1><tr>{head}</tr>{trs}</table>{imgs}</body></html>"
+    title = f"Benchmark: {prov.get('model')} at {prov.get('url')}"
+    if len(results) > 1:
+        title = "Benchmark comparison: " + ", ".join(r["label"] for r in results)
+    multi = len(results) > 1
+    columns = (["result"] if multi else []) + list(COLUMNS[:-1])
+    cells = [([r["result"]] if multi else []) + row_cells(r)[:-1] for r in rows]
+    best = min((r["tpot_p50"] for r in rows if r["tpot_p50"] is not None), default=None)
+    ctx = {
+        "title": title,
+        "results": [
+            {
+                "label": r["label"],
+                "created": r.get("created"),
+                "provenance": {k: v for k, v in r["provenance"].items() if v not in (None, "", [], {})},
+                "loads": ", ".join(run["label"] for run in r["runs"]) or "none",
+            }
+            for r in results
+        ],
+        "slo": {k: v for k, v in slo.items() if v is not None},
+        "floor": floor,
+        "best_tpot": best,
+        "columns": columns,
+        "rows": cells,
+        "definitions": [{"key": k, "text": v, "aiperf": AIPERF_NAMES.get(k, "")} for k, v in DEFINITIONS.items()],
+        "notices": _notices(results),
+        "measured": measured,
+        "plots": [
+            {"name": name, "file": p.name, "caption": PLOT_CAPTIONS.get(name, name)} for name, p in plots.items()
+        ],
+    }
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=False),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
-    return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", **plots}
+    env.filters["ms"] = lambda x: "-" if x is None else f"{x:.2f}"
+    (out_dir / "report.md").write_text(env.get_template("report.md").render(**ctx))
+    (out_dir / "report.html").write_text(env.get_template("report.html").render(**ctx))
+    return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "report.csv", **plots}
 
 
-def _plots(results: list[dict[str, Any]], rows: list[dict[str, Any]], out_dir: Path) -> dict[str, Path]:
-    try:
-        import matplotlib
+PLOT_CAPTIONS = {
+    "latency_vs_load": "TTFT, TPOT and inter-chunk latency percentiles against the load, with the SLOs and the "
+    "planner's TPOT floor",
+    "latency_cdf": "Distribution of TTFT and TPOT per load point",
+    "icl": "Inter-chunk latency (gaps between streamed chunks) per load point",
+    "throughput_latency": "Output-token throughput against latency across the sweep",
+}
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return {}
+
+def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by result file, each sorted by load: one curve per file, never across files."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["x"] is not None and r["requests"]:
+            by.setdefault(r["result"], []).append(r)
+    return {k: sorted(v, key=lambda r: r["x"]) for k, v in by.items()}
+
+
+def _plots(
+    results: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    out_dir: Path,
+    slo: dict[str, Any],
+    floor: dict[str, Any] | None,
+) -> dict[str, Path]:
+    matplotlib = require("matplotlib", "report")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     out: dict[str, Path] = {}
-    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    for metric, a in (("ttft_ms", ax[0]), ("tpot_ms", ax[1])):
-        for res in results:
-            for run in res["runs"]:
-                vals = sorted(r[metric] for r in run["records"] if r.get(metric) is not None and not r.get("warmup"))
-                if vals:
-                    a.plot(vals, [(i + 1) / len(vals) for i in range(len(vals))], label=run["label"])
-        a.set_xlabel(f"{metric.split('_')[0].upper()} (ms)")
-        a.set_ylabel("fraction of requests")
-        a.grid(True, alpha=0.3)
-        a.legend(fontsize=7)
-    fig.suptitle("latency CDFs")
+    series = _series(rows)
+    rate_mode = any((run.get("load") or {}).get("rate") for res in results for run in res["runs"])
+    xlabel = "request rate (req/s)" if rate_mode else "concurrency"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if series:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+        for ax, metric, name in zip(axes, ("ttft", "tpot", "icl"), ("TTFT", "TPOT", "ICL"), strict=True):
+            for i, (label, pts) in enumerate(series.items()):
+                c = colors[i % len(colors)]
+                xs = [p["x"] for p in pts]
+                for q, style in ((50, "o-"), (90, "s--"), (99, "^:")):
+                    ys = [p.get(f"{metric}_p{q}") for p in pts]
+                    if all(y is None for y in ys):
+                        continue
+                    ax.plot(xs, ys, style, color=c, label=f"{label} p{q}" if len(series) > 1 else f"p{q}")
+                for p in pts:
+                    y = p.get(f"{metric}_p50")
+                    if y is not None:
+                        ax.annotate(
+                            p["load"].split("=")[-1],
+                            (p["x"], y),
+                            textcoords="offset points",
+                            xytext=(4, 4),
+                            fontsize=7,
+                            color=c,
+                        )
+            target = slo.get(f"{metric}_ms")
+            if target is not None:
+                ax.axhline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
+            if metric == "tpot" and floor is not None and floor["meaningful"]:
+                ax.axhline(
+                    floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
+                )
+            ax.set_title(f"{name} (ms)")
+            ax.set_xticks(sorted({p["x"] for pts in series.values() for p in pts}))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("ms")
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        fig.tight_layout()
+        out["latency_vs_load"] = out_dir / "latency_vs_load.png"
+        fig.savefig(out["latency_vs_load"], dpi=100)
+        plt.close(fig)
+
+    def runs() -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (f"{res['label']}: {run['label']}" if len(results) > 1 else run["label"], run)
+            for res in results
+            for run in res["runs"]
+        ]
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    drawn = False
+    for ax, metric, name in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT"), strict=True):
+        for label, run in runs():
+            vals = sorted(
+                r[metric] for r in run.get("records", []) if r.get(metric) is not None and not r.get("warmup")
+            )
+            if vals:
+                ax.plot(vals, [(i + 1) / len(vals) for i in range(len(vals))], label=label)
+                drawn = True
+        target = slo.get(metric)
+        if target is not None:
+            ax.axvline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{name} CDF")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
-    out["latency_cdf"] = out_dir / "latency_cdf.png"
-    fig.savefig(out["latency_cdf"], dpi=90)
+    if drawn:
+        out["latency_cdf"] = out_dir / "latency_cdf.png"
+        fig.savefig(out["latency_cdf"], dpi=100)
     plt.close(fig)
-    pts = [r for r in rows if r["tpot_p50"] is not None]
-    if pts:
-        fig, ax1 = plt.subplots(figsize=(6, 4))
-        ax1.plot([r["tok_s"] for r in pts], [r["ttft_p99"] for r in pts], "o-", label="TTFT p99")
-        ax1.plot([r["tok_s"] for r in pts], [r["tpot_p50"] for r in pts], "s-", label="TPOT p50")
-        ax1.set_xlabel("output tokens/s")
-        ax1.set_ylabel("ms")
-        ax1.grid(True, alpha=0.3)
-        ax1.legend()
-        ax1.set_title("throughput vs latency across the sweep")
+
+    gaps = []
+    for label, run in runs():
+        g = [
+            (b - a) * 1000
+            for r in run.get("records", [])
+            if not r.get("warmup") and not r.get("error")
+            for a, b in zip(r.get("chunk_times", []), r.get("chunk_times", [])[1:], strict=False)
+        ]
+        if g:
+            gaps.append((label, g))
+    if gaps:
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(gaps) + 3), 4.5))
+        ax.boxplot([g for _, g in gaps], showfliers=True)
+        ax.set_xticks(range(1, len(gaps) + 1), [lab for lab, _ in gaps], rotation=20, fontsize=8)
+        ax.set_ylabel("ms")
+        ax.set_title("inter-chunk latency per load point (box: p25-p75, whiskers 1.5 IQR)")
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        out["icl"] = out_dir / "icl.png"
+        fig.savefig(out["icl"], dpi=100)
+        plt.close(fig)
+
+    if series:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, (label, pts) in enumerate(series.items()):
+            c = colors[i % len(colors)]
+            pts = [p for p in pts if p["tpot_p50"] is not None]
+            prefix = f"{label} " if len(series) > 1 else ""
+            ax.plot([p["tok_s"] for p in pts], [p["ttft_p99"] for p in pts], "o-", color=c, label=f"{prefix}TTFT p99")
+            ax.plot([p["tok_s"] for p in pts], [p["tpot_p50"] for p in pts], "s--", color=c, label=f"{prefix}TPOT p50")
+            for p in pts:
+                ax.annotate(
+                    p["load"].split("=")[-1],
+                    (p["tok_s"], p["ttft_p99"]),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                    color=c,
+                )
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel("ms")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title("throughput vs latency across the sweep")
         fig.tight_layout()
         out["throughput_latency"] = out_dir / "throughput_latency.png"
-        fig.savefig(out["throughput_latency"], dpi=90)
+        fig.savefig(out["throughput_latency"], dpi=100)
         plt.close(fig)
     return out

@@ -29,8 +29,8 @@ def parse_list(text: str | None, kind: type) -> list[Any]:
         return []
     try:
         vals = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from None
+    except ValueError as exc:
+        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from exc
     if any(v <= 0 for v in vals):
         raise UserInputError(f"values in {text!r} must be positive")
     return vals
@@ -126,8 +126,8 @@ def make_config(
             reqs = shared_prefix(
                 tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed
             )
-        except ValueError:
-            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from None
+        except ValueError as exc:
+            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
     else:
         reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
     cfg = BenchConfig(

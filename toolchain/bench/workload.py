@@ -142,8 +142,8 @@ def dataset(path: Path, tokenizer: Any, out: Dist, seed: int, limit: int) -> lis
         try:
             obj = json.loads(line)
             prompt = str(obj["prompt"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise UserInputError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserInputError(f"{path}:{n}: expected a JSON object with a 'prompt'") from exc
         mt = int(obj.get("max_tokens") or out.sample(rng))
         reqs.append(Request(prompt, len(tokenizer.encode(prompt, add_special_tokens=False)), mt))
         if len(reqs) >= limit:

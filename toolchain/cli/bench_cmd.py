@@ -11,7 +11,7 @@ import typer
 from toolchain.cli.options import CellOpt, JsonOpt
 
 app = typer.Typer(
-    help="Benchmark a deployment: TTFT, TPOT, ITL, throughput, goodput, prefix-cache proof.",
+    help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
     invoke_without_command=True,
 )
 
@@ -168,18 +168,21 @@ def print_table(result: dict[str, Any]) -> None:
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="Result JSON files from `toolchain bench --out`")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for report.md, report.html and PNG plots")],
+    results: Annotated[
+        list[str], typer.Argument(help="Result JSON files from `toolchain bench --out`, each PATH or LABEL=PATH")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md, report.csv and plots")],
 ) -> None:
-    """Render Markdown and HTML reports with latency CDFs and a throughput-latency curve.
+    """Render HTML and Markdown reports, a CSV and plots; several results are compared side by side.
 
-    Examples: toolchain bench report run.json --out ./report
+    Examples:
+      toolchain bench report run.json --out ./report
+      toolchain bench report fp8=run-fp8.json int4=run-int4.json --out ./compare
     """
-    from toolchain.bench.report import load_results, render
-    from toolchain.cli.render import err
+    from toolchain.bench.report import load_results, parse_labelled, render
+    from toolchain.cli.render import out as out_console
 
-    data = load_results(results)
-    floor = next((d["planner"]["tpot_floor_b1_ms"] for d in data if d.get("planner")), None)
-    files = render(data, out, floor_ms=floor)
+    paths, labels = parse_labelled(results)
+    files = render(load_results(paths, labels), out)
     for name, p in files.items():
-        err.print(f"{name}: {p}", highlight=False)
+        out_console.print(f"{name}: {p}", highlight=False, markup=False)

@@ -62,20 +62,25 @@ def register(app: typer.Typer) -> None:
                     "drop --model/--format to use the spec's model and quantization",
                 )
             from toolchain.specs.loader import load_spec
+            from toolchain.specs.speculative import draft_spec
 
             s = load_spec(spec)
-            if is_unquantized(s):
+            has_draft = s.speculative is not None and s.speculative.draft is not None
+            todo = [x for x in (s, draft_spec(s) if has_draft else None) if x is not None and not is_unquantized(x)]
+            if not todo:
                 raise UserInputError(
                     f"spec {s.name} asks for no quantization",
                     "nothing to do; `toolchain build` converts the checkpoint directly",
                 )
-            src = source_dir(s)
-            by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(s)}
-            for mapping in sorted(by_mapping):
-                art = by_mapping[mapping]
-                digest = (art.source or {}).get("digest")
-                dest = out if (out and len(jobs) == 0) else art.quantized_dir
-                jobs.append((src, art.recipe, dest, s.quantization.accuracy, not force, digest, art.quantized_key))
+            for sq in todo:  # the model, then a draft-target spec's draft model
+                src = source_dir(sq)
+                by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(sq)}
+                for mapping in sorted(by_mapping):
+                    art = by_mapping[mapping]
+                    digest = (art.source or {}).get("digest")
+                    dest = out if (out and len(jobs) == 0) else art.quantized_dir
+                    acc = sq.quantization.accuracy
+                    jobs.append((src, art.recipe, dest, acc, not force, digest, art.quantized_key))
         else:
             if model is None or fmt is None or out is None:
                 raise UserInputError(

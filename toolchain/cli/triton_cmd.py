@@ -20,16 +20,27 @@ def emit(
     cell: CellOpt = None,
     registry: RegistryOpt = None,
     force: ForceOpt = False,
+    engines_root: Annotated[
+        str | None,
+        typer.Option(
+            "--engines-root",
+            help="Absolute directory the engines are mounted at where the server runs (e.g. /engines); "
+            "default: copy the engine into the repository",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Emit the inflight_batcher_llm repository (or the llmapi layout for runtime pytorch).
 
     `--engine reference` uses the CPU reference model in place of the tensorrtllm backend (no GPU needed).
+    The repository holds no path of this host: the tokenizer is inside it, the engine too (hard links),
+    or, with `--engines-root /engines`, the configs name /engines/<engine key> and the output lists what
+    to mount there.
 
     Examples:
       toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
       toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
-        --engine 3f2a9c1d --out ./repo
+        --engine 3f2a9c1d --out ./repo --engines-root /engines
     """
     from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
@@ -39,12 +50,14 @@ def emit(
 
     s = load_spec(spec)
     c = find_cell(s, cell) if cell else expand(s)[0]
-    res = emit_cell(for_cell(c), engine, out, registry=registry, force=force)
+    res = emit_cell(for_cell(c), engine, out, registry=registry, force=force, engines_root=engines_root)
     if json_out:
         print_json(res)
     else:
         note = " with the CPU reference model (not TensorRT-LLM)" if res["reference"] else ""
         err.print(f"wrote {res['repository']} for cell {c.id}{note}", highlight=False, markup=False)
+        for m in res["mounts"]:
+            err.print(f"  mount {m['source']} at {m['target']} ({m['what']})", highlight=False, markup=False)
 
 
 @app.command()

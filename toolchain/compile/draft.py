@@ -36,7 +36,9 @@ def builds_for(
         r = (
             plan_cell_build(d, registry, force=force)
             if dry_run
-            else build_cell(d, registry, force=force, timeout=timeout, provenance_extra={"role": "draft"})
+            else build_cell(
+                d, registry, force=force, timeout=timeout, progress=progress, provenance_extra={"role": "draft"}
+            )
         )
         r.notes.append(f"draft engine of {art.cell.id} ({d.spec.model.source})")
         out.append(r)
@@ -44,7 +46,7 @@ def builds_for(
     t = (
         plan_cell_build(art, registry, force=force)
         if dry_run
-        else build_cell(art, registry, force=force, timeout=timeout, provenance_extra=extra or None)
+        else build_cell(art, registry, force=force, timeout=timeout, progress=progress, provenance_extra=extra or None)
     )
     if d is not None:
         t.notes.append(f"draft engine key {out[0].key}")

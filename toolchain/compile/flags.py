@@ -1,7 +1,9 @@
-"""The `trtllm-build` flag table of TensorRT-LLM 1.x (facts §1.2, §1.3: build.py@65f1d15, plugin.py@c20322f).
+"""The `trtllm-build` flag table of TensorRT-LLM 1.x (NVIDIA/TensorRT-LLM tensorrt_llm/commands/build.py@65f1d15,
+tensorrt_llm/plugin/plugin.py@c20322f; docs/upstream-trtllm-1.1.md).
 
-Used to check every synthesised argument list, and by the test stand-in for `trtllm-build`, which
-parses with exactly these types and choices (bool plugin flags take a value: ``enable``/``disable``).
+Used to check every synthesised argument list before it runs. Tests hold it against an independent
+copy of the upstream argparse definitions (tests/reference/trtllm_build_argparse.json), which the
+`trtllm-build` stand-in parses with; this module is not imported by any stand-in.
 """
 
 from __future__ import annotations
@@ -108,11 +110,14 @@ REMOVED = (
     "--use_context_fmha_for_generation",
     "--attention_qk_half_accumulation",
     "--enable_xqa",
-    "--paged_kv_cache",
     "--auto_parallel",
     "--gpus_per_node",
     "--cluster_key",
 )
+
+
+# Still parsed, but deprecated (build.py: "use --kv_cache_type"): never emit.
+DEPRECATED = ("--paged_kv_cache",)
 
 
 def check_args(args: list[str]) -> list[str]:
@@ -122,8 +127,8 @@ def check_args(args: list[str]) -> list[str]:
     seen = set()
     while i < len(args):
         a = args[i]
-        if a in REMOVED:
-            problems.append(f"{a} was removed from trtllm-build")
+        if a in REMOVED or a in DEPRECATED:
+            problems.append(f"{a} was {'removed from' if a in REMOVED else 'deprecated in'} trtllm-build")
             i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
             continue
         if a in STORE_TRUE:

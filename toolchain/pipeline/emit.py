@@ -17,16 +17,23 @@ def fetch_engine(ref: str, registry: str | None) -> tuple[Path, str]:
     reg = open_registry(registry)
     key = reg.resolve(ref)
     path = cache().engine(key)
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").is_file() and not (path / "hf" / "config.json").is_file():  # engine / LLM-API
         reg.get(key, path, force=True)
     return path, key
 
 
 def emit_cell(
-    art: CellArtifacts, engine: str, out: Path, *, registry: str | None = None, force: bool = False
+    art: CellArtifacts,
+    engine: str,
+    out: Path,
+    *,
+    registry: str | None = None,
+    force: bool = False,
+    engines_root: str | None = None,
 ) -> dict[str, Any]:
-    """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference."""
-    if engine == "reference" or Path(engine).is_dir() or art.spec.runtime == "pytorch":
-        return emit_for_cell(art, engine, out, force=force)
+    """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference.
+    ``engines_root``: see ``toolchain.triton.repository.emit_for_cell``."""
+    if engine == "reference" or Path(engine).is_dir():
+        return emit_for_cell(art, engine, out, force=force, engines_root=engines_root)
     path, key = fetch_engine(engine, registry)
-    return emit_for_cell(art, str(path), out, engine_key=key, force=force)
+    return emit_for_cell(art, str(path), out, engine_key=key, force=force, engines_root=engines_root)

@@ -113,7 +113,8 @@ def deploy_cell(
             Path(scratch) / "repo",
             identity=identity,
             reference=reference,
-            reference_model_dir=Path(in_pod) if reference else None,
+            reference_model_dir=spec.local_source() if reference else None,
+            engines_root=options.engines_root,
         )
         progress(f"writing the build context and manifests to {out}")
         host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch))

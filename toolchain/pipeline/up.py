@@ -57,10 +57,13 @@ def run_up(
     concurrency: tuple[int, ...] = (1, 2),
     progress: Progress = silent,
 ) -> UpResult:
+    from toolchain._deps import need_extras
+
+    need_extras("quantize", "triton", "report")
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.compile.engine import build_cell
+    from toolchain.compile.draft import builds_for
     from toolchain.diagnose.rules import diagnose, observations_from
     from toolchain.errors import NeedsGPUError
     from toolchain.pipeline.emit import emit_cell
@@ -116,7 +119,7 @@ def run_up(
     reg = open_registry(registry)
     engine = "reference"
     try:
-        b = build_cell(art, reg, progress=prefixed(progress, "  "))
+        b = builds_for(art, reg, progress=prefixed(progress, "  "))[-1]  # draft-target: the draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:

@@ -70,11 +70,11 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
     elif dataset.startswith("hf:"):
         try:
             import datasets
-        except ImportError:
+        except ImportError as exc:
             raise UserInputError(
                 f"calibration dataset '{dataset}' needs the 'datasets' package",
                 "pip install datasets, or use dataset: builtin or a local .txt/.jsonl file",
-            ) from None
+            ) from exc
         name = dataset[3:]
         try:
             ds = datasets.load_dataset(name, split="train", streaming=True)
@@ -82,7 +82,7 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
             raise UserInputError(
                 f"cannot load dataset {name}: {type(e).__name__}",
                 "check the dataset name and network, or use a local file",
-            ) from None
+            ) from e
         texts = []
         for row in ds:
             t = row.get("text") or row.get("article") or row.get("content")
@@ -105,8 +105,8 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
                     continue
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from None
+                except json.JSONDecodeError as exc:
+                    raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from exc
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise UserInputError(f"{path}:{n}: no string 'text' field", 'each line must be {"text": ...}')
                 texts.append(obj["text"])

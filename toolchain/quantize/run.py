@@ -73,7 +73,7 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     try:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from None
+        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from e
     has_st = any(model_dir.glob("*.safetensors"))
     has_pickle = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
     if not has_st and has_pickle and not allow_pickle:
@@ -209,7 +209,7 @@ def quantize(
         except AssertionError as e:
             raise NeedsGPUError(
                 f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
-            ) from None
+            ) from e
 
     fake: Any = None
     use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")

@@ -101,7 +101,7 @@ class LocalBackend(Backend):
         except OSError as e:
             raise RegistryError(
                 f"cannot create registry at {self.root}: {e.strerror}", "pass --registry with a writable directory"
-            ) from None
+            ) from e
 
     def _p(self, path: str) -> Path:
         return self.root / path
@@ -192,27 +192,27 @@ class S3Backend(Backend):
         except EndpointConnectionError as e:
             raise RegistryUnavailableError(
                 f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
-            ) from None
-        except NoCredentialsError:
+            ) from e
+        except NoCredentialsError as exc:
             raise RegistryUnavailableError(
                 f"no AWS credentials for {self.url}", "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
-            ) from None
+            ) from exc
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("404", "NoSuchKey", "NotFound"):
-                raise FileNotFoundError(args[0] if args else "") from None
+                raise FileNotFoundError(args[0] if args else "") from e
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
                 raise RegistryUnavailableError(
                     f"S3 refused the credentials for {self.url} ({code})",
                     "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
-                ) from None
+                ) from e
             if code == "NoSuchBucket":
                 raise RegistryUnavailableError(
                     f"bucket {self.bucket} does not exist", "create it or fix the registry URL"
-                ) from None
-            raise RegistryError(f"S3 error on {self.url}: {code}") from None
+                ) from e
+            raise RegistryError(f"S3 error on {self.url}: {code}") from e
         except BotoCoreError as e:
-            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from e
 
     def exists(self, path: str) -> bool:
         try:
@@ -278,15 +278,15 @@ class HFBackend(Backend):
             local = self.api.hf_hub_download(self.repo_id, path)
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
-                raise FileNotFoundError(path) from None
-            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from None
+                raise FileNotFoundError(path) from e
+            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from e
         return Path(local).read_bytes()
 
     def _commit(self, ops: list[Any], message: str) -> None:
         try:
             self.api.create_commit(self.repo_id, operations=ops, commit_message=message)
         except Exception as e:
-            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from e
 
     def write_bytes(self, path: str, data: bytes) -> None:
         from huggingface_hub import CommitOperationAdd
@@ -320,7 +320,7 @@ class HFBackend(Backend):
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 return
-            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from None
+            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from e
 
     def delete(self, path: str) -> None:
         from huggingface_hub import CommitOperationDelete

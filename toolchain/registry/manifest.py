@@ -75,4 +75,4 @@ def parse_manifest(raw: bytes, where: str) -> EntryManifest:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ManifestError(f"manifest {where} is invalid: {loc}: {first['msg']}") from None
+        raise ManifestError(f"manifest {where} is invalid: {loc}: {first['msg']}") from e

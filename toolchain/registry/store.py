@@ -107,8 +107,8 @@ class Registry:
         key = self.resolve(ref)
         try:
             raw = self.backend.read_bytes(manifest_path(key))
-        except FileNotFoundError:
-            raise ArtifactNotFoundError(key, self.url) from None
+        except FileNotFoundError as exc:
+            raise ArtifactNotFoundError(key, self.url) from exc
         m = parse_manifest(raw, f"{self.url}/{manifest_path(key)}")
         if m.key != key:
             raise ManifestError(f"manifest {key} names key {m.key}")
@@ -169,7 +169,13 @@ class Registry:
                 st = p.lstat()
                 if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
                     raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
-                rel = safe_relpath(p.relative_to(src).as_posix())
+                try:
+                    rel = safe_relpath(p.relative_to(src).as_posix())
+                except ValueError as e:
+                    raise UserInputError(
+                        f"{p}: the file name cannot be stored ({e}); entries hold portable relative paths only",
+                        "rename the file (no backslashes or control characters), then push again",
+                    ) from e
                 digest = self._src_cache.digest(p) if algo == "blake3" else hash_file(p, algo)
                 files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
                 blobs.append((blob_path(digest), p, digest))
@@ -226,10 +232,10 @@ class Registry:
                 else:
                     try:
                         self.backend.get_file(bp, target)
-                    except FileNotFoundError:
+                    except FileNotFoundError as exc:
                         raise CorruptArtifactError(
                             f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
-                        ) from None
+                        ) from exc
                     if target.stat().st_size != f.size or hash_file(target, f.digest.split(":")[0]) != f.digest:
                         raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if f.executable and local is None:

@@ -206,7 +206,7 @@ def arch_from_dir(model_dir: Path) -> ModelArch:
     try:
         cfg = json.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from None
+        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from e
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{cfg_path}: top level is not an object")
     arch = arch_from_config(cfg, name=model_dir.name, where=str(cfg_path))
@@ -233,7 +233,7 @@ CATALOG: dict[str, ModelArch] = {
 def arch_from_catalog(name: str) -> ModelArch:
     try:
         return CATALOG[name]
-    except KeyError:
+    except KeyError as exc:
         import difflib
 
         close = difflib.get_close_matches(name, list(CATALOG), n=1)
@@ -241,7 +241,7 @@ def arch_from_catalog(name: str) -> ModelArch:
         raise ModelConfigError(
             f"architecture '{name}' is not in the offline catalog{hint}",
             f"use one of {', '.join(CATALOG)} or point model.source at a local checkpoint",
-        ) from None
+        ) from exc
 
 
 def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
@@ -262,10 +262,10 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     repo, rev = spec.model.hf_repo_revision()
     try:
         from huggingface_hub import hf_hub_download
-    except ImportError:
+    except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
-        raise MissingDependencyError("huggingface_hub", "hf") from None
+        raise MissingDependencyError("huggingface_hub", "hf") from exc
     try:
         path = hf_hub_download(repo, "config.json", revision=rev)
     except Exception as e:

@@ -121,7 +121,7 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"not valid YAML: {problem}", file=file, line=line) from None
+        raise SpecError(f"not valid YAML: {problem}", file=file, line=line) from e
     if not isinstance(data, dict):
         kind = "empty" if data is None else type(data).__name__
         raise SpecError(f"top level is {kind}; an engine spec is a YAML mapping", file=file, line=1)
@@ -137,7 +137,7 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise SpecError(
             _message(dict(first)) + more, file=file, yaml_path=_format_loc(loc) or None, line=_node_line(root, loc)
-        ) from None
+        ) from e
 
 
 def load_spec(path: str | Path) -> EngineSpec:
@@ -150,9 +150,9 @@ def load_spec(path: str | Path) -> EngineSpec:
     try:
         raw = p.read_bytes()
     except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", file=p) from None
+        raise SpecError(f"cannot read: {e.strerror}", file=p) from e
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("is not UTF-8 text; an engine spec is a YAML file", file=p) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError("is not UTF-8 text; an engine spec is a YAML file", file=p) from exc
     return parse_spec_text(text, str(p)).with_base_dir(p.resolve().parent)

@@ -5,11 +5,18 @@ Models: preprocessing, tensorrt_llm, postprocessing, ensemble, tensorrt_llm_bls.
 ``reference=True`` the ``tensorrt_llm`` model is the CPU reference model (Python backend,
 PyTorch), with the same inputs and outputs as TensorRT-LLM's C++ backend; it says so in its
 parameters, its log and the repository's ``toolchain-repo.json``.
+
+Relocatable layout: no path on the building host (``$TOOLCHAIN_CACHE``, the registry) is written
+into a config. The tokenizer is copied into ``preprocessing/tokenizer/`` and the Python models name it relative to
+their own directory. The engine is either copied into ``tensorrt_llm/1/engine/`` (hard links where
+the filesystem allows) or, with ``engines_root``, referenced as ``<engines_root>/<engine key>``:
+the directory an image build or a pod mounts it at (the emit result lists those mounts).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -23,7 +30,38 @@ from toolchain.triton import tensors as T
 
 REFERENCE_NOTE = "CPU reference model (PyTorch + transformers), not TensorRT-LLM: same tensors, not the same engine"
 MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
-SOURCES = Path(__file__).resolve().parents[2] / "triton_repo"
+# Tokenizer files a transformers AutoTokenizer reads (config.json: model_type for the fallback class).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "generation_config.json",
+    "config.json",
+    "chat_template.jinja",
+)
+# inside a model directory: Triton takes every top-level directory for a model
+TOKENIZER_HOME = "preprocessing/tokenizer"
+TOKENIZER_REL = "../" + TOKENIZER_HOME  # from any model's directory
+ENGINE_REL = "tensorrt_llm/1/engine"
+REFERENCE_MODEL_REL = "1/hf_model"  # from the tensorrt_llm model's directory
+
+
+def model_sources() -> Path:
+    """The Python-backend model sources: inside the installed package (wheel), or the source checkout's
+    ``triton_repo/`` (editable install)."""
+    here = Path(__file__).resolve().parents[1]
+    for d in (here / "triton_repo", here.parent / "triton_repo"):
+        if (d / "preprocessing" / "1" / "model.py").is_file():
+            return d
+    raise TritonRepoError(
+        f"the Triton model sources are missing (looked in {here / 'triton_repo'} and {here.parent / 'triton_repo'})",
+        "reinstall the toolchain (`pip install --force-reinstall toolchain-*.whl`) or run from its source checkout",
+    )
 
 
 @dataclass(frozen=True)
@@ -40,6 +78,9 @@ class EngineInfo:
     tokens_per_block: int
     logits_dtype: str
     source: str
+    tp_size: int = 1
+    pp_size: int = 1
+    kv_cache_type: str = "PAGED"
 
     @classmethod
     def from_engine_dir(cls, d: Path) -> EngineInfo:
@@ -47,23 +88,28 @@ class EngineInfo:
             cfg = json.loads((d / "config.json").read_text())
             bc, pc = cfg["build_config"], cfg["pretrained_config"]
             plug = bc.get("plugin_config") or {}
+            mapping = pc["mapping"]
+            kv_type = bc.get("kv_cache_type") or ("PAGED" if plug.get("paged_kv_cache", True) else "CONTINUOUS")
             return cls(
                 str(d.resolve()),
                 int(bc["max_batch_size"]),
                 int(bc.get("max_beam_width", 1)),
                 int(bc["max_input_len"]),
                 int(bc["max_seq_len"]),
-                int(pc["mapping"]["world_size"]),
+                int(mapping["world_size"]),
                 bool(plug.get("use_paged_context_fmha", False)),
                 int(plug.get("tokens_per_block", 32)),
                 str(pc.get("logits_dtype") or "float32"),
                 f"{d}/config.json",
+                int(mapping.get("tp_size", mapping["world_size"])),
+                int(mapping.get("pp_size", 1)),
+                str(kv_type).upper(),
             )
         except (OSError, KeyError, ValueError, TypeError) as e:
             raise TritonRepoError(
                 f"{d} is not a TensorRT-LLM engine directory ({type(e).__name__}: {e})",
                 "give --engine a registry key or a directory with config.json and rank*.engine",
-            ) from None
+            ) from e
 
     @classmethod
     def predicted(cls, cell: Cell) -> EngineInfo:
@@ -81,7 +127,29 @@ class EngineInfo:
             r.tokens_per_block,
             cell.spec.build.logits_dtype,
             "predicted from the spec (no engine: CPU reference)",
+            cell.tp,
+            cell.pp,
+            r.kv_cache_type.upper(),
         )
+
+    def mismatches(self, cell: Cell) -> list[str]:
+        """Where this engine differs from what the cell asks (empty when it is the cell's engine)."""
+        b = cell.spec.build
+        want: list[tuple[str, object, object]] = [
+            ("mapping.tp_size", cell.tp, self.tp_size),
+            ("mapping.pp_size", cell.pp, self.pp_size),
+            ("mapping.world_size", cell.world_size, self.world_size),
+            ("build_config.max_batch_size", cell.max_batch_size, self.max_batch_size),
+            ("build_config.max_beam_width", b.max_beam_width, self.max_beam_width),
+            ("build_config.max_seq_len", cell.max_seq_len, self.max_seq_len),
+            ("build_config.max_input_len", min(cell.max_input_len, cell.max_seq_len), self.max_input_len),
+            ("build_config.kv_cache_type", b.kv_cache_type.upper(), self.kv_cache_type),
+            ("plugin_config.tokens_per_block", b.tokens_per_block, self.tokens_per_block),
+            ("logits_dtype", b.logits_dtype, self.logits_dtype),
+        ]
+        if b.use_paged_context_fmha is False:
+            want.append(("plugin_config.use_paged_context_fmha", False, self.paged_context_fmha))
+        return [f"{k}: cell {w!r}, engine {g!r}" for k, w, g in want if w != g]
 
 
 def _pb() -> Any:
@@ -123,14 +191,20 @@ def _cpu_group(pb: Any, count: int) -> Any:
 
 
 def build_configs(
-    cell: Cell, engine: EngineInfo, tokenizer_dir: Path, *, reference: bool, reference_model_dir: Path | None = None
+    cell: Cell,
+    engine: EngineInfo,
+    *,
+    reference: bool,
+    gpt_model_path: str = "",
+    reference_model_path: str = REFERENCE_MODEL_REL,
 ) -> dict[str, Any]:
-    """The five ModelConfig messages, by model name."""
+    """The five ModelConfig messages, by model name. Paths: the tokenizer (and the reference model) are
+    relative to each model's directory; ``gpt_model_path`` is where the C++ backend will find the engine."""
     pb = _pb()
     s = cell.spec.serving
     logits = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
     tmbs = engine.max_batch_size
-    tok = str(tokenizer_dir.resolve())
+    tok = TOKENIZER_REL
 
     def batching(cfg: Any) -> None:
         cfg.dynamic_batching.max_queue_delay_microseconds = s.max_queue_delay_us
@@ -152,8 +226,9 @@ def build_configs(
     cg = s.cuda_graphs
     graph_cache = cg.cache_size or (len(cg.batch_sizes) if cg.batch_sizes else 0)
     p: dict[str, Any] = {
+        **T.REQUIRED_PARAMETERS,
         "gpt_model_type": s.batching,
-        "gpt_model_path": engine.engine_dir or "",
+        "gpt_model_path": gpt_model_path,
         "max_beam_width": cell.spec.build.max_beam_width,
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction,
@@ -172,7 +247,7 @@ def build_configs(
         p.update(
             {
                 "toolchain_reference": REFERENCE_NOTE,
-                "hf_model_dir": str(reference_model_dir or ""),
+                "hf_model_dir": reference_model_path,
                 "tokens_per_block": engine.tokens_per_block,
             }
         )
@@ -219,6 +294,31 @@ def to_pbtxt(cfg: Any) -> str:
     return str(text_format.MessageToString(cfg))
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a directory, hard-linking files where the filesystem allows (engines are large)."""
+    shutil.copytree(src, dst, copy_function=_link_or_copy, symlinks=False)
+
+
+def copy_tokenizer(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+
+
+def engine_target(engines_root: str, identity: dict[str, Any], engine: EngineInfo) -> str:
+    """Where the engine must be mounted for a repository emitted with ``engines_root``."""
+    name = identity.get("engine_key") or Path(engine.engine_dir or "engine").name
+    return f"{engines_root.rstrip('/')}/{name}"
+
+
 def emit_repository(
     cell: Cell,
     engine: EngineInfo,
@@ -229,9 +329,21 @@ def emit_repository(
     reference: bool,
     reference_model_dir: Path | None = None,
     force: bool = False,
+    engines_root: str | None = None,
 ) -> Path:
-    """Write the repository to a temp dir beside ``out`` and rename it into place."""
+    """Write a relocatable repository to a temp dir beside ``out`` and rename it into place.
+
+    ``engines_root``: None copies the engine into the repository (``tensorrt_llm/1/engine``, hard links
+    where possible) and writes the absolute path it has at ``out``; an absolute directory such as
+    ``/engines`` writes ``<engines_root>/<engine key>`` instead and copies nothing: the image or the pod
+    must provide the engine there (``toolchain-repo.json`` lists the mounts).
+    """
     out = Path(out).resolve()
+    if engines_root is not None and not engines_root.startswith("/"):
+        raise TritonRepoError(
+            f"engines root {engines_root!r} is not an absolute path",
+            "give the directory the engines are mounted at where the server runs, e.g. --engines-root /engines",
+        )
     if not (tokenizer_dir / "tokenizer_config.json").is_file() and not (tokenizer_dir / "tokenizer.json").is_file():
         raise TritonRepoError(
             f"no tokenizer in {tokenizer_dir}",
@@ -247,31 +359,62 @@ def emit_repository(
             "rebuild with `trtllm-build --use_paged_context_fmha enable` "
             "or disable serving.enable_prefix_caching/enable_chunked_prefill",
         )
+    local_reference = reference and engines_root is None
+    if local_reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
+        raise TritonRepoError(
+            "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
+        )
     if out.exists():
         marker = out / "toolchain-repo.json"
         same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
         if not same and not force and any(out.iterdir()):
             raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
-    configs = build_configs(cell, engine, tokenizer_dir, reference=reference, reference_model_dir=reference_model_dir)
-    if not SOURCES.is_dir():
-        raise TritonRepoError(f"model sources not found at {SOURCES}", "reinstall the toolchain from its repository")
+    mounts: list[dict[str, str]] = []
+    reference_path = REFERENCE_MODEL_REL
+    if reference:
+        gpt_path = ""
+        if engines_root is not None:
+            reference_path = engine_target(engines_root, identity, engine)
+            mounts.append({"source": str(reference_model_dir or ""), "target": reference_path, "what": "checkpoint"})
+    elif engines_root is not None:
+        gpt_path = engine_target(engines_root, identity, engine)
+        mounts.append({"source": str(engine.engine_dir), "target": gpt_path, "what": "engine"})
+    else:
+        gpt_path = str(out / ENGINE_REL)
+    configs = build_configs(
+        cell, engine, reference=reference, gpt_model_path=gpt_path, reference_model_path=reference_path
+    )
+    sources = model_sources()
     with staged_dir(out) as tmp:
         for name, cfg in configs.items():
             d = tmp / name
             (d / "1").mkdir(parents=True)
             (d / "config.pbtxt").write_text(to_pbtxt(cfg))
         for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
-            shutil.copyfile(SOURCES / name / "1" / "model.py", tmp / name / "1" / "model.py")
+            shutil.copyfile(sources / name / "1" / "model.py", tmp / name / "1" / "model.py")
+        copy_tokenizer(tokenizer_dir, tmp / TOKENIZER_HOME)
         if reference:
             shutil.copyfile(
-                SOURCES / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
+                sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
             )
+            if local_reference:
+                assert reference_model_dir is not None
+                copy_tree(reference_model_dir, tmp / "tensorrt_llm" / REFERENCE_MODEL_REL)
+        elif engines_root is None:
+            assert engine.engine_dir is not None
+            copy_tree(Path(engine.engine_dir), tmp / ENGINE_REL)
         (tmp / "ensemble" / "1" / ".keep").write_text("")
         meta = {
             **identity,
             "reference": reference,
             "reference_note": REFERENCE_NOTE if reference else None,
-            "engine": asdict(engine),
+            "engine": {
+                **asdict(engine),
+                "engine_dir": gpt_path or None,
+                "source": f"{gpt_path}/config.json" if gpt_path else engine.source,
+            },
+            "engines_root": engines_root,
+            "mounts": [{k: v for k, v in m.items() if k != "source"} for m in mounts],  # no host path inside
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))

@@ -1,8 +1,11 @@
-"""Lint a Triton TensorRT-LLM model repository (ours or hand-written) against its engine and the facts.
+"""Lint a Triton TensorRT-LLM model repository (ours or hand-written) against its engine and the
+upstream backend (docs/upstream-trtllm-1.1.md).
 
-Every finding names the file, the field and the fix. Rules: facts §4-§5 and §8 (placeholders left
-by fill_template, decoupled streaming, KV reuse / chunked context vs paged context FMHA, batch and
-beam limits vs the engine, logits dtype, world size, ensemble wiring, tokenizer presence).
+Every finding names the file, the field and the fix. Rules: placeholders left by fill_template,
+parameters the C++ backend reads without a default, decoupled streaming, KV reuse / chunked context
+vs paged context FMHA, batch and beam limits vs the engine, logits dtype, world size, ensemble wiring,
+and every path a model will open: it must exist where lint runs, unless it lies under the engines
+root the repository was emitted for (then it is a warning naming the mount).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.triton import tensors as T
 from toolchain.triton.emit import EngineInfo
 
 BOOL_PARAMS = (
@@ -70,6 +74,32 @@ def _dtype_name(cfg: Any, tensor: str, outputs: bool = True) -> str | None:
         if t.name == tensor:
             return str(pb.DataType.Name(t.data_type))
     return None
+
+
+def _resolve(model_dir: Path, value: str) -> Path:
+    """How our Python models read a path parameter: relative to the model's directory."""
+    p = Path(value)
+    return p if p.is_absolute() else (model_dir / p)
+
+
+def _path_finding(
+    file: str, field: str, value: str, exists: bool, meta: dict[str, Any], what: str, fix: str
+) -> Finding | None:
+    if exists:
+        return None
+    root = meta.get("engines_root")
+    if root and value.startswith(root.rstrip("/") + "/"):
+        src = next((f"the {m['what']}" for m in meta.get("mounts", []) if m.get("target") == value), "the artifact")
+        return Finding(
+            file,
+            field,
+            f"{value} does not exist here; the repository expects {what} mounted under {root}",
+            f"provide {src} at {value} where the server runs (image build or volume mount)",
+            "warning",
+        )
+    if what == "tokenizer":
+        return Finding(file, field, f"no tokenizer at {value or '(empty)'}", fix)
+    return Finding(file, field, f"{what} {value or '(empty)'} does not exist here", fix)
 
 
 def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Finding]:
@@ -133,14 +163,45 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
         elif meta.get("reference") and meta.get("engine"):
             engine = EngineInfo(**meta["engine"])
         elif llm.backend == "tensorrtllm":
-            out.append(
-                Finding(
-                    f,
-                    "parameters.gpt_model_path",
-                    f"{path or '(empty)'} is not an engine directory",
-                    "point it at the directory holding config.json and rank*.engine",
-                )
+            found = _path_finding(
+                f,
+                "parameters.gpt_model_path",
+                path,
+                False,
+                meta,
+                "engine directory",
+                "point it at the directory holding config.json and rank*.engine",
             )
+            if found is not None:
+                out.append(found)
+            if found is not None and found.severity == "warning" and meta.get("engine"):
+                engine = EngineInfo(**meta["engine"])
+        if llm.backend == "tensorrtllm":
+            for key in T.REQUIRED_PARAMETERS:
+                if _param(llm, key) is None:
+                    out.append(
+                        Finding(
+                            f,
+                            f"parameters.{key}",
+                            "missing: the tensorrtllm backend reads it with no default and fails to load "
+                            f"('Cannot find parameter with name: {key}')",
+                            f'add parameters {{ key: "{key}" value {{ string_value: "" }} }} (empty disables it)',
+                        )
+                    )
+        if _param(llm, "toolchain_reference") is not None:
+            hf = _param(llm, "hf_model_dir") or ""
+            hf_path = _resolve(repo / llm_name, hf)
+            found = _path_finding(
+                f,
+                "parameters.hf_model_dir",
+                hf,
+                bool(hf) and (hf_path / "config.json").is_file(),
+                meta,
+                "reference model directory",
+                "re-emit the repository (the reference checkpoint is copied into tensorrt_llm/1/hf_model)",
+            )
+            if found is not None:
+                out.append(found)
         if world_size is not None and engine is not None and world_size != engine.world_size:
             out.append(
                 Finding(
@@ -257,22 +318,27 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
                 Finding(
                     f,
                     "model_transaction_policy.decoupled",
-                    "false, but clients can request streaming (the backend rejects streaming and batch>1 requests)",
-                    "set decoupled: true",
+                    "false: requests with stream=true (and requests with batch > 1) are answered with an error",
+                    "set decoupled: true to serve streaming clients",
+                    "warning",
                 )
             )
     for name in ("preprocessing", "postprocessing"):
         if name in configs:
             tok = _param(configs[name], "tokenizer_dir") or ""
-            if not (Path(tok, "tokenizer.json").is_file() or Path(tok, "tokenizer_config.json").is_file()):
-                out.append(
-                    Finding(
-                        files[name],
-                        "parameters.tokenizer_dir",
-                        f"no tokenizer at {tok or '(empty)'}",
-                        "point it at the checkpoint directory with the tokenizer files",
-                    )
-                )
+            tp = _resolve(repo / name, tok)
+            found = _path_finding(
+                files[name],
+                "parameters.tokenizer_dir",
+                tok,
+                bool(tok) and ((tp / "tokenizer.json").is_file() or (tp / "tokenizer_config.json").is_file()),
+                meta,
+                "tokenizer",
+                "point it at a directory with the tokenizer files (relative paths: from the model's directory)",
+            )
+            if found is not None:
+                out.append(found)
+    out += _lint_llmapi(repo, meta)
     for name, cfg in configs.items():
         if cfg.platform == "ensemble":
             out += _lint_ensemble(files[name], cfg, configs)
@@ -286,6 +352,33 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
                 )
             )
     return out
+
+
+def _lint_llmapi(repo: Path, meta: dict[str, Any]) -> list[Finding]:
+    import yaml
+
+    p = repo / "tensorrt_llm" / "1" / "model.yaml"
+    if not p.is_file():
+        return []
+    try:
+        opts = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        return [Finding(str(p), "-", f"does not parse: {e}", "fix the YAML")]
+    model = str(opts.get("model") or "")
+    local = _resolve(p.parent, model)
+    hub_id = not model.startswith(("/", ".")) and model.count("/") == 1 and not local.exists()
+    if hub_id:
+        return []
+    found = _path_finding(
+        str(p),
+        "model",
+        model,
+        bool(model) and (local / "config.json").is_file(),
+        meta,
+        "checkpoint directory",
+        "re-emit the repository, or name a Hugging Face repo id or a directory with config.json",
+    )
+    return [found] if found is not None else []
 
 
 def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any]) -> list[Finding]:

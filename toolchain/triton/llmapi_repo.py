@@ -1,7 +1,10 @@
-"""Runtime pytorch: the Triton `llmapi` model layout (facts §4.7): config.pbtxt + 1/model.yaml.
+"""Runtime pytorch: a Triton Python model over TensorRT-LLM's LLM API, in the layout of the upstream
+``llmapi`` template (config.pbtxt + 1/model.yaml + 1/model.py; docs/upstream-trtllm-1.1.md).
 
-model.yaml = the LLM-API options of the profile + ``model`` + ``triton_config``. The model's Python
-sources (model.py, helpers.py) ship with TensorRT-LLM's release; they are not ours to copy.
+model.yaml = the LLM-API options of the profile + ``model`` + ``triton_config``. ``model.py`` is
+toolchain's own (``triton_repo/llmapi/1/model.py``, shipped with the package): it reads model.yaml,
+resolves a relative ``model`` against its own directory and serves with the container's
+``tensorrt_llm``. Nothing has to be copied by hand.
 """
 
 from __future__ import annotations
@@ -53,13 +56,28 @@ OUTPUTS = [
 ]
 
 
-def llmapi_files(cell: Cell, hf_dir: Path) -> dict[str, str]:
-    """Relative path -> text of the llmapi model (config.pbtxt built as a ModelConfig message)."""
+MODEL_REL = "model"  # the checkpoint's directory inside tensorrt_llm/1/, when it is copied in
+
+
+def model_source() -> Path:
+    from toolchain.triton.emit import model_sources
+
+    return model_sources() / "llmapi" / "1" / "model.py"
+
+
+def llmapi_files(cell: Cell, model: str) -> dict[str, str]:
+    """Relative path -> text of the llmapi model (config.pbtxt built as a ModelConfig message).
+
+    ``model``: what model.yaml names: a path relative to ``tensorrt_llm/1/``, an absolute path where
+    the server runs, or a Hugging Face repo id.
+    """
     from toolchain._deps import require
     from toolchain.triton.emit import to_pbtxt
 
     pb = require("tritonclient.grpc.model_config_pb2", "triton")
-    cfg = pb.ModelConfig(name="tensorrt_llm", backend="python")
+    cfg = pb.ModelConfig(name="tensorrt_llm", backend="python", max_batch_size=0)
+    # the server starts with --disable-auto-complete-config, so the policy is written here too
+    cfg.model_transaction_policy.decoupled = cell.spec.serving.decoupled
     for name, dt, dims, opt in INPUTS:
         cfg.input.append(pb.ModelInput(name=name, data_type=pb.DataType.Value(dt), dims=dims, optional=opt))
     for name, dt, dims in OUTPUTS:
@@ -69,12 +87,12 @@ def llmapi_files(cell: Cell, hf_dir: Path) -> dict[str, str]:
         cfg.parameters["gpu_device_ids"].string_value = ";".join(
             ",".join(map(str, g)) for g in cell.spec.serving.gpu_device_ids
         )
-    opts: dict[str, Any] = {"model": str(hf_dir.resolve()), **llmapi_options(cell)}
+    opts: dict[str, Any] = {"model": model, **llmapi_options(cell)}
     opts["triton_config"] = {"max_batch_size": 0, "decoupled": cell.spec.serving.decoupled}
     readme = (
-        "This is TensorRT-LLM's `llmapi` Triton model. Copy `model.py` and `helpers.py` from\n"
-        "`triton_backend/all_models/llmapi/tensorrt_llm/1/` of the TensorRT-LLM release you serve with\n"
-        "into `tensorrt_llm/1/`, then serve it in NVIDIA's Triton container.\n"
+        "TensorRT-LLM LLM-API model for Triton's Python backend, emitted by toolchain.\n"
+        "Serve it in NVIDIA's Triton container with TensorRT-LLM (the image provides tritonserver, the\n"
+        "Python backend and the `tensorrt_llm` package); everything else is in this directory.\n"
     )
     return {
         "tensorrt_llm/config.pbtxt": to_pbtxt(cfg),

@@ -1,4 +1,5 @@
-"""Emit a cell's Triton repository for an engine directory, or for the CPU reference model."""
+"""Emit a cell's Triton repository for an engine directory (or LLM-API checkpoint), or for the CPU
+reference model. Fetching from a registry happens before, in ``toolchain.pipeline.emit``."""
 
 from __future__ import annotations
 
@@ -7,49 +8,132 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.errors import TritonRepoError
-from toolchain.triton.emit import EngineInfo, emit_repository
+from toolchain.digest import staged_dir
+from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
 
 
 def emit_for_cell(
-    art: CellArtifacts, engine: str, out: Path, *, engine_key: str | None = None, force: bool = False
+    art: CellArtifacts,
+    engine: str,
+    out: Path,
+    *,
+    engine_key: str | None = None,
+    force: bool = False,
+    engines_root: str | None = None,
 ) -> dict[str, Any]:
-    """``engine`` is an engine directory or ``reference``; ``engine_key`` names the engine when it is known
-    (fetched from a registry) and differs from the key the cell's spec gives."""
+    """Emit the repository of one cell.
+
+    ``engine``: an engine directory (runtime pytorch: the LLM-API artifact or a Hugging Face checkpoint
+    directory), or ``"reference"`` (the CPU reference model; for pytorch: the spec's own checkpoint).
+    ``engine_key`` names the engine when it is known (fetched from a registry) and differs from the key
+    the cell's spec gives.
+    ``engines_root``: None puts the engine (or the LLM-API checkpoint) inside the repository; an absolute
+    path such as ``"/engines"`` makes the configs point at ``<engines_root>/<engine key>`` and copies
+    nothing: the result's ``mounts`` say which local directory must appear at which path where the
+    server runs (an image build copies it there, a pod mounts it).
+    """
     cell = art.cell
     identity = art.identity()
     if engine_key is not None:
         identity["engine_key"] = engine_key
     if cell.spec.runtime == "pytorch":
-        from toolchain.triton.llmapi_repo import llmapi_files
-
-        out = Path(out)
-        if out.exists() and any(out.iterdir()) and not force:
-            from toolchain.errors import OutputExistsError
-
-            raise OutputExistsError(f"{out} is not empty")
-        for rel, text in llmapi_files(cell, art.quantized_dir / "hf").items():
-            p = out / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-        (out / "toolchain-repo.json").write_text(json.dumps({**identity, "layout": "llmapi"}, indent=2))
-        return {"repository": str(out), "layout": "llmapi", "reference": False, **identity}
+        return _emit_llmapi(art, engine, Path(out), identity, force, engines_root)
     tok = art.tokenizer_dir()
     if engine == "reference":
         info = EngineInfo.predicted(cell)
         src = cell.spec.local_source()
-        if src is None or not (src / "config.json").is_file():
-            raise TritonRepoError(
-                "the CPU reference model needs a local Hugging Face checkpoint",
-                "point model.source at a local directory",
-            )
         repo = emit_repository(
             cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src, force=force
         )
-        return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": True, **identity}
+        return _result(repo, "inflight_batcher_llm", True, identity)
     path = Path(engine)
     if not path.is_dir():
         raise TritonRepoError(f"engine {engine} is not a directory", "give an engine directory or a registry key")
     info = EngineInfo.from_engine_dir(path)
-    repo = emit_repository(cell, info, tok, out, identity=identity, reference=False, force=force)
-    return {"repository": str(repo), "layout": "inflight_batcher_llm", "reference": False, **identity}
+    wrong = info.mismatches(cell)
+    if wrong:
+        raise TritonRepoError(
+            f"the engine in {path} was not built for cell {cell.id}: {'; '.join(wrong)}",
+            f"build this cell (`toolchain build SPEC --cell {cell.id}`) or pass the --cell the engine was built for",
+        )
+    repo = emit_repository(
+        cell, info, tok, out, identity=identity, reference=False, force=force, engines_root=engines_root
+    )
+    return _result(repo, "inflight_batcher_llm", False, identity, str(path.resolve()))
+
+
+def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """The emit result; ``mounts`` adds the local ``source`` the repository (which names no host path) leaves out."""
+    meta = json.loads((repo / "toolchain-repo.json").read_text())
+    return {
+        "repository": str(repo),
+        "layout": layout,
+        "reference": reference,
+        **identity,
+        "mounts": [{"source": source, **m} for m in meta.get("mounts", [])],
+    }
+
+
+def _llmapi_model(art: CellArtifacts, engine: str) -> Path | str:
+    """What model.yaml's ``model`` names: a local checkpoint directory, or a Hugging Face repo id."""
+    from toolchain.artifacts.recipe import is_unquantized
+
+    cell = art.cell
+    if engine != "reference":
+        path = Path(engine)
+        return path / "hf" if (path / "hf" / "config.json").is_file() else path
+    if is_unquantized(cell.spec):
+        local = cell.spec.local_source()
+        if local is not None:
+            return local
+        repo, _rev = cell.spec.model.hf_repo_revision()
+        return repo
+    return art.quantized_dir / "hf"
+
+
+def _emit_llmapi(
+    art: CellArtifacts,
+    engine: str,
+    out: Path,
+    identity: dict[str, Any],
+    force: bool,
+    engines_root: str | None,
+) -> dict[str, Any]:
+    from toolchain.triton.llmapi_repo import MODEL_REL, llmapi_files, model_source
+
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise OutputExistsError(f"{out} is not empty")
+    if engines_root is not None and not engines_root.startswith("/"):
+        raise TritonRepoError(
+            f"engines root {engines_root!r} is not an absolute path",
+            "give the directory the checkpoints are mounted at where the server runs, e.g. --engines-root /engines",
+        )
+    cell = art.cell
+    model = _llmapi_model(art, engine)
+    mounts: list[dict[str, str]] = []
+    if isinstance(model, Path) and not (model / "config.json").is_file():
+        raise TritonRepoError(
+            f"no Hugging Face checkpoint at {model}",
+            "run `toolchain quantize SPEC` (quantized specs) or `toolchain build SPEC --cell ID` first",
+        )
+    if isinstance(model, str):
+        name = model  # a hub id: the LLM API downloads it where it runs
+    elif engines_root is not None:
+        name = f"{engines_root.rstrip('/')}/{identity.get('engine_key') or model.name}"
+        mounts.append({"source": str(model), "target": name, "what": "checkpoint"})
+    else:
+        name = MODEL_REL
+    with staged_dir(out) as tmp:
+        for rel, text in llmapi_files(cell, name).items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(model_source().read_bytes())
+        if isinstance(model, Path) and engines_root is None:
+            copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
+        inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
+        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside}
+        (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
+    return _result(out, "llmapi", False, identity, str(model) if mounts else "")

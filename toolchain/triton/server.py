@@ -87,20 +87,20 @@ def check_port(host: str, port: int, what: str) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
+        except OSError as exc:
             raise UserInputError(
                 f"{what} port {port} on {host} is already in use",
                 f"stop what listens there or pass another --{what}-port",
-            ) from None
+            ) from exc
 
 
 def pytriton_dir() -> Path:
     try:
         import pytriton
-    except ImportError:
+    except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
-        raise MissingDependencyError("pytriton", "triton") from None
+        raise MissingDependencyError("pytriton", "triton") from exc
     return Path(pytriton.__file__).resolve().parent / "tritonserver"
 
 

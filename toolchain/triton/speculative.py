@@ -160,3 +160,19 @@ def lint_features(
     elif mode == "DRAFT_TOKENS_EXTERNAL":
         out.append(f"the engine expects external draft tokens; the repository has no {DRAFT_MODEL} model")
     return out
+
+
+def predicted_build_config(cell: Cell) -> dict[str, Any]:
+    """The speculative/LoRA part of the ``build_config`` the cell's engine records (the CPU reference model
+    has no engine: its repository is linted against this)."""
+    sd, lo = cell.spec.speculative, cell.spec.lora
+    mode = {"draft_target": 2, "medusa": 4, "lookahead": 8, "eagle": 32}[sd.mode] if sd else 1
+    out: dict[str, Any] = {
+        "max_batch_size": cell.max_batch_size,
+        "speculative_decoding_mode": mode,
+        "max_draft_len": sd.draft_len if sd else 0,
+    }
+    if lo is not None:
+        out["lora_config"] = {"max_lora_rank": lo.max_rank, "lora_target_modules": list(lo.target_modules)}
+        out["plugin_config"] = {"lora_plugin": cell.spec.model.dtype}
+    return out

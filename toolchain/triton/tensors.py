@@ -1,4 +1,5 @@
-"""Tensor names, dtypes and dims of the inflight_batcher_llm models (facts §4.2-§4.6).
+"""Tensor names, dtypes and dims of the inflight_batcher_llm models, and the parameters the C++
+backend cannot do without (docs/upstream-trtllm-1.1.md names the upstream files and commits).
 
 Each row: (name, data type, dims, optional, allow_ragged_batch). ``LOGITS`` stands for the
 engine's logits dtype (``logits_datatype``), filled at emission.
@@ -66,6 +67,13 @@ _SCALAR_INPUTS = [
     ("decoder_input_lengths", "TYPE_INT32"),
     ("prompt_vocab_size", "TYPE_INT32"),
     ("lora_task_id", "TYPE_UINT64"),
+    # sampling / beam-search knobs of the 1.x template
+    ("runtime_top_p_min", "TYPE_FP32"),
+    ("runtime_top_p_decay", "TYPE_FP32"),
+    ("runtime_top_p_reset_ids", "TYPE_INT32"),
+    ("early_stopping", "TYPE_BOOL"),
+    ("beam_search_diversity_rate", "TYPE_FP32"),
+    ("draft_acceptance_threshold", "TYPE_FP32"),
 ]
 TRTLLM_INPUTS: list[T] = [
     _row("input_ids", "TYPE_INT32", (-1,), True, True),
@@ -82,7 +90,37 @@ TRTLLM_INPUTS: list[T] = [
     _row("lora_config", "TYPE_INT32", (-1, 3), True, True),
     _row("guided_decoding_guide_type", "TYPE_STRING", (1,), True, True),
     _row("guided_decoding_guide", "TYPE_STRING", (1,), True, True),
+    _row("draft_logits", LOGITS, (-1, -1), True, True),
+    _row("retention_token_range_starts", "TYPE_INT32", (-1,), True, True),
+    _row("retention_token_range_ends", "TYPE_INT32", (-1,), True, True),
+    _row("retention_token_range_priorities", "TYPE_INT32", (-1,), True, True),
+    _row("retention_token_range_durations_ms", "TYPE_INT32", (-1,), True, True),
+    _row("retention_decode_priority", "TYPE_INT32", (1,), True, True),
+    _row("retention_decode_duration_ms", "TYPE_INT32", (1,), True, True),
+    _row("lookahead_window_size", "TYPE_INT32", (1,), True, True),
+    _row("lookahead_ngram_size", "TYPE_INT32", (1,), True, True),
+    _row("lookahead_verification_set_size", "TYPE_INT32", (1,), True, True),
 ] + [_row(n, t) for n, t in _SCALAR_INPUTS]
+# Template inputs not declared, and why: encoder-decoder, multimodal and disaggregated serving are not
+# what a decoder-only spec builds.
+NOT_DECLARED = {
+    "encoder_input_features": "encoder-decoder models only",
+    "encoder_output_lengths": "encoder-decoder models only",
+    "cross_attention_mask": "multimodal (mllama) only",
+    "skip_cross_attn_blocks": "multimodal (mllama) only",
+    "mrope_rotary_cos_sin": "multimodal (mrope) only",
+    "mrope_position_deltas": "multimodal (mrope) only",
+    "context_phase_params": "disaggregated serving only",
+}
+
+# Parameters the C++ backend reads outside any try/catch: a missing key throws at model load.
+# Values: what toolchain emits when the spec says nothing (guided decoding off).
+REQUIRED_PARAMETERS: dict[str, str] = {
+    "gpt_model_type": "inflight_fused_batching",
+    "tokenizer_dir": "",
+    "xgrammar_tokenizer_info_path": "",
+    "guided_decoding_backend": "",
+}
 SCALARS_RESHAPED = {n for n, _ in _SCALAR_INPUTS} | {"input_lengths", "request_output_len"}
 
 PERF_OUTPUTS = [
@@ -168,7 +206,8 @@ ENSEMBLE_OUTPUTS: list[T] = [_row("text_output", "TYPE_STRING", (-1,), False)] +
 BLS_INPUTS: list[T] = [*ENSEMBLE_INPUTS, _row("num_draft_tokens", "TYPE_INT32"), _row("use_draft_logits", "TYPE_BOOL")]
 BLS_OUTPUTS = ENSEMBLE_OUTPUTS
 
-# Ensemble wiring (facts §4.5): model input <- ensemble tensor, model output -> ensemble tensor.
+# Ensemble wiring (upstream inflight_batcher_llm ensemble/config.pbtxt):
+# model input <- ensemble tensor, model output -> ensemble tensor.
 PRE_MAP_IN = {
     "QUERY": "text_input",
     "DECODER_QUERY": "decoder_text_input",

@@ -1,17 +1,25 @@
 """Triton postprocessing model: token ids in, text out (toolchain; tensors per the TRT-LLM backend)."""
 
 import json
+import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
 
+def _resolve(args, value):
+    """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
+    if not value or os.path.isabs(value):
+        return value
+    return os.path.normpath(os.path.join(args["model_repository"], value))
+
+
 class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
         params = cfg.get("parameters", {})
-        self.tok = AutoTokenizer.from_pretrained(params["tokenizer_dir"]["string_value"])
+        self.tok = AutoTokenizer.from_pretrained(_resolve(args, params["tokenizer_dir"]["string_value"]))
         skip = params.get("skip_special_tokens", {}).get("string_value", "true").lower()
         self.skip_special = skip not in ("false", "0", "f", "n", "no")
 
@@ -25,7 +33,8 @@ class TritonPythonModel:
                 for b in range(tokens.shape[0]):
                     for beam in range(tokens.shape[1]):
                         n = int(lengths[b, beam])
-                        texts.append(self.tok.decode(tokens[b, beam, :n].tolist(), skip_special_tokens=self.skip_special))
+                        ids = tokens[b, beam, :n].tolist()
+                        texts.append(self.tok.decode(ids, skip_special_tokens=self.skip_special))
                 out = np.array(texts, dtype=object).reshape(tokens.shape[0], tokens.shape[1])
                 responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", out)]))
             except Exception as e:

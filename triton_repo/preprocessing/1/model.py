@@ -1,10 +1,18 @@
 """Triton preprocessing model: text in, token ids out (toolchain; tensors per the TRT-LLM backend)."""
 
 import json
+import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
+
+
+def _resolve(args, value):
+    """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
+    if not value or os.path.isabs(value):
+        return value
+    return os.path.normpath(os.path.join(args["model_repository"], value))
 
 
 def _flag(params, key, default):
@@ -16,11 +24,17 @@ def _flag(params, key, default):
     return default
 
 
+def _in(req, name):
+    return pb_utils.get_input_tensor_by_name(req, name)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
         params = cfg.get("parameters", {})
-        self.tok = AutoTokenizer.from_pretrained(params["tokenizer_dir"]["string_value"], padding_side="left")
+        self.tok = AutoTokenizer.from_pretrained(
+            _resolve(args, params["tokenizer_dir"]["string_value"]), padding_side="left"
+        )
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         self.add_special = _flag(params, "add_special_tokens", True)
@@ -45,7 +59,7 @@ class TritonPythonModel:
         n = max(1, max(len(x) for x in flat))
         out = np.zeros([batch, 2, n], dtype=np.int32)
         out[:, 1, :] = -1
-        for i, (ids, ends) in enumerate(zip(flat, offs)):
+        for i, (ids, ends) in enumerate(zip(flat, offs, strict=True)):
             out[i, 0, : len(ids)] = ids
             out[i, 1, : len(ends)] = ends
         return out
@@ -66,16 +80,16 @@ class TritonPythonModel:
                 out_len = pb_utils.get_input_tensor_by_name(req, "REQUEST_OUTPUT_LEN").as_numpy().astype(np.int32)
                 end = pb_utils.get_input_tensor_by_name(req, "END_ID")
                 pad = pb_utils.get_input_tensor_by_name(req, "PAD_ID")
-                end_id = end.as_numpy().astype(np.int32) if end is not None else np.full([batch, 1], self.end_id, np.int32)
-                pad_id = pad.as_numpy().astype(np.int32) if pad is not None else np.full([batch, 1], self.pad_id, np.int32)
+                end_id = np.full([batch, 1], self.end_id, np.int32) if end is None else end.as_numpy().astype(np.int32)
+                pad_id = np.full([batch, 1], self.pad_id, np.int32) if pad is None else pad.as_numpy().astype(np.int32)
                 tensors = [
                     pb_utils.Tensor("INPUT_ID", input_id),
                     pb_utils.Tensor("REQUEST_INPUT_LEN", lengths),
                     # decoder-only models: one pad token, length 1 (as TensorRT-LLM's own preprocessing does)
                     pb_utils.Tensor("DECODER_INPUT_ID", np.full([batch, 1], self.pad_id, dtype=np.int32)),
                     pb_utils.Tensor("REQUEST_DECODER_INPUT_LEN", np.ones([batch, 1], dtype=np.int32)),
-                    pb_utils.Tensor("BAD_WORDS_IDS", self._words(pb_utils.get_input_tensor_by_name(req, "BAD_WORDS_DICT"), batch)),
-                    pb_utils.Tensor("STOP_WORDS_IDS", self._words(pb_utils.get_input_tensor_by_name(req, "STOP_WORDS_DICT"), batch)),
+                    pb_utils.Tensor("BAD_WORDS_IDS", self._words(_in(req, "BAD_WORDS_DICT"), batch)),
+                    pb_utils.Tensor("STOP_WORDS_IDS", self._words(_in(req, "STOP_WORDS_DICT"), batch)),
                     pb_utils.Tensor("EMBEDDING_BIAS", np.empty([batch, 0], dtype=np.float32)),
                     pb_utils.Tensor("REQUEST_OUTPUT_LEN", out_len),
                     pb_utils.Tensor("OUT_END_ID", end_id),

@@ -9,24 +9,66 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# BLS input -> tensorrt_llm input (facts §4.5 wiring)
-TO_LLM = {"exclude_input_in_output": "exclude_input_in_output", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
-          "temperature": "temperature", "length_penalty": "len_penalty", "repetition_penalty": "repetition_penalty",
-          "min_tokens": "min_tokens", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-          "seed": "seed", "return_log_probs": "return_log_probs", "return_context_logits": "return_context_logits",
-          "return_generation_logits": "return_generation_logits", "return_perf_metrics": "return_perf_metrics",
-          "return_num_input_tokens": "return_num_input_tokens",
-          "return_num_output_tokens": "return_num_output_tokens", "num_return_sequences": "num_return_sequences",
-          "beam_width": "beam_width", "stream": "streaming"}
-TO_PRE = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
-          "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}
-PRE_TO_LLM = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths", "REQUEST_OUTPUT_LEN": "request_output_len",
-              "OUT_END_ID": "end_id", "OUT_PAD_ID": "pad_id", "STOP_WORDS_IDS": "stop_words_list",
-              "BAD_WORDS_IDS": "bad_words_list", "EMBEDDING_BIAS": "embedding_bias"}
-PASS = ("cum_log_probs", "output_log_probs", "context_logits", "generation_logits", "batch_index", "sequence_index",
-        "kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "arrival_time_ns",
-        "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
-        "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens", "num_output_tokens")
+# BLS input -> tensorrt_llm input (the wiring of the upstream ensemble template)
+TO_LLM = {
+    "exclude_input_in_output": "exclude_input_in_output",
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "stream": "streaming",
+}
+TO_PRE = {
+    "text_input": "QUERY",
+    "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT",
+    "stop_words": "STOP_WORDS_DICT",
+    "end_id": "END_ID",
+    "pad_id": "PAD_ID",
+}
+PRE_TO_LLM = {
+    "INPUT_ID": "input_ids",
+    "REQUEST_INPUT_LEN": "input_lengths",
+    "REQUEST_OUTPUT_LEN": "request_output_len",
+    "OUT_END_ID": "end_id",
+    "OUT_PAD_ID": "pad_id",
+    "STOP_WORDS_IDS": "stop_words_list",
+    "BAD_WORDS_IDS": "bad_words_list",
+    "EMBEDDING_BIAS": "embedding_bias",
+}
+PASS = (
+    "cum_log_probs",
+    "output_log_probs",
+    "context_logits",
+    "generation_logits",
+    "batch_index",
+    "sequence_index",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
+)
 
 
 def _get(resp, name):
@@ -47,8 +89,11 @@ class TritonPythonModel:
         return req.exec(decoupled=decoupled)
 
     def _detok(self, tokens, lengths):
-        resp = self._call("postprocessing", [pb_utils.Tensor("TOKENS_BATCH", tokens),
-                                             pb_utils.Tensor("SEQUENCE_LENGTH", lengths)], ["OUTPUT"])
+        resp = self._call(
+            "postprocessing",
+            [pb_utils.Tensor("TOKENS_BATCH", tokens), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)],
+            ["OUTPUT"],
+        )
         if resp.has_error():
             raise RuntimeError(resp.error().message())
         return _get(resp, "OUTPUT")
@@ -105,7 +150,7 @@ class TritonPythonModel:
             for req in requests:
                 box = []
                 try:
-                    self._handle(req, lambda r, final: box.append(r))
+                    self._handle(req, lambda r, final, box=box: box.append(r))
                     responses.append(box[-1])
                 except Exception as e:
                     responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS: {e}")))
@@ -113,9 +158,11 @@ class TritonPythonModel:
         for req in requests:
             sender = req.get_response_sender()
             try:
-                self._handle(req, lambda r, final: sender.send(r))
+                self._handle(req, lambda r, final, sender=sender: sender.send(r))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             except Exception as e:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS: {e}")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS: {e}")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
         return None

@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import time
 from collections import OrderedDict
 
@@ -20,9 +21,27 @@ import torch
 import triton_python_backend_utils as pb_utils
 from transformers import AutoModelForCausalLM
 
-PERF = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "arrival_time_ns",
-        "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns", "acceptance_rate",
-        "total_accepted_draft_tokens", "total_draft_tokens", "num_input_tokens", "num_output_tokens")
+PERF = (
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
+)
+
+
+def _resolve(args, value):
+    """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
+    if not value or os.path.isabs(value):
+        return value
+    return os.path.normpath(os.path.join(args["model_repository"], value))
 
 
 def _opt(req, name, default=None):
@@ -43,18 +62,28 @@ class TritonPythonModel:
         self.max_blocks = int(max_tokens) // self.tpb if max_tokens.isdigit() else 4096
         torch.manual_seed(0)
         torch.set_num_threads(1)
-        self.model = AutoModelForCausalLM.from_pretrained(params["hf_model_dir"], dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(
+            _resolve(args, params["hf_model_dir"]), dtype=torch.float32
+        ).eval()
         self.prefix = OrderedDict()  # block-chain hash -> (n_tokens, cache)
         self.reused_total = 0
         self.active = 0
         labels = {"model": args["model_name"], "version": args["model_version"]}
-        kv = pb_utils.MetricFamily(name="nv_trt_llm_kv_cache_block_metrics", description="KV cache block metrics "
-                                   "(CPU reference model)", kind=pb_utils.MetricFamily.GAUGE)
-        rq = pb_utils.MetricFamily(name="nv_trt_llm_request_metrics", description="Request metrics (CPU reference "
-                                   "model)", kind=pb_utils.MetricFamily.GAUGE)
+        kv = pb_utils.MetricFamily(
+            name="nv_trt_llm_kv_cache_block_metrics",
+            description="KV cache block metrics (CPU reference model)",
+            kind=pb_utils.MetricFamily.GAUGE,
+        )
+        rq = pb_utils.MetricFamily(
+            name="nv_trt_llm_request_metrics",
+            description="Request metrics (CPU reference model)",
+            kind=pb_utils.MetricFamily.GAUGE,
+        )
         self._families = (kv, rq)  # a MetricFamily must outlive its Metrics
-        self.g = {k: kv.Metric(labels={**labels, "kv_cache_block_type": k})
-                  for k in ("max", "free", "used", "tokens_per", "reused", "fraction")}
+        self.g = {
+            k: kv.Metric(labels={**labels, "kv_cache_block_type": k})
+            for k in ("max", "free", "used", "tokens_per", "reused", "fraction")
+        }
         self.r = {k: rq.Metric(labels={**labels, "request_type": k}) for k in ("active", "max", "scheduled")}
         self.r["max"].set(cfg.get("max_batch_size", 1))
         self.g["max"].set(self.max_blocks)
@@ -156,12 +185,18 @@ class TritonPythonModel:
                 perf.setdefault("first_token_time_ns", now)
                 perf["last_token_time_ns"] = now
                 total = n_in + len(generated)
-                perf.update(kv_cache_reused_blocks=reused, kv_cache_alloc_total_blocks=math.ceil(total / self.tpb),
-                            kv_cache_alloc_new_blocks=math.ceil(total / self.tpb) - reused,
-                            num_output_tokens=len(generated))
+                perf.update(
+                    kv_cache_reused_blocks=reused,
+                    kv_cache_alloc_total_blocks=math.ceil(total / self.tpb),
+                    kv_cache_alloc_new_blocks=math.ceil(total / self.tpb) - reused,
+                    num_output_tokens=len(generated),
+                )
                 self._publish(math.ceil(total / self.tpb))
-                done = (tok == end_id and len(generated) >= min_tokens) or len(generated) >= max_new or any(
-                    s and generated[-len(s):] == s for s in stops)
+                done = (
+                    (tok == end_id and len(generated) >= min_tokens)
+                    or len(generated) >= max_new
+                    or any(s and generated[-len(s) :] == s for s in stops)
+                )
                 if getattr(req, "is_cancelled", None) and req.is_cancelled():
                     done = True
                 if streaming:
@@ -181,7 +216,9 @@ class TritonPythonModel:
             responses = []
             for req in requests:
                 box = []
-                self._generate(req, arrival, lambda toks, perf, err, final: box.append(self._response(toks, perf, err)))
+                self._generate(
+                    req, arrival, lambda toks, perf, err, final, box=box: box.append(self._response(toks, perf, err))
+                )
                 responses.append(box[-1])
             return responses
         for req in requests:
@@ -197,8 +234,10 @@ class TritonPythonModel:
             try:
                 self._generate(req, arrival, send)
             except Exception as e:
-                sender.send(self._response(None, {}, f"CPU reference model: {e}"),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    self._response(None, {}, f"CPU reference model: {e}"),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
             finally:
                 self.active -= 1
                 self.r["active"].set(self.active)

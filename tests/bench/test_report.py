@@ -1,0 +1,153 @@
+"""Bench reports: HTML checked in a real headless Chromium, Markdown, CSV, plots, comparisons, failures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolchain.bench.metrics import RequestRecord, aggregate
+from toolchain.bench.report import load_results, parse_labelled, render
+
+SLO = {"ttft_ms": 400.0, "tpot_ms": 40.0}
+
+
+def _run(
+    conc: int, ttft: float, gap: float, n: int = 12, errors: int = 0, warning: str | None = None
+) -> dict[str, Any]:
+    recs = [
+        RequestRecord(i, 8, 5, 0.0, chunk_times=[ttft + i * 1e-3 + k * gap for k in range(5)], output_tokens=5)
+        for i in range(n)
+    ]
+    recs += [RequestRecord(n + i, 8, 5, 0.0, error="HTTP 500: boom", error_kind="server") for i in range(errors)]
+    client: dict[str, Any] = {"warnings": [warning]} if warning else {}
+    return {
+        "load": {"concurrency": conc},
+        "label": f"concurrency={conc}",
+        "summary": aggregate(recs, 1.0, SLO),
+        "server": None,
+        "client": client,
+        "prefix": None,
+        "records": [r.to_json() for r in recs],
+        "interrupted": None,
+    }
+
+
+def _result(path: Path, runs: list[dict[str, Any]], **prov: Any) -> Path:
+    doc = {
+        "kind": "toolchain.bench-result",
+        "schema": 1,
+        "created": "2026-11-29T12:00:00+00:00",
+        "provenance": {"model": "ensemble", "url": "127.0.0.1:8001", "protocol": "triton", **prov},
+        "planner": {"tpot_floor_b1_ms": 5.5, "gpu": "H100-SXM"},
+        "runs": runs,
+        "interrupted": None,
+        "stop": None,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def two_results(tmp_path: Path) -> list[Path]:
+    a = _result(tmp_path / "a.json", [_run(c, 0.05 * c, 0.01) for c in (1, 2, 4)], cell="h100-sxm-b8")
+    b = _result(
+        tmp_path / "b.json",
+        [_run(1, 0.04, 0.006), _run(2, 0.07, 0.007, errors=2), _run(4, 0.12, 0.009, warning="the client lagged")],
+        cell="h100-sxm-b8",
+    )
+    return [a, b]
+
+
+def test_labelled_comparison_csv_and_plots(two_results: list[Path], tmp_path: Path) -> None:
+    paths, labels = parse_labelled([f"fp8={two_results[0]}", f"int4={two_results[1]}"])
+    files = render(load_results(paths, labels), tmp_path / "rep")
+    assert {"latency_vs_load", "latency_cdf", "icl", "throughput_latency"} <= set(files)
+    for name in ("latency_vs_load", "latency_cdf", "icl", "throughput_latency"):
+        assert files[name].stat().st_size > 5000
+    rows = list(csv.DictReader(files["csv"].read_text().splitlines()))
+    assert [(r["result"], r["load"]) for r in rows] == [
+        (lab, f"concurrency={c}") for lab in ("fp8", "int4") for c in (1, 2, 4)
+    ]
+    assert {"ttft_p90", "ttft_p95", "tpot_p90", "tpot_p95", "icl_p50"} <= set(rows[0])
+    assert float(rows[0]["ttft_p50"]) == pytest.approx(55.5, abs=0.1)
+    md = files["markdown"].read_text()
+    assert "| result | load |" in md and "| int4 | concurrency=2 | 12 | 2 |" in md
+    assert "2 of 14 requests failed (server: 2); first: HTTP 500: boom" in md
+    assert "client warning:** concurrency=4: the client lagged" in md
+    assert "Planner TPOT floor on H100-SXM (batch 1): 5.50 ms" in md and "tpot_ms SLO: 40.0 ms" in md
+    assert "(AIPerf `inter_token_latency`)" in md and "(AIPerf `inter_chunk_latency`)" in md
+
+
+def test_all_failed_run_says_so_instead_of_plotting(tmp_path: Path) -> None:
+    p = _result(tmp_path / "dead.json", [_run(1, 0.1, 0.01, n=0, errors=4)])
+    files = render(load_results([p]), tmp_path / "rep")
+    assert set(files) == {"markdown", "html", "csv"}  # no empty plots
+    md = files["markdown"].read_text()
+    assert "No request completed" in md and "all 4 requests failed (server: 4)" in md
+
+
+def test_cpu_reference_floor_is_not_meaningful(tmp_path: Path) -> None:
+    p = _result(tmp_path / "ref.json", [_run(1, 0.1, 0.01)], reference="the CPU reference model (not TensorRT-LLM)")
+    md = render(load_results([p]), tmp_path / "rep")["markdown"].read_text()
+    assert "not meaningful for this run: it served the CPU reference model" in md
+    assert "× the floor" not in md and "x the floor" not in md
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _chromium() -> str:
+    """Debian's chromium; installed with apt-get when absent and possible, else the test is skipped."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], capture_output=True, timeout=900, env=env)
+        found = shutil.which("chromium")
+        if found:
+            return found
+    pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get with network)")
+
+
+def _browser(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / "chromium-profile"
+    cmd = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+
+
+@pytest.mark.slow
+def test_html_report_in_headless_chromium(two_results: list[Path], tmp_path: Path) -> None:
+    paths, labels = parse_labelled([f"fp8={two_results[0]}", f"int4={two_results[1]}"])
+    files = render(load_results(paths, labels), tmp_path / "rep")
+    url = files["html"].resolve().as_uri()
+    dom = _browser(["--dump-dom", url], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "<title>Benchmark comparison: fp8, int4</title>" in html
+    assert '<h1 id="title">Benchmark comparison: fp8, int4</h1>' in html
+    assert "<td>int4</td><td>concurrency=4</td>" in html and "<td>fp8</td><td>concurrency=1</td>" in html
+    assert "<th>TTFT p90</th><th>TTFT p95</th>" in html
+    assert "the client lagged" in html and "What went wrong" in html
+    for plot in ("latency_vs_load.png", "latency_cdf.png", "icl.png", "throughput_latency.png"):
+        assert f'src="{plot}"' in html
+    assert "<code>inter_chunk_latency</code>" in html and "Planner TPOT floor on H100-SXM" in html
+    shot = tmp_path / "shot.png"
+    r = _browser([f"--screenshot={shot}", "--window-size=1400,3000", url], tmp_path)
+    assert r.returncode == 0 and shot.stat().st_size > 50_000, r.stderr[-2000:]  # text, tables and plots drawn

@@ -1,0 +1,66 @@
+"""Every failure a user can cause ends in one line on stderr and a non-zero exit; causes are kept."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _one_error_line(output: str) -> str:
+    lines = [ln for ln in output.splitlines() if ln.startswith("Error: ")]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    return lines[0]
+
+
+def test_push_of_an_unportable_file_name_is_one_line_and_stores_nothing(cli: Any, tmp_path: Path) -> None:
+    src = tmp_path / "engine"
+    src.mkdir()
+    (src / "a\\b.engine").write_bytes(b"x")
+    (src / "config.json").write_text("{}")
+    reg = tmp_path / "reg"
+    r = cli("cache", "push", src, "--key", "a" * 64, "--registry", reg)
+    assert r.exit_code == 2
+    line = _one_error_line(r.output)
+    assert "a\\b.engine" in line and "rename the file" in line
+    assert cli("cache", "ls", "--registry", reg, "--json").stdout.count('"key"') == 0
+
+
+def test_stdlib_failures_from_user_input_are_one_line(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import toolchain.registry.store as store
+
+    def refuse(self: Any) -> list[str]:
+        raise PermissionError(13, "Permission denied", "/registry/manifests")
+
+    monkeypatch.setattr(store.Registry, "ls", refuse)
+    r = cli("cache", "ls")
+    assert r.exit_code == 1
+    line = _one_error_line(r.output)
+    assert "PermissionError" in line and "/registry/manifests" in line
+
+
+def test_debug_shows_the_traceback_and_its_cause(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "engine"
+    src.mkdir()
+    (src / "a\\b.engine").write_bytes(b"x")
+    monkeypatch.setenv("TOOLCHAIN_DEBUG", "1")
+    r = cli("cache", "push", src, "--key", "a" * 64, "--registry", tmp_path / "reg")
+    assert r.exit_code == 2
+    assert "Traceback" in r.output and "direct cause" in r.output and "unsafe path" in r.output
+
+
+def test_library_errors_keep_their_cause() -> None:
+    """`raise X(...) from None` inside an except block drops the evidence; only the CLI's last line may."""
+    offenders = []
+    for path in sorted((REPO / "toolchain").rglob("*.py")):
+        if path.relative_to(REPO).as_posix() == "toolchain/cli/main.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.cause, ast.Constant) and node.cause.value is None:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []

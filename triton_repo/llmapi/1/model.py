@@ -1,0 +1,147 @@
+"""Triton Python model over TensorRT-LLM's LLM API (runtime `pytorch`), written for toolchain.
+
+Reads `model.yaml` beside this file: `triton_config` configures this model, every other key goes to
+`tensorrt_llm.LLM` (TensorRT-LLM turns the nested dicts into its config objects with
+`update_llm_args_with_extra_dict`). A relative `model` is a directory relative to this file's
+directory. Inputs and outputs follow the upstream `llmapi` template (text in, text out).
+"""
+
+import asyncio
+import json
+import os
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+import yaml
+
+SAMPLING = {
+    "sampling_param_best_of": "best_of",
+    "sampling_param_temperature": "temperature",
+    "sampling_param_top_k": "top_k",
+    "sampling_param_top_p": "top_p",
+    "sampling_param_frequency_penalty": "frequency_penalty",
+    "sampling_param_presence_penalty": "presence_penalty",
+    "sampling_param_max_tokens": "max_tokens",
+    "sampling_param_seed": "seed",
+}
+
+
+def _scalar(req, name):
+    t = pb_utils.get_input_tensor_by_name(req, name)
+    if t is None:
+        return None
+    v = t.as_numpy().reshape(-1)[0]
+    return v.item() if hasattr(v, "item") else v
+
+
+def _strings(req, name):
+    t = pb_utils.get_input_tensor_by_name(req, name)
+    if t is None:
+        return []
+    return [s.decode() if isinstance(s, bytes) else str(s) for s in t.as_numpy().reshape(-1)]
+
+
+def load_options(here):
+    """(LLM keyword arguments, triton_config) from model.yaml; a relative model path resolves against `here`."""
+    path = os.environ.get("LLM_CONFIG_PATH") or os.path.join(here, "model.yaml")
+    with open(path) as f:
+        opts = yaml.safe_load(f) or {}
+    triton = opts.pop("triton_config", None) or {}
+    model = str(opts.get("model", ""))
+    if model and not os.path.isabs(model) and os.path.isdir(os.path.join(here, model)):
+        opts["model"] = os.path.normpath(os.path.join(here, model))
+    return opts, triton
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        from tensorrt_llm import LLM
+        from tensorrt_llm.llmapi.llm_args import update_llm_args_with_extra_dict
+
+        cfg = json.loads(args["model_config"])
+        here = os.path.join(args["model_repository"], args["model_version"])
+        opts, triton = load_options(here)
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
+        if bool(triton.get("decoupled", self.decoupled)) != self.decoupled:
+            raise pb_utils.TritonModelException("model.yaml triton_config.decoupled disagrees with config.pbtxt")
+        model = opts.pop("model")
+        kwargs = update_llm_args_with_extra_dict({"model": model}, opts)
+        self.llm = LLM(**kwargs)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def _sampling(self, req):
+        from tensorrt_llm import SamplingParams
+
+        kw = {}
+        for name, key in SAMPLING.items():
+            v = _scalar(req, name)
+            if v is not None:
+                kw[key] = v
+        stop = [s for s in _strings(req, "sampling_param_stop") if s]
+        if stop:
+            kw["stop"] = stop
+        return SamplingParams(**kw)
+
+    @staticmethod
+    def _response(text, finish=None):
+        tensors = [pb_utils.Tensor("text_output", np.array([text], dtype=object))]
+        if finish is not None:
+            tensors.append(pb_utils.Tensor("finish_reason", np.array([str(finish)], dtype=object)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    async def _run(self, req, send):
+        prompt = _strings(req, "text_input")[0]
+        streaming = bool(_scalar(req, "streaming"))
+        if streaming and not self.decoupled:
+            raise pb_utils.TritonModelException("Streaming is only supported in decoupled mode.")
+        result = self.llm.generate_async(prompt, self._sampling(req), streaming=streaming)
+        if streaming:
+            async for out in result:
+                c = out.outputs[0]
+                send(self._response(c.text_diff, c.finish_reason), False)
+            send(None, True)
+        else:
+            out = await result.aresult()
+            c = out.outputs[0]
+            send(self._response(c.text, c.finish_reason), True)
+
+    def execute(self, requests):
+        if not self.decoupled:
+            responses = []
+            for req in requests:
+                box = []
+                try:
+                    fut = asyncio.run_coroutine_threadsafe(
+                        self._run(req, lambda r, last, box=box: box.append(r)), self.loop
+                    )
+                    fut.result()
+                    responses.append(box[-1])
+                except Exception as e:
+                    responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"llmapi: {e}")))
+            return responses
+        for req in requests:
+            sender = req.get_response_sender()
+
+            def send(resp, last, sender=sender):
+                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
+                if resp is None:
+                    sender.send(flags=flags)
+                else:
+                    sender.send(resp, flags=flags)
+
+            def failed(fut, sender=sender):
+                if fut.exception() is not None:
+                    sender.send(
+                        pb_utils.InferenceResponse(error=pb_utils.TritonError(f"llmapi: {fut.exception()}")),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+
+            asyncio.run_coroutine_threadsafe(self._run(req, send), self.loop).add_done_callback(failed)
+        return None
+
+    def finalize(self):
+        self.llm.shutdown()
+        self.loop.call_soon_threadsafe(self.loop.stop)
