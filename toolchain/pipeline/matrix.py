@@ -12,6 +12,7 @@ the build list is split into matrices of at most 256 jobs, as many as the workfl
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ import yaml
 
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
-from toolchain.errors import UserInputError
-from toolchain.specs.loader import load_spec
+from toolchain.errors import CompatibilityError, UserInputError
+from toolchain.specs.loader import load_spec, safe_yaml
+from toolchain.specs.rules import require_compatible
 
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
 DEFAULT_RUNNERS = {
@@ -43,10 +45,16 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     if path is None:
         return m
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = safe_yaml(path.read_bytes().decode("utf-8"))
+    except OSError as e:
         raise UserInputError(
-            f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
+            f"cannot read runner map {path}: {e.strerror or e}", "give a YAML mapping GPU name -> runner label"
+        ) from e
+    except (yaml.YAMLError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0][:120]
+        raise UserInputError(
+            f"runner map {path} is not a small plain YAML file: {problem}",
+            "give a YAML mapping GPU name -> runner label",
         ) from e
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")
@@ -60,8 +68,25 @@ def build_matrix(
     runners = runners or DEFAULT_RUNNERS
     quantize: dict[str, dict[str, Any]] = {}
     builds: list[dict[str, Any]] = []
+    # What the registry holds comes from one listing, fetched while the keys are computed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(registry.keys) if registry is not None else None
+        _add_jobs(specs, runners, quantize, builds)
+        held = set(listing.result()) if listing is not None else set()
+    for b in builds:
+        b["cached"] = b["engine_key"] in held
+    return {"quantize": list(quantize.values()), "build": builds}
+
+
+def _add_jobs(
+    specs: list[Path], runners: dict[str, str], quantize: dict[str, dict[str, Any]], builds: list[dict[str, Any]]
+) -> None:
     for path in specs:
         spec = load_spec(path)
+        try:
+            require_compatible(spec)  # the rules `spec validate` applies: no CI job for a cell that cannot build
+        except CompatibilityError as e:
+            raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
         for art in for_cells(spec):
             cell, q = art.cell, spec.quantization
             qid = quantize_job_id(art.quantized_key)
@@ -90,11 +115,10 @@ def build_matrix(
                     "runner": runner,
                     "world_size": cell.world_size,
                     "engine_key": key,
-                    "cached": bool(key and registry is not None and registry.exists(key)),
+                    "cached": False,
                     "needs": qid,
                 }
             )
-    return {"quantize": list(quantize.values()), "build": builds}
 
 
 GITHUB_MAX_JOBS = 256  # per matrix
