@@ -92,7 +92,7 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 def stat_signature(st: os.stat_result) -> list[int]:
     """What must be unchanged for a digest computed earlier to still hold: size, mtime, ctime, inode,
-    device (and the link count, see ``StatCache``). ctime cannot be set from user space (``touch -d``
+    device, link count. ctime cannot be set from user space (``touch -d``
     sets mtime and bumps ctime), and every write, chmod, rename or link count change moves it."""
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_nlink]
 
@@ -101,19 +101,13 @@ class StatCache:
     """Maps a file's path and stat signature to the digest read from it, so unchanged files are not
     re-read. An entry is only ever written right after the file was hashed, with the signature taken
     before and checked again after the read (a file written meanwhile is not remembered).
-
-    ``links_move_ctime``: for read-only store blobs restored by hardlink, adding or removing a link
-    moves ctime without touching the bytes; when the link count differs from the recorded one, ctime
-    is not compared (size, mtime, inode and device still are). With an unchanged link count a moved
-    ctime still means a re-read.
     """
 
     SCHEMA = 3  # entries: [size, mtime_ns, ctime_ns, inode, device, nlink, digest]
 
-    def __init__(self, path: Path | None, algo: str = ALGO, *, links_move_ctime: bool = False) -> None:
+    def __init__(self, path: Path | None, algo: str = ALGO) -> None:
         self.path = path
         self.algo = algo
-        self.links_move_ctime = links_move_ctime
         self._data: dict[str, list[Any]] = {}
         self._dirty = False
         if path is not None and path.exists():
@@ -125,25 +119,12 @@ class StatCache:
     def _key(self, file: Path) -> str:
         return f"{self.algo}:{os.path.abspath(file)}"
 
-    def _holds(self, recorded: list[Any], sig: list[int]) -> bool:
-        if recorded == sig:
-            return True
-        if not self.links_move_ctime or recorded[5] == sig[5]:
-            return False
-        return recorded[:2] == sig[:2] and recorded[3:5] == sig[3:5]
-
     def lookup(self, file: Path, st: os.stat_result | None = None) -> str | None:
-        """The remembered digest when the file's signature is unchanged, else None. A match across a
-        link count change (``links_move_ctime``) moves the entry to the current signature."""
-        key = self._key(file)
-        hit = self._data.get(key)
-        sig = stat_signature(st or file.stat())
-        if hit is None or not self._holds(hit[:-1], sig):
-            return None
-        if hit[:-1] != sig:
-            self._data[key] = [*sig, hit[-1]]
-            self._dirty = True
-        return str(hit[-1])
+        """The remembered digest when the file's signature is unchanged, else None."""
+        hit = self._data.get(self._key(file))
+        if hit is not None and hit[:-1] == stat_signature(st or file.stat()):
+            return str(hit[-1])
+        return None
 
     def record(self, file: Path, before: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for ``file`` if it still has the signature it had (``before``) the read."""

@@ -4,7 +4,6 @@ multi-threaded blake3 and copy-while-hashing give the same digests as a plain on
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import blake3
@@ -103,33 +102,3 @@ def test_write_all_finishes_short_writes(tmp_path: Path, monkeypatch: pytest.Mon
     finally:
         os.close(fd)
     assert (tmp_path / "o").read_bytes() == b"0123456789"
-
-
-def test_a_hardlink_restore_does_not_make_the_next_one_rehash(
-    engine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Restoring by hardlink moves the blob's ctime (link count); the verified digest is carried over,
-    so only the first restore reads the blobs."""
-    reg = open_registry(str(tmp_path / "reg"))
-    key = reg.put(None, engine).key
-    hashed: list[Path] = []
-    real = dg.hash_file
-    monkeypatch.setattr(dg, "hash_file", lambda p, *a, **k: hashed.append(Path(p)) or real(p, *a, **k))
-    reg.get(key, tmp_path / "a")
-    assert len(hashed) == 2  # first restore: both blobs verified by reading them
-    hashed.clear()
-    reg.get(key, tmp_path / "b")
-    shutil.rmtree(tmp_path / "a")  # removing a restored copy moves the blob's ctime too
-    reg.get(key, tmp_path / "a")
-    assert hashed == []
-    if "hardlink" in reg.backend.restore_methods:  # type: ignore[attr-defined]
-        blob = tmp_path / "reg" / blob_path(reg.show(key).files["rank0.engine"].digest)
-        os.chmod(blob, 0o644)  # a write that keeps size and mtime is still caught (ctime moved)
-        st = blob.stat()
-        with open(blob, "r+b") as f:
-            first = f.read(1)
-            f.seek(0)
-            f.write(bytes([first[0] ^ 0xFF]))
-        os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
-        with pytest.raises(Exception, match="does not match its digest"):
-            reg.get(key, tmp_path / "c")
