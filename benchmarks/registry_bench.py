@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Registry benchmarks, each measured side by side in one run (medians of --runs):
 
-1. local restore (`Registry.get`: reflink/hardlink, digests verified) vs `cp -r` of the same engine;
+1. local restore (`Registry.get`: a reflink or a copy hashed on the way, digests verified) vs `cp -r`;
 2. hashing: the registry's blake3 (`hash_file`) vs the blake3 package's own multi-threaded hashing of
    the same file (`blake3(max_threads=AUTO).update_mmap`, what `b3sum` does; b3sum itself is not
    installed here), plus hashlib sha256 vs `sha256sum` for reference;
