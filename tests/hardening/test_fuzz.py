@@ -127,6 +127,7 @@ SPEC_COMMANDS: list[list[str]] = [
     ["plan"],
     ["matrix", "--offline", "--format", "json"],
     ["build", "--all", "--dry-run"],
+    ["deploy", "--dry-run"],
 ]
 
 
@@ -231,6 +232,19 @@ def _argv_strategy(files: dict[str, str]) -> st.SearchStrategy[list[str]]:
         st.tuples(st.just("diagnose"), st.just("--bench"), f),
         st.tuples(st.just("diagnose"), st.just("--metrics-url"), url, st.just("--samples"), n),
         st.tuples(st.just("gpus"), st.sampled_from(["--json", "--bogus"])),
+        st.tuples(st.just("build"), f, st.just("--cell"), s, st.just("--dry-run"), st.just("--registry"), reg),
+        st.tuples(st.just("deploy"), f, st.just("--dry-run"), st.just("--cell"), s),
+        st.tuples(
+            st.just("quantize"),
+            st.just("--model"),
+            f,
+            st.just("--format"),
+            s,
+            st.just("--out"),
+            f,
+            st.just("--samples"),
+            n,
+        ),
     ]
     return st.one_of(*cmds).map(list)
 
