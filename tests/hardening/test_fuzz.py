@@ -149,7 +149,7 @@ def test_fuzz_spec_text(tmp_path: Path) -> None:
             check(tally, o, slow_s=5)
             if cmd == ["spec", "validate"]:
                 verdict = o.exit_code
-                if o.exit_code == 0 and o.seconds > 1.0:
+                if o.seconds > 2.0:  # a second of work, with room for a loaded CI machine
                     tally.problems.append(f"validate took {o.seconds:.2f} s: {text[:80]!r}")
             elif verdict not in (0, None) and o.exit_code == 0:
                 tally.problems.append(f"validate refused but `{' '.join(cmd)}` accepted: {text[:200]!r}")
