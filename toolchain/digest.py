@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-CHUNK = 4 * 1024 * 1024
+CHUNK = 16 * 1024 * 1024
 ALGO = "sha256"
+# Below this size a file is hashed on one thread: starting threads would cost more than they save.
+THREADED_MIN = 4 * 1024 * 1024
 
 
 def canonical_json(obj: Any) -> str:
@@ -29,13 +31,14 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def new_hasher(algo: str) -> Any:
+def new_hasher(algo: str, *, threaded: bool = False) -> Any:
+    """A hasher; ``threaded`` blake3 spreads each large ``update`` over all cores (sha256 cannot)."""
     if algo == "sha256":
         return hashlib.sha256()
     if algo == "blake3":
         import blake3
 
-        return blake3.blake3()
+        return blake3.blake3(max_threads=blake3.blake3.AUTO) if threaded else blake3.blake3()
     raise ValueError(f"unknown digest algorithm {algo!r}")
 
 
@@ -49,8 +52,16 @@ def fastest_algo() -> str:
 
 
 def hash_file(path: Path, algo: str = ALGO, sink: int | None = None) -> str:
-    """``<algo>:<hex>`` of a file, read once in large chunks (and written to fd ``sink`` on the way)."""
-    h = new_hasher(algo)
+    """``<algo>:<hex>`` of a file, read once (and written to fd ``sink`` on the way).
+
+    blake3 hashes a large file on every core, as ``b3sum`` does: over a memory map when nothing is
+    copied, chunk by chunk when the bytes also go to ``sink``. sha256 is sequential by design.
+    """
+    threaded = algo == "blake3" and os.stat(path).st_size >= THREADED_MIN
+    h = new_hasher(algo, threaded=threaded)
+    if threaded and sink is None:
+        h.update_mmap(str(path))
+        return f"{algo}:{h.hexdigest()}"
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
@@ -60,8 +71,15 @@ def hash_file(path: Path, algo: str = ALGO, sink: int | None = None) -> str:
                 break
             h.update(view[:n])
             if sink is not None:
-                os.write(sink, view[:n])
+                write_all(sink, view[:n])
     return f"{algo}:{h.hexdigest()}"
+
+
+def write_all(fd: int, data: memoryview | bytes) -> None:
+    """``os.write`` until every byte is written (a single call may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def iter_files(root: Path) -> Iterator[Path]:
@@ -72,8 +90,19 @@ def iter_files(root: Path) -> Iterator[Path]:
             yield Path(dirpath) / name
 
 
+def stat_signature(st: os.stat_result) -> list[int]:
+    """What must be unchanged for a digest computed earlier to still hold: size, mtime, ctime, inode,
+    device. ctime cannot be set from user space (``touch -d`` sets mtime and bumps ctime), and every
+    write, chmod, rename or link count change moves it."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
 class StatCache:
-    """Maps (path, size, mtime_ns, inode) to a digest so unchanged files are not re-read."""
+    """Maps a file's path and stat signature to the digest read from it, so unchanged files are not
+    re-read. An entry is only ever written right after the file was hashed, with the signature taken
+    before and checked again after the read (a file written meanwhile is not remembered)."""
+
+    SCHEMA = 2  # entries: [size, mtime_ns, ctime_ns, inode, device, digest]
 
     def __init__(self, path: Path | None, algo: str = ALGO) -> None:
         self.path = path
@@ -82,25 +111,48 @@ class StatCache:
         self._dirty = False
         if path is not None and path.exists():
             with contextlib.suppress(OSError, ValueError):
-                self._data = json.loads(path.read_text())
+                data = json.loads(path.read_text())
+                if isinstance(data, dict) and data.get("schema") == self.SCHEMA:
+                    self._data = data["entries"]
 
-    def digest(self, file: Path) -> str:
+    def _key(self, file: Path) -> str:
+        return f"{self.algo}:{os.path.abspath(file)}"
+
+    def lookup(self, file: Path, st: os.stat_result | None = None) -> str | None:
+        """The remembered digest when the file's signature is unchanged, else None."""
+        hit = self._data.get(self._key(file))
+        sig = stat_signature(st or file.stat())
+        if hit is not None and hit[:-1] == sig:
+            return str(hit[-1])
+        return None
+
+    def record(self, file: Path, before: os.stat_result, digest: str) -> None:
+        """Remember ``digest`` for ``file`` if it still has the signature it had (``before``) the read."""
+        sig = stat_signature(before)
+        if stat_signature(file.stat()) == sig:
+            self._data[self._key(file)] = [*sig, digest]
+            self._dirty = True
+
+    def forget(self, file: Path) -> None:
+        if self._data.pop(self._key(file), None) is not None:
+            self._dirty = True
+
+    def digest(self, file: Path, *, rehash: bool = False) -> str:
+        """The file's digest: remembered when its signature is unchanged (unless ``rehash``), else read."""
         st = file.stat()
-        sig = [st.st_size, st.st_mtime_ns, st.st_ino]
-        key = f"{self.algo}:{file.resolve()}"
-        hit = self._data.get(key)
-        if hit is not None and hit[:3] == sig:
-            return str(hit[3])
+        if not rehash:
+            hit = self.lookup(file, st)
+            if hit is not None:
+                return hit
         d = hash_file(file, self.algo)
-        self._data[key] = [*sig, d]
-        self._dirty = True
+        self.record(file, st, d)
         return d
 
     def save(self) -> None:
         if self.path is None or not self._dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path, json.dumps(self._data))
+        atomic_write_text(self.path, json.dumps({"schema": self.SCHEMA, "entries": self._data}))
         self._dirty = False
 
 
@@ -110,16 +162,18 @@ def shared_stat_cache(path: Path) -> StatCache:
     return StatCache(path)
 
 
-def dir_digest(root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None) -> str:
+def dir_digest(
+    root: Path, *, exclude: tuple[str, ...] = (), cache: StatCache | None = None, rehash: bool = False
+) -> str:
     """Digest of a directory's relative file names and contents (``cache`` skips re-reading unchanged files;
-    the caller saves it)."""
+    the caller saves it; ``rehash`` reads every file again)."""
     cache = cache or StatCache(None)
     entries = []
     for f in iter_files(root):
         rel = f.relative_to(root).as_posix()
         if rel in exclude:
             continue
-        entries.append([rel, cache.digest(f)])
+        entries.append([rel, cache.digest(f, rehash=rehash)])
     return f"{ALGO}:{sha256_text(canonical_json(entries))}"
 
 
@@ -149,7 +203,7 @@ def staged_file(dest: Path, *, tmp_dir: Path | None = None, mode: int | None = N
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a staged temp file."""
     with staged_file(path) as fd:
-        os.write(fd, text.encode("utf-8"))
+        write_all(fd, text.encode("utf-8"))
 
 
 @contextlib.contextmanager

@@ -177,3 +177,16 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint
     s = saved["runs"][0]["summary"]
     assert s["completed"] >= 1 and s["cancelled"] >= 1 and s["errors"] == 0, s
     assert "Traceback" not in stderr
+
+
+def test_infer_streams_the_answer_to_stdout(cli) -> None:  # type: ignore[no-untyped-def]
+    with sse_server(first_s=0.01, gap_s=0.001) as (url, _):
+        r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m", "--max-tokens", "3")
+        assert r.exit_code == 0, r.output
+        assert r.stdout == " w0 w1 w2\n"
+        assert "3 output tokens" in r.stderr
+        r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m", "--max-tokens", "2", "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["text"] == " w0 w1"
+    with sse_server(mode="503") as (url, _):
+        r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m")
+    assert r.exit_code == 1 and "Error: the request failed (server): HTTP 503" in r.stderr

@@ -104,6 +104,15 @@ def test_server_start_reports_the_log_and_model_load_states(server: S.Server) ->
     assert S.model_states(server.http_url) == "delayed READY, flaky READY, unary READY"
 
 
+def test_infer_streams_text_from_triton(server: S.Server) -> None:
+    from toolchain.bench.infer import infer
+
+    pieces: list[str] = []
+    res = infer("triton", server.grpc_url, "delayed", "hi", max_tokens=3, on_text=pieces.append)
+    assert pieces == ["t0", "t1", "t2"] and res.text == "t0t1t2" and res.output_tokens == 3
+    assert res.ttft_ms is not None and abs(res.ttft_ms - FIRST_MS) < 40
+
+
 def test_streaming_a_non_decoupled_model_is_refused(server: S.Server) -> None:
     with pytest.raises(BenchError, match="not decoupled"):
         run_load("triton", server.grpc_url, "unary", _reqs(2), Load(concurrency=1))

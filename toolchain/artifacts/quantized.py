@@ -10,10 +10,12 @@ Layout (written by the quantize stage, read by the build and Triton stages)::
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import hash_file
+from toolchain.artifacts.layout import cache
+from toolchain.digest import hash_file, shared_stat_cache
 
 # TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
 QUANT_ALGO = {
@@ -26,12 +28,25 @@ QUANT_ALGO = {
 }
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    out = {}
+def file_digests(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
+    """{relpath: {size, digest}} of every file under ``root``, and each file's stat when it was hashed."""
+    out, stats = {}, {}
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size, "digest": hash_file(p)}
-    return out
+            rel = p.relative_to(root).as_posix()
+            stats[rel] = p.stat()
+            out[rel] = {"size": stats[rel].st_size, "digest": hash_file(p)}
+    return out, stats
+
+
+def remember_digests(out: Path, files: dict[str, dict[str, Any]], hashed: dict[str, os.stat_result]) -> None:
+    """Record the digests just computed for ``out``'s files in the stat cache (``verify_output`` then
+    need not read them). Renaming a directory leaves its files' inode and ctime alone, so digests taken
+    in the staging directory hold under the final path; a file changed since is simply not recorded."""
+    stat_cache = shared_stat_cache(cache().statcache)
+    for rel, meta in files.items():
+        stat_cache.record(out / rel, hashed[rel], meta["digest"])
+    stat_cache.save()
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -45,13 +60,23 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def verify_output(out: Path) -> dict[str, Any] | None:
-    """The manifest when every listed file is present with its digest; None otherwise."""
+def verify_output(out: Path, *, rehash: bool = False) -> dict[str, Any] | None:
+    """The manifest when every listed file is present with its digest; None otherwise.
+
+    A file is read again only when its stat signature (size, mtime, ctime, inode) differs from the
+    one recorded when it was last hashed; ``rehash`` reads every file.
+    """
     data = read_manifest(out)
     if data is None:
         return None
-    for rel, meta in data.get("files", {}).items():
-        p = out / rel
-        if not p.is_file() or p.stat().st_size != meta["size"] or hash_file(p) != meta["digest"]:
-            return None
+    stat_cache = shared_stat_cache(cache().statcache)
+    try:
+        for rel, meta in data.get("files", {}).items():
+            p = out / rel
+            if not p.is_file() or p.stat().st_size != meta["size"]:
+                return None
+            if stat_cache.digest(p, rehash=rehash) != meta["digest"]:
+                return None
+    finally:
+        stat_cache.save()
     return data

@@ -6,6 +6,7 @@ stage such as compile publishes artifacts without importing the registry stage.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +18,10 @@ class ArtifactStore(Protocol):
 
     def exists(self, key: str) -> bool:
         """Whether an entry with this full key is stored."""
+        ...
+
+    def existing(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` are stored, asked at once (one listing for many keys)."""
         ...
 
     def resolve(self, ref: str) -> str:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ class TritonTarget:
         self.client = grpcaio.InferenceServerClient(url)
         self.inputs: set[str] = set()
         self.outputs: list[str] = list(PERF_OUT)
+        self.on_text: Callable[[str], None] | None = None  # each streamed piece of text (toolchain infer)
 
     async def check(self) -> None:
         try:
@@ -145,6 +147,9 @@ class TritonTarget:
             text = result.as_numpy("text_output")
             if text is not None and text.size:
                 rec.chunk_times.append(now)
+                if self.on_text is not None:
+                    piece = text.reshape(-1)[0]
+                    self.on_text(piece.decode("utf-8", "replace") if isinstance(piece, bytes) else str(piece))
             n = result.as_numpy("num_output_tokens")
             if n is not None and n.size:
                 server_tokens = max(server_tokens or 0, int(n.reshape(-1)[0]))
@@ -174,6 +179,7 @@ class OpenAITarget:
         self.url = url.rstrip("/")
         self.model, self.chat = model, chat
         self.httpx = httpx
+        self.on_text: Callable[[str], None] | None = None
         # No cap on pooled connections: each in-flight request keeps its own and gives it back at the end
         # of the response, so the next request reuses it instead of paying a TCP handshake.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)
@@ -242,6 +248,8 @@ class OpenAITarget:
                     piece = ch.get("text") if not self.chat else (ch.get("delta") or {}).get("content")
                     if piece:
                         rec.chunk_times.append(now)
+                        if self.on_text is not None:
+                            self.on_text(piece)
                         break
                 usage = obj.get("usage")
                 if usage and usage.get("completion_tokens") is not None:
@@ -385,6 +393,15 @@ async def _run(
         # Send lag is taken when the request actually went out (rec.sent), not when its task was created.
         outcome.lag_s = [max(0.0, r.sent - r.scheduled) for r in records if r.scheduled is not None and not r.warmup]
     return outcome
+
+
+def make_target(protocol: str, url: str, model: str, *, stream: bool = True, timeout: float = 300.0) -> Any:
+    """A Triton gRPC (``triton``) or OpenAI-compatible (``openai``, ``openai-chat``) streaming client."""
+    if protocol == "triton":
+        return TritonTarget(url, model, stream, timeout)
+    if protocol in ("openai", "openai-chat"):
+        return OpenAITarget(url, model, protocol == "openai-chat", timeout)
+    raise BenchError(f"unknown protocol {protocol!r}", "use triton, openai or openai-chat")
 
 
 def run_load(

@@ -18,8 +18,6 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 PCTS = (50, 90, 95, 99)
 DEFINITIONS = {
     "ttft_ms": "request sent -> first streamed token (client clock)",
@@ -104,6 +102,8 @@ def summarize(values: list[float]) -> dict[str, float] | None:
     """P50/P90/P95/P99 (numpy, linear interpolation), min, max, mean; None for no data."""
     if not values:
         return None
+    import numpy as np  # here, not at import: reading results needs no numpy
+
     a = np.asarray(values, dtype=float)
     out = {f"p{p}": float(np.percentile(a, p)) for p in PCTS}
     out.update(min=float(a.min()), max=float(a.max()), mean=float(a.mean()), count=int(a.size))

@@ -11,7 +11,7 @@ import typer
 from toolchain.cli.options import CellOpt, JsonOpt
 
 app = typer.Typer(
-    help="Benchmark a deployment: TTFT, TPOT, ITL, throughput, goodput, prefix-cache proof.",
+    help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
     invoke_without_command=True,
 )
 

@@ -45,9 +45,11 @@ def register(app: typer.Typer) -> None:
         results: list[dict[str, object]] = []
         stopped: NeedsGPUError | None = None
         stages = Stages()
-        for art in for_cells(s, cells):
+        arts = for_cells(s, cells)
+        held = reg.existing(a.engine_key for a in arts if a.engine_key)  # one listing, not a request per cell
+        for art in arts:
             try:  # draft-target: the draft engine first, then the cell's (compile.draft)
-                rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages)
+                rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages, held=held)
             except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
                 if not json_out:
                     raise

@@ -82,16 +82,14 @@ def push(
     Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
     from toolchain.cli.render import Stages, err, out
-    from toolchain.digest import dir_digest
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
-    k = key or dir_digest(src).split(":", 1)[1]
     r = open_registry(registry)
     r.progress = Stages()
-    m = r.put(k, src, kind=kind, provenance={"pushed_from": str(src.resolve())})
+    m = r.put(key or None, src, kind=kind, provenance={"pushed_from": str(src.resolve())})
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)
 

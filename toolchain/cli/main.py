@@ -16,6 +16,7 @@ from toolchain.cli import (
     deploy_cmd,
     diagnose_cmd,
     gpus_cmd,
+    infer_cmd,
     matrix_cmd,
     plan_cmd,
     quantize_cmd,
@@ -60,6 +61,19 @@ class _Group(TyperGroup):
             raise _fail(f"Error: {what} — check the paths and values given; TOOLCHAIN_DEBUG=1 shows where", 1) from None
         except KeyboardInterrupt:
             raise _fail("Interrupted; nothing half-written was kept.", 130) from None
+        except ImportError as e:
+            # An optional dependency (an extra) that a core-only install lacks: exit 3 with the install hint.
+            from toolchain._deps import extra_for
+
+            extra = extra_for(e.name or "")
+            if extra is None:
+                raise
+            _traceback_when_debugging()
+            raise _fail(
+                f"Error: this command needs the Python package '{e.name}', which is not installed"
+                f" — pip install 'toolchain[{extra}]' (or run scripts/setup.sh)",
+                3,
+            ) from None
 
 
 app = typer.Typer(
@@ -67,15 +81,46 @@ app = typer.Typer(
     cls=_Group,
     help="TensorRT-LLM toolchain: spec → plan → quantize → build → registry → Triton → serve → bench → diagnose.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from toolchain import __version__
+
+        sys.stdout.write(f"toolchain {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit"
+    ),
+) -> None:
+    """TensorRT-LLM toolchain: spec → plan → quantize → build → registry → Triton → serve → bench → diagnose."""
+
+
 app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(cache_cmd.app, name="cache")
 app.add_typer(triton_cmd.app, name="triton")
 app.add_typer(bench_cmd.app, name="bench")
-for mod in (up_cmd, gpus_cmd, plan_cmd, quantize_cmd, build_cmd, serve_cmd, deploy_cmd, diagnose_cmd, matrix_cmd):
+for mod in (
+    up_cmd,
+    gpus_cmd,
+    plan_cmd,
+    quantize_cmd,
+    build_cmd,
+    serve_cmd,
+    infer_cmd,
+    deploy_cmd,
+    diagnose_cmd,
+    matrix_cmd,
+):
     mod.register(app)
 
 

@@ -34,6 +34,11 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("github", "gitlab", "json"):
             raise UserInputError(f"unknown --format {fmt!r}", "use github, gitlab or json")
+        if registry is not None and not registry.strip():
+            raise UserInputError(
+                "--registry is empty (is TOOLCHAIN_REGISTRY set in this CI job?)",
+                "set it to the shared registry, or pass --offline to list every cell as not cached",
+            )
         reg = None if offline else open_registry(registry)
         m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))
         if fmt == "github":
@@ -43,4 +48,7 @@ def register(app: typer.Typer) -> None:
         else:
             print_json(m)
         cached = sum(b["cached"] for b in m["build"])
-        err.print(f"{len(m['build'])} build jobs ({cached} cached), {len(m['quantize'])} quantize jobs")
+        err.print(
+            f"{len(m['build'])} cells ({cached} already in the registry, no job for them), "
+            f"{len(m['quantize'])} quantize groups"
+        )

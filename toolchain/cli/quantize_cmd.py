@@ -21,6 +21,14 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--out", help="Output directory (trtllm/, hf/, manifest.json)")
         ] = None,
         device: Annotated[str, typer.Option("--device", help="cpu or cuda")] = "cpu",
+        device_map: Annotated[
+            str | None,
+            typer.Option(
+                "--device-map",
+                help="Spread a model larger than one GPU over the visible GPUs: auto|balanced|sequential "
+                "(with --device cuda)",
+            ),
+        ] = None,
         dataset: Annotated[
             str, typer.Option("--dataset", help="builtin, a .txt/.jsonl file, or hf:<name>")
         ] = "builtin",
@@ -54,6 +62,10 @@ def register(app: typer.Typer) -> None:
         from toolchain.quantize.run import quantize as run_quantize
 
         stages = Stages()
+        if device_map is not None and device != "cuda":
+            raise UserInputError(
+                "--device-map spreads the model over GPUs", "add --device cuda, or drop --device-map on CPU"
+            )
         jobs: list[tuple[Path, Recipe, Path, object, bool, str | None, str | None]] = []
         if spec is not None:
             if model is not None or fmt is not None:
@@ -96,6 +108,7 @@ def register(app: typer.Typer) -> None:
                 r,
                 dest,
                 device=device,
+                device_map=device_map,
                 force=force,
                 allow_pickle=allow_pickle,
                 accuracy_limits=limits,

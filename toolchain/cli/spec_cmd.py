@@ -68,10 +68,8 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
 
     Examples: toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --json
     """
-    from rich.table import Table
-
     from toolchain.artifacts.cell import for_cells
-    from toolchain.cli.render import out, print_json
+    from toolchain.cli.render import print_json, print_table
     from toolchain.specs.loader import load_spec
 
     s = load_spec(spec)
@@ -79,19 +77,18 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
         return
-    t = Table(title=f"{s.name}: {len(ids)} cells")
-    for col in ("cell", "gpu", "batch", "seq", "input", "tp", "engine key", "profile id"):
-        t.add_column(col)
-    for i in ids:
-        c = i.cell
-        t.add_row(
-            c.id,
-            c.gpu.name,
-            str(c.max_batch_size),
-            str(c.max_seq_len),
-            str(c.max_input_len),
-            str(c.tp),
+    rows = [
+        [
+            i.cell.id,
+            i.cell.gpu.name,
+            str(i.cell.max_batch_size),
+            str(i.cell.max_seq_len),
+            str(i.cell.max_input_len),
+            str(i.cell.tp),
             (i.engine_key or "pending")[:16],
             (i.profile_id or i.pending or "")[:16],
-        )
-    out.print(t)
+        ]
+        for i in ids
+    ]
+    columns = ["cell", "gpu", "batch", "seq", "input", "tp", "engine key", "profile id"]
+    print_table(f"{s.name}: {len(ids)} cells", columns, rows)

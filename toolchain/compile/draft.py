@@ -27,8 +27,10 @@ def builds_for(
     force: bool = False,
     timeout: float | None = None,
     progress: Progress = silent,
+    held: set[str] | None = None,
 ) -> list[CellBuild]:
-    """Plan or build every engine a cell needs: the draft first (draft-target), then the cell's own."""
+    """Plan or build every engine a cell needs: the draft first (draft-target), then the cell's own.
+    ``held``: the cell engine keys the registry holds, asked once for many cells (``Registry.existing``)."""
     out: list[CellBuild] = []
     extra: dict[str, object] = {}
     d = draft_artifacts(art)
@@ -44,9 +46,17 @@ def builds_for(
         out.append(r)
         extra = {"role": "target", "draft_engine_key": r.key}
     t = (
-        plan_cell_build(art, registry, force=force)
+        plan_cell_build(art, registry, force=force, held=held)
         if dry_run
-        else build_cell(art, registry, force=force, timeout=timeout, progress=progress, provenance_extra=extra or None)
+        else build_cell(
+            art,
+            registry,
+            force=force,
+            timeout=timeout,
+            progress=progress,
+            provenance_extra=extra or None,
+            held=held,
+        )
     )
     if d is not None:
         t.notes.append(f"draft engine key {out[0].key}")

@@ -171,7 +171,11 @@ def _check_local_gpu(cell: Cell, notes: list[str]) -> None:
         )
 
 
-def plan_cell_build(art: CellArtifacts, registry: ArtifactStore, *, force: bool = False) -> CellBuild:
+def plan_cell_build(
+    art: CellArtifacts, registry: ArtifactStore, *, force: bool = False, held: set[str] | None = None
+) -> CellBuild:
+    """What building one cell would do. ``held``: the engine keys the registry holds, when the caller
+    asked once for many cells (``Registry.existing``); otherwise the registry is asked for this key."""
     cell = art.cell
     require_compatible(cell.spec, [cell])
     key = engine_key_of(art)
@@ -186,7 +190,8 @@ def plan_cell_build(art: CellArtifacts, registry: ArtifactStore, *, force: bool 
         )
     else:
         cmd = []
-    status = "cached" if registry.exists(key) and not force else "planned"
+    cached = key in held if held is not None else registry.exists(key)
+    status = "cached" if cached and not force else "planned"
     return CellBuild(cell, key, status, cmd, ckpt)
 
 
@@ -206,8 +211,9 @@ def build_cell(
     timeout: float | None = None,
     provenance_extra: dict[str, Any] | None = None,
     progress: Progress = silent,
+    held: set[str] | None = None,
 ) -> CellBuild:
-    plan = plan_cell_build(art, registry, force=force)
+    plan = plan_cell_build(art, registry, force=force, held=held)
     if plan.status == "cached":
         return plan
     from toolchain.artifacts.quantized import verify_output

@@ -1,6 +1,6 @@
 """Synthesise the exact `trtllm-build` command for one matrix cell, and predict the engine's
-``build_config`` TensorRT-LLM will write (its automatic adjustments included, facts §1.5), so a
-built engine can be checked for drift.
+``build_config`` TensorRT-LLM will write (its automatic adjustments included: NVIDIA/TensorRT-LLM
+tensorrt_llm/builder.py and _common.py), so a built engine can be checked for drift.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
 from toolchain.specs.resolve import resolve
 
-# HF architecture -> the per-model converter an unquantized checkpoint needs (facts §2.4).
+# HF architecture -> the per-model converter an unquantized checkpoint needs (TensorRT-LLM examples/models/core/*).
 CONVERTERS = {
     "LlamaForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
     "MistralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",

@@ -1,8 +1,18 @@
 """`toolchain matrix`: the CI engine matrix — one build job per cell, one quantize job per model,
-precision and parallel mapping, runner labels per GPU class, cached cells marked."""
+precision and parallel mapping, runner labels per GPU class, cached cells marked.
+
+The CI formats carry only the work still to do: a cell whose engine is already in the registry gets no
+job (no GPU runner is taken for it), and a quantize group gets a job only when one of its cells does.
+GitHub Actions allows at most 256 jobs per matrix and 1 MB of outputs per job
+(docs.github.com "Running variations of jobs in a workflow" and "Passing information between jobs"):
+the build list is split into matrices of at most 256 jobs, as many as the workflow has build stages
+(``GITHUB_BUILD_STAGES``), and the whole output is checked against the size limit.
+"""
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +23,7 @@ from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.errors import UserInputError
 from toolchain.specs.loader import load_spec
 
+CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
     "A100-80GB-SXM": "gpu-a100",
@@ -50,6 +61,19 @@ def build_matrix(
     runners = runners or DEFAULT_RUNNERS
     quantize: dict[str, dict[str, Any]] = {}
     builds: list[dict[str, Any]] = []
+    # What the registry holds comes from one listing, fetched while the keys are computed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(registry.keys) if registry is not None else None
+        _add_jobs(specs, runners, quantize, builds)
+        held = set(listing.result()) if listing is not None else set()
+    for b in builds:
+        b["cached"] = b["engine_key"] in held
+    return {"quantize": list(quantize.values()), "build": builds}
+
+
+def _add_jobs(
+    specs: list[Path], runners: dict[str, str], quantize: dict[str, dict[str, Any]], builds: list[dict[str, Any]]
+) -> None:
     for path in specs:
         spec = load_spec(path)
         for art in for_cells(spec):
@@ -80,43 +104,86 @@ def build_matrix(
                     "runner": runner,
                     "world_size": cell.world_size,
                     "engine_key": key,
-                    "cached": bool(key and registry is not None and registry.exists(key)),
+                    "cached": False,
                     "needs": qid,
                 }
             )
-    return {"quantize": list(quantize.values()), "build": builds}
+
+
+GITHUB_MAX_JOBS = 256  # per matrix
+GITHUB_MAX_OUTPUT_BYTES = 1_000_000  # all outputs of one job
+GITHUB_BUILD_STAGES = 4  # build-0 .. build-3 in ci/github/engine-matrix.yml
+
+
+def pending(m: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Only what is not in the registry yet: uncached builds and the quantize groups they need."""
+    builds = [b for b in m["build"] if not b["cached"]]
+    needed = {b["needs"] for b in builds}
+    return {"quantize": [q for q in m["quantize"] if q["id"] in needed], "build": builds}
 
 
 def github(m: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Outputs for `strategy.matrix: ${{ fromJSON(...) }}`: {"include": [...]} per job kind."""
-    return {"quantize": {"include": m["quantize"]}, "build": {"include": m["build"]}}
+    """Outputs for `strategy.matrix: ${{ fromJSON(...) }}`: ``quantize`` and ``build_0`` .. ``build_3``
+    ({"include": [...]}, at most 256 jobs each), their job counts, and the ids of cached cells."""
+    todo = pending(m)
+    if len(todo["quantize"]) > GITHUB_MAX_JOBS:
+        raise UserInputError(
+            f"{len(todo['quantize'])} quantize jobs exceed GitHub's {GITHUB_MAX_JOBS} jobs per matrix",
+            "split the specs over several workflow runs (toolchain matrix SPEC... per run)",
+        )
+    builds = todo["build"]
+    chunks = [builds[i : i + GITHUB_MAX_JOBS] for i in range(0, len(builds), GITHUB_MAX_JOBS)]
+    if len(chunks) > GITHUB_BUILD_STAGES:
+        raise UserInputError(
+            f"{len(builds)} build jobs need {len(chunks)} matrices of {GITHUB_MAX_JOBS}; the workflow has "
+            f"{GITHUB_BUILD_STAGES} build stages",
+            "split the specs over several workflow runs, or add build stages to ci/github/engine-matrix.yml",
+        )
+    out: dict[str, Any] = {"quantize": {"include": todo["quantize"]}, "quantize_count": len(todo["quantize"])}
+    for i in range(GITHUB_BUILD_STAGES):
+        chunk = chunks[i] if i < len(chunks) else []
+        out[f"build_{i}"] = {"include": chunk}
+        out[f"build_{i}_count"] = len(chunk)
+    out["cached"] = [b["id"] for b in m["build"] if b["cached"]]
+    size = len(json.dumps(out, separators=(",", ":")).encode())
+    if size > GITHUB_MAX_OUTPUT_BYTES:
+        raise UserInputError(
+            f"the matrix is {size:,} bytes; GitHub allows {GITHUB_MAX_OUTPUT_BYTES:,} bytes of job outputs",
+            "split the specs over several workflow runs",
+        )
+    return out
 
 
-def gitlab(m: dict[str, list[dict[str, Any]]], registry_var: str = "$TOOLCHAIN_REGISTRY") -> dict[str, Any]:
-    """A child pipeline: one quantize job per group, one build job per cell needing its group."""
+def gitlab(m: dict[str, list[dict[str, Any]]], image: str = CI_IMAGE) -> dict[str, Any]:
+    """A child pipeline: one quantize job per group still needed, one build job per cell not in the registry
+    (cached cells get no job at all); every job runs scripts/ci-gpu-job.sh in NVIDIA's container."""
+    todo = pending(m)
     doc: dict[str, Any] = {
         "stages": ["quantize", "build"],
-        "default": {
-            "image": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
-            "before_script": ["scripts/setup.sh"],
-        },
+        "default": {"image": image},
+        "variables": {"TOOLCHAIN_CACHE": "$CI_PROJECT_DIR/.toolchain-cache"},
     }
-    for q in m["quantize"]:
+    logs = {"when": "always", "paths": [".toolchain-cache/logs/"]}
+    for q in todo["quantize"]:
         doc[q["id"]] = {
             "stage": "quantize",
             "tags": [q["runner"]],
-            "script": [f".venv/bin/toolchain quantize {q['spec']} --device cuda --registry {registry_var}"],
+            "script": [f"scripts/ci-gpu-job.sh quantize {q['spec']}"],
+            "artifacts": logs,
         }
-    for b in m["build"]:
-        job: dict[str, Any] = {
+    for b in todo["build"]:
+        doc[b["id"]] = {
             "stage": "build",
             "tags": [b["runner"]],
-            "needs": [b["needs"]],
+            "needs": [b["needs"]] if b["needs"] in doc else [],
             "variables": {"ENGINE_KEY": b["engine_key"] or ""},
-            "script": [f".venv/bin/toolchain build {b['spec']} --cell {b['cell']} --registry {registry_var}"],
-            "artifacts": {"when": "always", "paths": ["logs/"]},
+            "script": [f"scripts/ci-gpu-job.sh build {b['spec']} {b['cell']}"],
+            "artifacts": logs,
         }
-        if b["cached"]:
-            job["rules"] = [{"when": "never"}]  # already in the registry
-        doc[b["id"]] = job
+    if not todo["build"] and not todo["quantize"]:  # a child pipeline needs one job: a CPU one that says so
+        doc["nothing-to-build"] = {
+            "stage": "build",
+            "image": "busybox",
+            "script": [f"echo every engine is in the registry ({len(m['build'])} cells)"],
+        }
     return doc

@@ -57,6 +57,9 @@ def run_up(
     concurrency: tuple[int, ...] = (1, 2),
     progress: Progress = silent,
 ) -> UpResult:
+    from toolchain._deps import need_extras
+
+    need_extras("quantize", "triton", "report")
     from toolchain.bench.loadgen import Load
     from toolchain.bench.run import BenchConfig, run_bench, save
     from toolchain.bench.workload import Dist, synthetic

@@ -77,7 +77,7 @@ def _unpack_int4_rows(packed: Any) -> Any:
     lo, hi = b & 0xF, (b >> 4) & 0xF
     lo = torch.where(lo > 7, lo - 16, lo)
     hi = torch.where(hi > 7, hi - 16, hi)
-    out = torch.empty((packed.shape[0] * 2, packed.shape[1]), dtype=torch.float32)
+    out = torch.empty((packed.shape[0] * 2, packed.shape[1]), dtype=torch.float32, device=packed.device)
     out[0::2], out[1::2] = lo.float(), hi.float()
     return out
 
@@ -85,76 +85,165 @@ def _unpack_int4_rows(packed: Any) -> Any:
 def _unpack_e2m1_cols(packed: Any) -> Any:
     import torch
 
-    table = torch.tensor(E2M1)
+    table = torch.tensor(E2M1, device=packed.device)
     b = packed.to(torch.int64)
-    out = torch.empty((packed.shape[0], packed.shape[1] * 2), dtype=torch.float32)
+    out = torch.empty((packed.shape[0], packed.shape[1] * 2), dtype=torch.float32, device=packed.device)
     out[:, 0::2], out[:, 1::2] = table[b & 0xF], table[(b >> 4) & 0xF]
     return out
 
 
-def dequantize_hf_export(export_dir: Path) -> dict[str, Any]:
-    """Plain-torch dequantization of a unified HF checkpoint to a float32 state dict."""
-    import torch
-    from safetensors.torch import load_file
+class CheckpointTensors:
+    """The tensors of a checkpoint directory, read one at a time onto ``device`` as float32.
 
-    qcfg = json.loads((export_dir / "hf_quant_config.json").read_text())["quantization"]
-    algo = qcfg.get("quant_algo")
-    group = int(qcfg.get("group_size") or 128)
-    tensors: dict[str, Any] = {}
-    for f in sorted(export_dir.glob("*.safetensors")):
-        tensors.update(load_file(str(f)))
-    out: dict[str, Any] = {}
-    aux = ("weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale", "k_scale", "v_scale")
-    for name, t in tensors.items():
-        if name.rsplit(".", 1)[-1] in aux:
-            continue
+    No file stays mapped between reads, so a pass over a checkpoint holds one tensor at a time,
+    never the checkpoint. ``*.safetensors`` first; pickle ``*.bin`` only when there are none.
+    """
+
+    def __init__(self, root: Path, device: str) -> None:
+        from safetensors import safe_open
+
+        self.root, self.device = root, device
+        self._files: dict[str, Path] = {}
+        for f in sorted(root.glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as h:
+                self._files.update(dict.fromkeys(h.keys(), f))
+        self._pickled: dict[str, Any] = {}
+        if not self._files:
+            import torch
+
+            for f in sorted(root.glob("*.bin")):
+                # mmap: the weights stay in the page cache, not in this process, until read
+                self._pickled.update(torch.load(f, map_location="cpu", mmap=True, weights_only=True))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._files or name in self._pickled
+
+    def raw(self, name: str) -> Any:
+        """The stored tensor, on the device, in its stored dtype."""
+        if name in self._pickled:
+            return self._pickled[name].to(self.device)
+        from safetensors import safe_open
+
+        with safe_open(str(self._files[name]), framework="pt") as h:
+            return h.get_tensor(name).to(self.device)
+
+    def get(self, name: str) -> Any:
+        return self.raw(name).float()
+
+
+class DequantizedExport(CheckpointTensors):
+    """A unified HF export read back as the float32 weights it stands for (plain-torch dequantization)."""
+
+    AUX = ("weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale", "k_scale", "v_scale")
+
+    def __init__(self, root: Path, device: str) -> None:
+        super().__init__(root, device)
+        qcfg = json.loads((root / "hf_quant_config.json").read_text())["quantization"]
+        self.algo = qcfg.get("quant_algo")
+        self.group = int(qcfg.get("group_size") or 128)
+
+    def names(self) -> list[str]:
+        """The model tensors of the export (scales and other quantizer state left out)."""
+        return [n for n in self._files if n.rsplit(".", 1)[-1] not in self.AUX]
+
+    def get(self, name: str) -> Any:
+        import torch
+
+        t = self.raw(name)
         base = name[: -len(".weight")] if name.endswith(".weight") else None
-        scale = tensors.get(f"{base}.weight_scale") if base else None
-        if scale is None:
-            out[name] = t.float()
-            continue
-        if algo in ("W4A16_AWQ", "W4A8_AWQ"):
-            w = _unpack_int4_rows(t) * scale.float().repeat_interleave(group, 1)
-        elif algo in ("NVFP4", "W4A16_NVFP4"):
-            s2 = tensors[f"{base}.weight_scale_2"].float()
-            w = _unpack_e2m1_cols(t) * scale.float().repeat_interleave(16, 1) * s2
+        if base is None or f"{base}.weight_scale" not in self:
+            return t.float()
+        scale = self.get_aux(f"{base}.weight_scale")
+        if self.algo in ("W4A16_AWQ", "W4A8_AWQ"):
+            w = _unpack_int4_rows(t) * scale.repeat_interleave(self.group, 1)
+        elif self.algo in ("NVFP4", "W4A16_NVFP4"):
+            w = _unpack_e2m1_cols(t) * scale.repeat_interleave(16, 1) * self.get_aux(f"{base}.weight_scale_2")
         elif t.dtype == torch.float8_e4m3fn:
-            w = t.float() * scale.float()
+            w = t.float() * scale
         elif t.dtype == torch.int8:
-            w = t.float() * (scale.float()[:, None] if scale.dim() else scale.float())
+            w = t.float() * (scale[:, None] if scale.dim() else scale)
         else:
-            raise QuantizeError(f"cannot dequantize {name} ({t.dtype}) for quant_algo {algo}")
-        pqs = tensors.get(f"{base}.pre_quant_scale")
-        if pqs is not None:
-            w = w * pqs.float()[None, :]
-        out[name] = w
-    return out
+            raise QuantizeError(f"cannot dequantize {name} ({t.dtype}) for quant_algo {self.algo}")
+        if f"{base}.pre_quant_scale" in self:
+            w = w * self.get_aux(f"{base}.pre_quant_scale")[None, :]
+        return w
+
+    def get_aux(self, name: str) -> Any:
+        return self.raw(name).float()
 
 
-def dequant_model(original_dir: Path, export_dir: Path) -> Any:
-    """The original architecture with the export's dequantized weights loaded."""
+def dequantize_hf_export(export_dir: Path, device: str = "cpu") -> dict[str, Any]:
+    """Plain-torch dequantization of a whole unified HF checkpoint to a float32 state dict (small models, tests)."""
+    src = DequantizedExport(export_dir, device)
+    return {n: src.get(n) for n in src.names()}
+
+
+def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, device: str) -> Any:
+    """Logits of ``model_dir``'s architecture with weights from ``tensors``, one module's weights at a time.
+
+    The model is built with its parameters on the meta device; a hook before each module's forward
+    reads that module's own parameters onto ``device`` and one after it drops them again. Peak
+    memory is one module's float32 weights (the largest is usually the output head) plus
+    activations, whatever the model's size; every tensor is read once per pass.
+    """
     import torch
-    from transformers import AutoModelForCausalLM
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval()
-    state = dequantize_hf_export(export_dir)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if "rotary" not in m]:
-        raise QuantizeError(
-            f"export {export_dir} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
-        )
-    return model
+    cfg = AutoConfig.from_pretrained(model_dir)
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.eval()
+    for mod in model.modules():
+        for bname, buf in list(mod._buffers.items()):
+            if buf is not None:
+                mod._buffers[bname] = buf.to(device)
+    # Which stored tensor each parameter slot reads; tied parameters share one stored name.
+    aliases: dict[int, list[tuple[torch.nn.Module, str, str]]] = {}
+    for mname, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            aliases.setdefault(id(p), []).append((mod, pname, f"{mname}.{pname}" if mname else pname))
+    plan: dict[torch.nn.Module, list[tuple[str, str]]] = {}
+    for slots in aliases.values():
+        stored = next((full for _, _, full in slots if full in tensors), None)
+        if stored is None:
+            raise QuantizeError(f"{tensors.root} has no tensor for {slots[0][2]}; it does not match {model_dir}")
+        for mod, pname, _ in slots:
+            plan.setdefault(mod, []).append((pname, stored))
+    placeholders = {mod: {pname: mod._parameters[pname] for pname, _ in slots} for mod, slots in plan.items()}
+
+    def load(mod: torch.nn.Module, args: Any) -> None:
+        for pname, stored in plan[mod]:
+            mod._parameters[pname] = torch.nn.Parameter(tensors.get(stored), requires_grad=False)
+
+    def drop(mod: torch.nn.Module, args: Any, output: Any) -> None:
+        mod._parameters.update(placeholders[mod])
+
+    handles = []
+    for mod in plan:
+        handles += [mod.register_forward_pre_hook(load), mod.register_forward_hook(drop)]
+    try:
+        with torch.no_grad():
+            out = model(
+                input_ids=batch["input_ids"].to(device),
+                attention_mask=batch["attention_mask"].to(device),
+                use_cache=False,
+            )
+        return out.logits.float()
+    finally:
+        for h in handles:
+            h.remove()
 
 
-def check_export(original_dir: Path, export_dir: Path) -> Accuracy:
-    """Dequantized-export accuracy (weights only) against the original in float32."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def check_export(original_dir: Path, export_dir: Path, device: str = "cpu") -> Accuracy:
+    """Dequantized-export accuracy (weights only) against the original, both in float32 on ``device``,
+    streamed module by module (see ``streamed_logits``): memory does not grow with the model."""
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(original_dir)
     batch = held_out_batch(tok)
-    ref = logits_of(AutoModelForCausalLM.from_pretrained(original_dir, dtype=torch.float32).eval(), batch)
-    q = logits_of(dequant_model(original_dir, export_dir), batch)
+    ref = streamed_logits(original_dir, CheckpointTensors(original_dir, device), batch, device).cpu()
+    q = streamed_logits(original_dir, DequantizedExport(export_dir, device), batch, device).cpu()
     return compare(ref, q, batch, "dequant")
 
 

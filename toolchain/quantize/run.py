@@ -25,7 +25,7 @@ from typing import Any
 
 from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
-from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, verify_output
+from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
@@ -54,6 +54,7 @@ DECODER_TYPE = {
 }
 AWQ_FORMATS = ("int4_awq", "w4a8_awq")
 NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
 
 
 @dataclass
@@ -121,6 +122,7 @@ def quantize(
     out: Path,
     *,
     device: str = "cpu",
+    device_map: str | dict[str, Any] | None = None,
     force: bool = False,
     allow_pickle: bool = False,
     accuracy_limits: Any = None,
@@ -130,6 +132,12 @@ def quantize(
     progress: Progress = silent,
 ) -> QuantizeResult:
     """Quantize ``model_dir`` per ``recipe`` into ``out`` (atomic), check accuracy, write the manifest.
+
+    ``device`` is where the model runs: ``cpu``, or ``cuda`` (loaded straight onto the first GPU).
+    ``device_map`` spreads a model larger than one GPU over the visible ones (``auto``, ``balanced``,
+    ``sequential`` or an explicit module -> device map, as Transformers/Accelerate take it): ModelOpt
+    calibrates it where it lies, and the accuracy check streams the weights module by module onto the
+    first device, so no step needs the whole model in one place in float32.
 
     ``input_digest`` is ``model_dir``'s content digest when the caller already has it (it is computed otherwise).
     """
@@ -159,6 +167,8 @@ def quantize(
             raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
     elif device != "cpu":
         raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise UserInputError(f"unknown device map '{device_map}'", f"use one of {', '.join(DEVICE_MAPS)}")
 
     progress("importing torch, transformers and ModelOpt")
     torch = require("torch", "quantize")
@@ -177,13 +187,20 @@ def quantize(
     notes: list[str] = []
 
     def fresh() -> Any:
-        return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+        auto = transformers.AutoModelForCausalLM
+        if device_map is not None:
+            return auto.from_pretrained(model_dir, dtype=dtype, device_map=device_map).eval()
+        if device == "cuda":  # straight onto the GPU, never a full copy in host memory first
+            return auto.from_pretrained(model_dir, dtype=dtype, device_map={"": 0}).eval()
+        return auto.from_pretrained(model_dir, dtype=dtype).eval()
 
     progress("loading checkpoint")
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = fresh()
+    # Inputs go where the embedding lies; with a device map the model moves activations onward itself.
+    first = str(model.get_input_embeddings().weight.device)
     if recipe.weights in AWQ_FORMATS:
         check_awq_dims(model, recipe.awq_group_size)
 
@@ -196,11 +213,12 @@ def quantize(
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
             for i, b in enumerate(batches):
-                m(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device))
+                m(input_ids=b.input_ids.to(first), attention_mask=b.attention_mask.to(first))
                 progress("calibration", i + 1, len(batches), unit="batch")
 
     eval_batch = acc_mod.held_out_batch(tok)
-    ref_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
+    on_first = {k: v.to(first) for k, v in eval_batch.items()}
+    ref_logits = acc_mod.logits_of(model, on_first).cpu()
 
     progress(f"calibrating {recipe.weights} (kv {recipe.kv_cache}) on {recipe.samples} samples")
     with _quiet():
@@ -222,41 +240,41 @@ def quantize(
     if use_fake:
         progress("evaluating fake-quantized model")
         with _quiet():
-            q_logits = acc_mod.logits_of(model, {k: v.to(device) for k, v in eval_batch.items()})
-        fake = acc_mod.compare(ref_logits.cpu(), q_logits.cpu(), eval_batch, "fakequant")
+            q_logits = acc_mod.logits_of(model, on_first).cpu()
+        fake = acc_mod.compare(ref_logits, q_logits, eval_batch, "fakequant")
 
     with staged_dir(out) as tmp:
+        # Each exporter changes the model it reads (scales are merged, weights replaced by their
+        # quantized form), so the second export reads a copy restored from the saved quantizer state.
         state = tmp / "modelopt_state.pth"
         with _quiet():
             mto.save(model, str(state))
-        del model
-        progress("exporting unified HF checkpoint")
-        with _quiet(), torch.inference_mode():
-            m_hf = mto.restore(fresh(), str(state))
-            mexport.export_hf_checkpoint(m_hf, export_dir=tmp / "hf")
-        del m_hf
-        tok.save_pretrained(tmp / "hf")
         progress(f"exporting TensorRT-LLM checkpoint (tp={recipe.tp}, pp={recipe.pp})")
         decoder = DECODER_TYPE[cfg["architectures"][0]]
         with _quiet(), torch.inference_mode():
-            m_trt = mto.restore(fresh(), str(state))
             mexport.export_tensorrt_llm_checkpoint(
-                m_trt,
+                model,
                 decoder_type=decoder,
                 dtype=dtype,
                 export_dir=tmp / "trtllm",
                 inference_tensor_parallel=recipe.tp,
                 inference_pipeline_parallel=recipe.pp,
             )
-        del m_trt
+        del model
         tok.save_pretrained(tmp / "trtllm")
-        state.unlink()
         _check_trtllm_config(tmp / "trtllm", recipe)
+        progress("exporting unified HF checkpoint")
+        with _quiet(), torch.inference_mode():
+            m_hf = mto.restore(fresh(), str(state))
+            mexport.export_hf_checkpoint(m_hf, export_dir=tmp / "hf")
+        del m_hf
+        tok.save_pretrained(tmp / "hf")
+        state.unlink()
 
         progress("checking accuracy")
-        dq = acc_mod.check_export(model_dir, tmp / "hf")
+        dq = acc_mod.check_export(model_dir, tmp / "hf", first)
         primary = fake if fake is not None else dq
-        files = file_digests(tmp)
+        files, hashed = file_digests(tmp)
         manifest = {
             "kind": "toolchain.quantized-checkpoint",
             "schema": 1,
@@ -281,6 +299,7 @@ def quantize(
             acc_mod.gate(primary, accuracy_limits)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         _fsync_tree(tmp)
+    remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=notes)
 
 

@@ -24,10 +24,27 @@ TINY = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 512,
 }
+# About 160M parameters (305 MiB in bf16): large enough that imports do not dominate memory and time
+# figures (benchmarks/quantize_bench.py); the same builder, only the sizes differ.
+LLAMA_160M = {
+    "vocab_size": 32000,
+    "hidden_size": 768,
+    "intermediate_size": 2304,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+}
 
 
-def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Path:
-    """Write the tiny checkpoint to ``out`` atomically; returns ``out``."""
+def make_tiny_checkpoint(
+    out: Path, *, seed: int = 0, force: bool = False, sizes: dict[str, int] | None = None, dtype: str = "float32"
+) -> Path:
+    """Write the tiny checkpoint (or a random Llama of other ``sizes``) to ``out`` atomically; returns ``out``.
+
+    The tokenizer always has ``TINY["vocab_size"]`` entries; a larger model vocabulary only adds rows.
+    """
+    dims = dict(sizes or TINY)
     out = Path(out)
     if out.exists():
         if not force and (out / "config.json").is_file():
@@ -41,7 +58,7 @@ def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Pa
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=TINY["vocab_size"],
+        vocab_size=min(TINY["vocab_size"], dims["vocab_size"]),
         special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
         initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -54,7 +71,7 @@ def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Pa
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
     cfg = transformers.LlamaConfig(
-        **TINY,
+        **dims,
         tie_word_embeddings=False,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
@@ -67,6 +84,7 @@ def make_tiny_checkpoint(out: Path, *, seed: int = 0, force: bool = False) -> Pa
     # (tests compare greedy text across runtimes) and accuracy numbers mean something.
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
+    model = model.to(getattr(torch, dtype))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import settings
-from toolchain.digest import hash_file, staged_file
+from toolchain.digest import hash_file, staged_file, write_all
 from toolchain.errors import (
     CorruptArtifactError,
     RegistryError,
@@ -59,6 +60,11 @@ class Backend:
         raise NotImplementedError
 
     def local_path(self, path: str) -> Path | None:
+        return None
+
+    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+        """Store ``src`` in the same read that hashes it and return the digest; None where the
+        digest is needed before the upload (remote stores: ``put_file`` then sends the bytes)."""
         return None
 
     def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
@@ -117,7 +123,7 @@ class LocalBackend(Backend):
 
     def write_bytes(self, path: str, data: bytes) -> None:
         with staged_file(self._p(path), tmp_dir=self.root / "tmp") as fd:
-            os.write(fd, data)
+            write_all(fd, data)
 
     def put_file(self, path: str, src: Path, digest: str) -> None:
         dst = self._p(path)
@@ -130,6 +136,26 @@ class LocalBackend(Backend):
                     f"{src} changed while it was being stored ({got} != {digest})",
                     "make sure nothing writes to the directory during push",
                 )
+
+    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str:
+        """Store ``src`` as a blob in one read: copied into ``tmp/`` while it is hashed, then renamed
+        to ``path_of(digest)`` (dropped when that blob is already there). Returns the digest."""
+        fd, tmp = tempfile.mkstemp(prefix=".ingest.", suffix=".tmp", dir=self.root / "tmp")
+        try:
+            try:
+                digest = hash_file(src, algo, sink=fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            dst = self._p(path_of(digest))
+            if not dst.is_file():
+                os.chmod(tmp, 0o444)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, dst)
+            return digest
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def get_file(self, path: str, dest: Path) -> None:
         self.restore_methods.add(link_or_copy(self._p(path), dest))

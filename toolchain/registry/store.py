@@ -8,14 +8,22 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.layout import cache
-from toolchain.digest import StatCache, fastest_algo, hash_file, staged_dir
+from toolchain.digest import (
+    StatCache,
+    canonical_json,
+    fastest_algo,
+    hash_file,
+    sha256_text,
+    shared_stat_cache,
+    staged_dir,
+)
 from toolchain.errors import (
     ArtifactNotFoundError,
     CorruptArtifactError,
@@ -26,6 +34,8 @@ from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
+FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
+
 
 def blob_path(digest: str) -> str:
     algo, hexd = digest.split(":", 1)
@@ -34,6 +44,12 @@ def blob_path(digest: str) -> str:
 
 def manifest_path(key: str) -> str:
     return f"manifests/{key}.json"
+
+
+def content_key(files: dict[str, FileEntry]) -> str:
+    """The key of an entry named by its content: sha256 of every path with its digest and mode."""
+    listing = {rel: [f.digest, f.executable] for rel, f in sorted(files.items())}
+    return sha256_text(canonical_json(listing))
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,15 @@ class Registry:
     def exists(self, key: str) -> bool:
         return self.backend.exists(manifest_path(key))
 
+    def existing(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the registry holds. Many keys: one listing of ``manifests/`` (a directory
+        scan, one paginated LIST on S3: a request per 1,000 entries held) instead of one request per
+        key; up to ``FEW_KEYS`` are checked one by one, which is cheaper than listing a large store."""
+        wanted = {k for k in keys if k}
+        if len(wanted) <= FEW_KEYS:
+            return {k for k in wanted if self.exists(k)}
+        return wanted.intersection(self.keys())
+
     def show(self, ref: str) -> EntryManifest:
         key = self.resolve(ref)
         try:
@@ -149,17 +174,23 @@ class Registry:
     # --- put ----------------------------------------------------------------------------------
 
     def put(
-        self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
+        self, key: str | None, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
     ) -> EntryManifest:
-        """Store every regular file under ``src`` as entry ``key``; blobs first, manifest last."""
-        if not KEY_RE.match(key):
+        """Store every regular file under ``src`` as entry ``key`` (None: the digest of the content);
+        blobs first, manifest last.
+
+        Each file is read once: a local store copies it into place while hashing it; a remote one
+        hashes it, then uploads only the blobs it lacks. A file whose stat signature (size, mtime,
+        ctime, inode) is unchanged since it was last hashed is not read at all when its blob exists.
+        """
+        if key is not None and not KEY_RE.match(key):
             raise UserInputError(f"key {key!r} is not 64 lowercase hex characters")
         src = Path(src)
         if not src.is_dir():
             raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
         algo = fastest_algo()
-        files: dict[str, FileEntry] = {}
-        blobs: list[tuple[str, Path, str]] = []
+        stat_cache = self._src_cache if algo == "blake3" else shared_stat_cache(cache().statcache)
+        found: list[tuple[str, Path, os.stat_result]] = []
         for dirpath, dirnames, filenames in os.walk(src):
             for d in dirnames:
                 if (Path(dirpath) / d).is_symlink():
@@ -176,12 +207,23 @@ class Registry:
                         f"{p}: the file name cannot be stored ({e}); entries hold portable relative paths only",
                         "rename the file (no backslashes or control characters), then push again",
                     ) from e
-                digest = self._src_cache.digest(p) if algo == "blake3" else hash_file(p, algo)
+                found.append((rel, p, st))
+        if not found:
+            raise UserInputError(f"{src} holds no files")
+        files: dict[str, FileEntry] = {}
+        blobs: list[tuple[str, Path, str]] = []
+        with self._metered(f"hash {src.name}", sum(st.st_size for _, _, st in found)) as moved:
+            for rel, p, st in found:
+                digest = stat_cache.lookup(p, st)
+                if digest is None or not self.backend.exists(blob_path(digest)):
+                    digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
+                    stat_cache.record(p, st, digest)
+                moved(st.st_size)
                 files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
                 blobs.append((blob_path(digest), p, digest))
-        if not files:
-            raise UserInputError(f"{src} holds no files")
-        self._src_cache.save()
+        stat_cache.save()
+        if key is None:
+            key = content_key(files)
         m = EntryManifest(
             key=key,
             kind=kind,

@@ -348,7 +348,12 @@ class EngineSpec(_Strict):
 
 def schema() -> dict[str, Any]:
     """JSON Schema of the spec, for editors (yaml-language-server) and docs."""
+    from toolchain.hardware.catalog import CATALOG
+
     s = EngineSpec.model_json_schema()
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "toolchain engine spec"
+    # GPU names the loader accepts: catalog names and full NVML names (`toolchain gpus` lists them)
+    names = sorted({g.name for g in CATALOG.values()} | {g.nvml_name for g in CATALOG.values()})
+    s["$defs"]["Matrix"]["properties"]["gpu"]["items"] = {"type": "string", "enum": names}
     return s

@@ -206,7 +206,8 @@ ENSEMBLE_OUTPUTS: list[T] = [_row("text_output", "TYPE_STRING", (-1,), False)] +
 BLS_INPUTS: list[T] = [*ENSEMBLE_INPUTS, _row("num_draft_tokens", "TYPE_INT32"), _row("use_draft_logits", "TYPE_BOOL")]
 BLS_OUTPUTS = ENSEMBLE_OUTPUTS
 
-# Ensemble wiring (facts §4.5): model input <- ensemble tensor, model output -> ensemble tensor.
+# Ensemble wiring (upstream inflight_batcher_llm ensemble/config.pbtxt):
+# model input <- ensemble tensor, model output -> ensemble tensor.
 PRE_MAP_IN = {
     "QUERY": "text_input",
     "DECODER_QUERY": "decoder_text_input",

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# BLS input -> tensorrt_llm input (facts §4.5 wiring)
+# BLS input -> tensorrt_llm input (the wiring of the upstream ensemble template)
 TO_LLM = {
     "exclude_input_in_output": "exclude_input_in_output",
     "top_k": "runtime_top_k",

@@ -1,0 +1,42 @@
+"""Every benchmark script runs in quick mode and prints its ratios, so none of them can rot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+QUICK = {
+    "cli_help_bench.py": ["ratio"],
+    "registry_bench.py": ["push: read 1.0", "hashing", "S3 get"],
+    "matrix_bench.py": ["spec expand", "matrix --registry s3://", "build --all --dry-run"],
+    "quantize_bench.py": ["peak RSS", "wall", "byte-identical"],
+}
+
+
+def test_every_script_is_covered() -> None:
+    scripts = {p.name for p in (REPO / "benchmarks").glob("*_bench.py")}
+    assert scripts == set(QUICK)
+
+
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s == "quantize_bench.py" else s for s in QUICK]
+)
+def test_quick_mode_runs_and_reports(script: str, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    for want in QUICK[script]:
+        assert want in r.stdout, r.stdout
