@@ -1,0 +1,178 @@
+"""toolchain's LLM-API Triton model (triton_repo/llmapi/1/model.py) run in-process against stand-ins of
+Triton's `triton_python_backend_utils` and of `tensorrt_llm`'s LLM API (neither exists on a CPU machine).
+The stand-ins follow the documented call shapes: LLM(**kwargs), generate_async(prompt, params,
+streaming=...) returning an async iterator / `aresult()`, outputs[0].text / text_diff / finish_reason."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+MODEL_PY = Path(__file__).resolve().parents[2] / "triton_repo" / "llmapi" / "1" / "model.py"
+
+
+class _Tensor:
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, np.asarray(value)
+
+    def as_numpy(self) -> Any:
+        return self.value
+
+
+class _Response:
+    def __init__(self, output_tensors: list[_Tensor] | None = None, error: Any = None) -> None:
+        self.tensors = {t.name: t.value for t in output_tensors or []}
+        self.error = error
+
+
+class _Sender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[_Response | None, int]] = []
+        self.done = threading.Event()
+
+    def send(self, response: _Response | None = None, flags: int = 0) -> None:
+        self.sent.append((response, flags))
+        if flags:
+            self.done.set()
+
+
+class _Request:
+    def __init__(self, **inputs: Any) -> None:
+        self.inputs = {k: _Tensor(k, v) for k, v in inputs.items()}
+        self.sender = _Sender()
+
+    def get_response_sender(self) -> _Sender:
+        return self.sender
+
+
+def _pb_utils() -> types.ModuleType:
+    m = types.ModuleType("triton_python_backend_utils")
+    m.Tensor = _Tensor  # type: ignore[attr-defined]
+    m.InferenceResponse = _Response  # type: ignore[attr-defined]
+    m.TritonError = lambda msg: msg  # type: ignore[attr-defined]
+    m.TritonModelException = RuntimeError  # type: ignore[attr-defined]
+    m.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # type: ignore[attr-defined]
+    m.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)  # type: ignore[attr-defined]
+    m.using_decoupled_model_transaction_policy = lambda cfg: cfg["model_transaction_policy"]["decoupled"]  # type: ignore[attr-defined]
+    return m
+
+
+class _Out:
+    def __init__(self, text: str, diff: str, finish: str | None) -> None:
+        self.text, self.text_diff, self.finish_reason = text, diff, finish
+
+
+class _Result:
+    def __init__(self, prompt: str, params: Any) -> None:
+        n = params.kw.get("max_tokens", 3)
+        self.words = [f"w{i}" for i in range(n)]
+
+    def __aiter__(self) -> Any:
+        async def gen() -> Any:
+            for i, w in enumerate(self.words):
+                last = i == len(self.words) - 1
+                yield types.SimpleNamespace(
+                    outputs=[_Out(" ".join(self.words[: i + 1]), w, "length" if last else None)]
+                )
+
+        return gen()
+
+    async def aresult(self) -> Any:
+        return types.SimpleNamespace(outputs=[_Out(" ".join(self.words), "", "length")])
+
+
+def _tensorrt_llm(seen: dict[str, Any]) -> dict[str, types.ModuleType]:
+    trt = types.ModuleType("tensorrt_llm")
+
+    class LLM:
+        def __init__(self, **kwargs: Any) -> None:
+            seen["llm"] = kwargs
+
+        def generate_async(self, prompt: str, params: Any, streaming: bool = False) -> _Result:
+            seen.setdefault("calls", []).append((prompt, params.kw, streaming))
+            return _Result(prompt, params)
+
+        def shutdown(self) -> None:
+            seen["shutdown"] = True
+
+    class SamplingParams:
+        def __init__(self, **kw: Any) -> None:
+            self.kw = kw
+
+    trt.LLM, trt.SamplingParams = LLM, SamplingParams  # type: ignore[attr-defined]
+    llmapi = types.ModuleType("tensorrt_llm.llmapi")
+    args = types.ModuleType("tensorrt_llm.llmapi.llm_args")
+    args.update_llm_args_with_extra_dict = lambda base, extra: {**base, **extra}  # type: ignore[attr-defined]
+    return {"tensorrt_llm": trt, "tensorrt_llm.llmapi": llmapi, "tensorrt_llm.llmapi.llm_args": args}
+
+
+def _model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, decoupled: bool, seen: dict[str, Any]) -> Any:
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _pb_utils())
+    for name, mod in _tensorrt_llm(seen).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    model_dir = tmp_path / "tensorrt_llm"
+    (model_dir / "1" / "model").mkdir(parents=True)
+    (model_dir / "1" / "model" / "config.json").write_text("{}")
+    opts = {
+        "model": "model",
+        "backend": "pytorch",
+        "max_batch_size": 8,
+        "kv_cache_config": {"enable_block_reuse": True},
+    }
+    opts["triton_config"] = {"max_batch_size": 0, "decoupled": decoupled}
+    (model_dir / "1" / "model.yaml").write_text(yaml.safe_dump(opts))
+    loader = importlib.machinery.SourceFileLoader("llmapi_model", str(MODEL_PY))
+    mod = types.ModuleType(loader.name)
+    loader.exec_module(mod)
+    m = mod.TritonPythonModel()
+    cfg = {"model_transaction_policy": {"decoupled": decoupled}}
+    m.initialize({"model_config": json.dumps(cfg), "model_repository": str(model_dir), "model_version": "1"})
+    return m
+
+
+def test_initialize_resolves_the_checkpoint_and_passes_options(monkeypatch, tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+    m = _model(monkeypatch, tmp_path, False, seen)
+    assert seen["llm"]["model"] == str(tmp_path / "tensorrt_llm" / "1" / "model")
+    assert seen["llm"]["kv_cache_config"] == {"enable_block_reuse": True} and "triton_config" not in seen["llm"]
+    m.finalize()
+    assert seen["shutdown"]
+
+
+def test_non_decoupled_request_gets_one_response(monkeypatch, tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+    m = _model(monkeypatch, tmp_path, False, seen)
+    req = _Request(text_input=np.array([b"hello"], dtype=object), sampling_param_max_tokens=np.array([4]))
+    (resp,) = m.execute([req])
+    assert resp.error is None and resp.tensors["text_output"].tolist() == ["w0 w1 w2 w3"]
+    assert seen["calls"] == [("hello", {"max_tokens": 4}, False)]
+    streaming = _Request(text_input=np.array([b"hi"], dtype=object), streaming=np.array([True]))
+    (refused,) = m.execute([streaming])
+    assert "decoupled" in refused.error
+    m.finalize()
+
+
+def test_decoupled_streaming_sends_each_chunk_then_final(monkeypatch, tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+    m = _model(monkeypatch, tmp_path, True, seen)
+    req = _Request(
+        text_input=np.array([b"hello"], dtype=object),
+        streaming=np.array([True]),
+        sampling_param_max_tokens=np.array([3]),
+        sampling_param_stop=np.array([b"</s>"], dtype=object),
+    )
+    assert m.execute([req]) is None
+    assert req.sender.done.wait(10)
+    chunks = [r.tensors["text_output"].tolist()[0] for r, _ in req.sender.sent if r is not None]
+    assert chunks == ["w0", "w1", "w2"] and req.sender.sent[-1] == (None, 1)
+    assert seen["calls"][0][1] == {"max_tokens": 3, "stop": ["</s>"]}
+    m.finalize()
