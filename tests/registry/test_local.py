@@ -122,3 +122,17 @@ def test_cache_cli(cli, tmp_path: Path, engine_dir: Path) -> None:
     assert r.exit_code == 0 and "checked 1 entries, 0 corrupt" in r.output
     r = cli("cache", "ls", "--registry", "ftp://x")
     assert r.exit_code == 2 and "unknown registry scheme" in r.output
+
+
+def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(cli, tmp_path: Path, engine_dir: Path) -> None:
+    r = cli("cache", "push", engine_dir, "--key", K1)  # into the local default registry (as `build` publishes)
+    assert r.exit_code == 0, r.output
+    other = str(tmp_path / "other")
+    r = cli("cache", "push", engine_dir, "--key", K1[:8], "--registry", other)  # copy under its short key
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == K1
+    assert cli("cache", "tag", K1[:8], "prod", "--registry", other).exit_code == 0
+    assert cli("cache", "push", engine_dir, "--key", "prod", "--registry", other).stdout.strip() == K1
+    r = cli("cache", "push", engine_dir, "--key", "0123abcd", "--registry", other)
+    assert r.exit_code == 2 and "names no entry" in r.stderr and "toolchain spec expand" in r.stderr
+    assert cli("cache", "ls", "--registry", other, "--json").stdout.count('"key"') == 1  # nothing stored

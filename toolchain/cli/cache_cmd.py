@@ -81,7 +81,13 @@ def pull(
 @app.command()
 def push(
     src: Annotated[Path, typer.Argument(help="Directory to store")],
-    key: Annotated[str, typer.Option("--key", help="Entry key (64 hex); default: digest of the content")] = "",
+    key: Annotated[
+        str,
+        typer.Option(
+            "--key",
+            help="Entry key: 64 hex, or a short key or tag of an entry the local registry holds [default: digest]",
+        ),
+    ] = "",
     kind: Annotated[str, typer.Option("--kind")] = "engine",
     registry: RegistryOpt = None,
     force: Annotated[
@@ -91,17 +97,21 @@ def push(
     """Store a directory as one entry (blobs first, manifest last); an existing key keeps its content
     unless --force.
 
-    Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
+    Examples:
+      toolchain cache push ./engine --key 0c767363 --registry s3://bucket/engines
+      toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
     from toolchain.cli.render import Stages, err, out
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
+    from toolchain.registry.store import key_for_push
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
     r = open_registry(registry)
     r.progress = Stages()
-    m = r.put(key or None, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
+    full = key_for_push(key, r) if key else None
+    m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)
 

@@ -409,6 +409,24 @@ def open_registry(url: str | None) -> Registry:
     return Registry(open_backend(url))
 
 
+def key_for_push(ref: str, dest: Registry) -> str:
+    """The full key a push stores under: a 64-hex key as given, or a short key (>= 8 hex) or tag that names an
+    entry the destination or the local default registry already holds (e.g. copying a built engine to S3)."""
+    if KEY_RE.fullmatch(ref):
+        return ref
+    places = [dest] if dest.url == open_registry(None).url else [dest, open_registry(None)]
+    for reg in places:
+        try:
+            return reg.resolve(ref)
+        except ArtifactNotFoundError:
+            continue
+    raise UserInputError(
+        f"key {ref!r} is not a full 64-hex key and names no entry in {' or '.join(r.url for r in places)}",
+        "give the full engine key (`toolchain spec expand SPEC --json` prints it), or omit --key to use the "
+        "content digest",
+    )
+
+
 def entry_summary(m: EntryManifest, tags: dict[str, str]) -> dict[str, Any]:
     return {
         "key": m.key,
