@@ -196,3 +196,14 @@ def test_jsonl_dataset_workload(tiny_checkpoint: Path, tmp_path: Path) -> None:
     p.write_text("not json\n")
     with pytest.raises(UserInputError, match=r"d\.jsonl:1"):
         dataset(p, tok, Dist.parse("3"), 0, 10)
+
+
+def test_tokenizer_of_a_relocatable_repository(tmp_path: Path) -> None:
+    from toolchain.bench.setup import find_tokenizer
+
+    repo = tmp_path / "repo"
+    (repo / "preprocessing").mkdir(parents=True)
+    param = 'key: "tokenizer_dir" value { string_value: "../preprocessing/tokenizer" }'
+    cfg = f'name: "preprocessing"\nparameters {{ {param} }}\n'
+    (repo / "preprocessing" / "config.pbtxt").write_text(cfg)
+    assert find_tokenizer(None, repo, None) == (repo / "preprocessing" / "tokenizer").resolve()

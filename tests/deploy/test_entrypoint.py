@@ -136,6 +136,10 @@ def test_pull_verify_serve_and_answer_ready(served: tuple[subprocess.Popen[bytes
         assert proc.poll() is None, f"entrypoint exited {proc.returncode}:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()[-3000:]}"
         time.sleep(0.5)
+    # the probe can answer before `toolchain serve` narrates what it serves: give the line a moment
+    deadline = time.monotonic() + 30
+    while "serving the CPU reference model" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
     text = log.read_text()
     assert "pulling" in text and "serving the CPU reference model" in text
     restored = next((tmp_path / "engines").iterdir())

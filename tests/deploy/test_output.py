@@ -46,7 +46,7 @@ def test_layout(written: Path) -> None:
         "image/entrypoint.sh",
         "image/model_repository/tensorrt_llm/config.pbtxt",
         "image/model_repository/toolchain-repo.json",
-        "image/tokenizer/tokenizer.json",
+        "image/model_repository/preprocessing/tokenizer/tokenizer.json",
         "image/src/pyproject.toml",
         "image/src/toolchain/deploy/entrypoint.sh",
         "k8s/kustomization.yaml",

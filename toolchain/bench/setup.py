@@ -44,7 +44,9 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts
         from tritonclient.grpc import model_config_pb2 as pb
 
         cfg = text_format.Parse((repo / "preprocessing" / "config.pbtxt").read_text(), pb.ModelConfig())
-        return Path(cfg.parameters["tokenizer_dir"].string_value)
+        tok = Path(cfg.parameters["tokenizer_dir"].string_value)
+        # a relative tokenizer_dir is relative to the model's directory (relocatable repositories)
+        return tok if tok.is_absolute() else (repo / "preprocessing" / tok).resolve()
     if art is not None:
         return art.tokenizer_dir()
     raise UserInputError(

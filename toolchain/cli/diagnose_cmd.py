@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--bench", help="A result JSON from `toolchain bench --out`")
         ] = None,
         model: Annotated[str, typer.Option("--model", help="The LLM model name in the metrics")] = "tensorrt_llm",
-        samples: Annotated[int, typer.Option("--samples", help="Metric samples, 1 s apart")] = 3,
+        samples: Annotated[int, typer.Option("--samples", min=1, max=3600, help="Metric samples, 1 s apart")] = 3,
         prefix_caching: Annotated[
             bool | None,
             typer.Option("--prefix-caching/--no-prefix-caching", help="Whether prefix caching is configured"),

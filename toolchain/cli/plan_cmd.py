@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
 
-        Examples: toolchain plan engine_specs/llama-3.3-70b-fp8.yaml --explain
+        Examples: toolchain plan engine_specs/llama-3.3-70b-fp8-h200.yaml --explain
         """
         from rich.table import Table
 
@@ -30,8 +30,11 @@ def register(app: typer.Typer) -> None:
         from toolchain.specs.arch import arch_for_spec
         from toolchain.specs.loader import load_spec
         from toolchain.specs.matrix import expand, find_cell
+        from toolchain.specs.rules import require_compatible
 
         s = load_spec(spec)
+        cells = [find_cell(s, cell)] if cell else expand(s)
+        require_compatible(s, cells)
         arch = arch_for_spec(s)
         local = s.local_source()
         if local is not None and (local / "config.json").is_file():
@@ -42,7 +45,6 @@ def register(app: typer.Typer) -> None:
             extra = unknown_fields(_json.loads((local / "config.json").read_text()))
             if extra:
                 err.print(f"note: config.json fields the planner does not use: {', '.join(extra)}", highlight=False)
-        cells = [find_cell(s, cell)] if cell else expand(s)
         plans = [plan_cell(c, arch) for c in cells]
         if json_out:
             print_json(

@@ -13,27 +13,28 @@ def register(app: typer.Typer) -> None:
     def serve(
         repo: Annotated[Path, typer.Argument(help="Model repository directory")],
         host: Annotated[str, typer.Option("--host", help="Bind address")] = "127.0.0.1",
-        http_port: Annotated[int, typer.Option("--http-port")] = 8000,
-        grpc_port: Annotated[int, typer.Option("--grpc-port")] = 8001,
-        metrics_port: Annotated[int, typer.Option("--metrics-port")] = 8002,
-        ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="Seconds to wait for readiness")] = 180,
-        world_size: Annotated[int | None, typer.Option("--world-size", help="Ranks (default: the engine's)")] = None,
+        http_port: Annotated[int, typer.Option("--http-port", min=1, max=65535)] = 8000,
+        grpc_port: Annotated[int, typer.Option("--grpc-port", min=1, max=65535)] = 8001,
+        metrics_port: Annotated[int, typer.Option("--metrics-port", min=1, max=65535)] = 8002,
+        ready_timeout: Annotated[
+            float, typer.Option("--ready-timeout", min=1, max=86400, help="Seconds to wait for readiness")
+        ] = 180,
+        world_size: Annotated[
+            int | None, typer.Option("--world-size", min=1, max=1024, help="Ranks (default: the engine's)")
+        ] = None,
     ) -> None:
         """Start tritonserver (NVIDIA's on a GPU host, the nvidia-pytriton one on CPU) and wait for readiness.
 
         Examples: toolchain serve ./repo --http-port 18000 --grpc-port 18001 --metrics-port 18002
         """
-        import json
         import signal
         import time
 
         from toolchain.cli.render import Stages, err
         from toolchain.triton import server as S
-        from toolchain.triton.lint import lint_repository
+        from toolchain.triton.lint import lint_repository, read_repo_meta
 
-        meta = (
-            json.loads((repo / "toolchain-repo.json").read_text()) if (repo / "toolchain-repo.json").is_file() else {}
-        )
+        meta = read_repo_meta(repo)
         ws = world_size or int((meta.get("engine") or {}).get("world_size") or 1)
         errors = [f for f in lint_repository(repo, world_size=ws) if f.severity == "error"]
         if errors:

@@ -14,7 +14,7 @@ set -eu
 
 PY="${TOOLCHAIN_PYTHON:-python3}"
 REPO="${TOOLCHAIN_MODEL_REPOSITORY:-/opt/toolchain/model_repository}"
-TOKENIZER="${TOOLCHAIN_TOKENIZER:-/opt/toolchain/tokenizer}"
+TOKENIZER="${TOOLCHAIN_TOKENIZER:-$REPO/preprocessing/tokenizer}"
 ROOT="${ENGINES_ROOT:-/engines}"
 WORLD="${TOOLCHAIN_WORLD_SIZE:-1}"
 FRONTEND="${TOOLCHAIN_FRONTEND:-kserve}"
