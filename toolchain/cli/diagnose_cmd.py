@@ -1,4 +1,4 @@
-"""`toolchain diagnose`: the seed cookbook's rules over live metrics and/or a bench result."""
+"""`toolchain diagnose`: the P99-TTFT cookbook's rules over live metrics and/or a bench result."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Rules from the seed cookbook: metrics and bench results -> findings with evidence and actions."""
+"""Rules from the P99-TTFT cookbook: metrics and bench results -> findings with evidence and actions."""
