@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from toolchain.deploy.context import ENTRYPOINT, copy_source, dockerfile, pinned_image
+from toolchain.deploy.context import ENTRYPOINT, KUBESSH, copy_source, dockerfile, pinned_image
 from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import staged_dir
@@ -161,8 +161,9 @@ def write_deployment(
         ctx = tmp / "image"
         ctx.mkdir()
         shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copyfile(ENTRYPOINT, ctx / "entrypoint.sh")
-        os.chmod(ctx / "entrypoint.sh", 0o755)
+        for script in (ENTRYPOINT, KUBESSH):
+            shutil.copyfile(script, ctx / script.name)
+            os.chmod(ctx / script.name, 0o755)
         copy_source(ctx / "src")
         (ctx / "Dockerfile").write_text(
             dockerfile(
@@ -170,6 +171,7 @@ def write_deployment(
                 trtllm_version=cell.spec.target.trtllm_version,
                 image_root=o.image_root,
                 engines_root=o.engines_root,
+                kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if sizing.multi_node else None,
             )
         )
         (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")

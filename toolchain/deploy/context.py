@@ -53,8 +53,21 @@ def pinned_image(ref: str, what: str) -> ImageRef:
     return ImageRef(m.group("repo"), tag, digest)
 
 
-def dockerfile(base: ImageRef, *, trtllm_version: str, image_root: str, engines_root: str) -> str:
-    """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute)."""
+KUBESSH = Path(__file__).with_name("kubessh")
+KUBECTL_APT = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
+
+
+def dockerfile(
+    base: ImageRef,
+    *,
+    trtllm_version: str,
+    image_root: str,
+    engines_root: str,
+    kubectl_minor: str | None = None,
+) -> str:
+    """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute).
+    ``kubectl_minor`` (e.g. "1.34") adds kubectl from the Kubernetes apt repository of that minor release, which
+    the leader of a multi-node group uses to start ranks in its workers."""
     root = image_root.rstrip("/")
     check = (
         'import importlib.metadata as m, sys; v = m.version("tensorrt_llm"); '
@@ -77,11 +90,12 @@ def dockerfile(base: ImageRef, *, trtllm_version: str, image_root: str, engines_
         "    && python3 -m toolchain.cli.main --help > /dev/null",
         "",
         f"COPY model_repository {root}/model_repository",
-        f"COPY entrypoint.sh {root}/entrypoint.sh",
+        f"COPY entrypoint.sh kubessh {root}/",
         f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
         f"    TOOLCHAIN_TOKENIZER={root}/model_repository/preprocessing/tokenizer \\",
         f"    ENGINES_ROOT={engines_root} \\",
         f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache",
+        *(_kubectl(kubectl_minor) if kubectl_minor else []),
         "EXPOSE 8000 8001 8002 9000",
         f'ENTRYPOINT ["{root}/entrypoint.sh"]',
         'CMD ["server"]',
@@ -103,3 +117,16 @@ def copy_source(dest: Path) -> None:
     shutil.copytree(
         SOURCE_ROOT / "toolchain", dest / "toolchain", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
+
+
+def _kubectl(minor: str) -> list[str]:
+    repo = KUBECTL_APT.format(minor=minor)
+    return [
+        "",
+        f"# kubectl {minor}: the group leader lists its pods and starts ranks in them (kubessh, Open MPI's rsh agent)",
+        "RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl gnupg \\",
+        f"    && curl -fsSL {repo}Release.key | gpg --dearmor -o /usr/share/keyrings/kubernetes.gpg \\",
+        f"    && echo 'deb [signed-by=/usr/share/keyrings/kubernetes.gpg] {repo} /' \\",
+        "       > /etc/apt/sources.list.d/kubernetes.list \\",
+        "    && apt-get update && apt-get install -y --no-install-recommends kubectl && rm -rf /var/lib/apt/lists/*",
+    ]

@@ -19,6 +19,7 @@ from typing import Any
 from toolchain.errors import TritonRepoError
 from toolchain.triton import tensors as T
 from toolchain.triton.emit import EngineInfo
+from toolchain.triton.speculative import lint_repository_features
 
 BOOL_PARAMS = (
     "enable_kv_cache_reuse",
@@ -357,6 +358,10 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
             )
             if found is not None:
                 out.append(found)
+    out += [
+        Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
+        for msg in lint_repository_features(configs, meta)
+    ]
     out += _lint_llmapi(repo, meta)
     for name, cfg in configs.items():
         if cfg.platform == "ensemble":
