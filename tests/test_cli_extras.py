@@ -44,7 +44,11 @@ def _core_only(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[s
 
 def _result(tmp_path: Path) -> Path:
     p = tmp_path / "r.json"
-    p.write_text(json.dumps({"kind": "toolchain.bench-result", "provenance": {}, "runs": []}))
+    from toolchain.bench.metrics import RequestRecord, aggregate
+
+    rec = RequestRecord(0, 4, 2, 0.0, chunk_times=[0.1, 0.2], output_tokens=2)
+    run = {"label": "concurrency=1", "load": {"concurrency": 1}, "summary": aggregate([rec], 1.0), "client": {}}
+    p.write_text(json.dumps({"kind": "toolchain.bench-result", "provenance": {}, "runs": [run | {"records": []}]}))
     return p
 
 

@@ -198,3 +198,64 @@ def test_jsonl_dataset_workload(tiny_checkpoint: Path, tmp_path: Path) -> None:
     p.write_text("not json\n")
     with pytest.raises(UserInputError, match=r"d\.jsonl:1"):
         dataset(p, tok, Dist.parse("3"), 0, 10)
+
+
+def test_tokenizer_of_a_relocatable_repository(tmp_path: Path) -> None:
+    from toolchain.bench.setup import find_tokenizer
+
+    repo = tmp_path / "repo"
+    (repo / "preprocessing").mkdir(parents=True)
+    param = 'key: "tokenizer_dir" value { string_value: "../preprocessing/tokenizer" }'
+    cfg = f'name: "preprocessing"\nparameters {{ {param} }}\n'
+    (repo / "preprocessing" / "config.pbtxt").write_text(cfg)
+    assert find_tokenizer(None, repo, None) == (repo / "preprocessing" / "tokenizer").resolve()
+
+
+def _make(spec: Path | None, tok: Path, **over: object):  # type: ignore[no-untyped-def]
+    from toolchain.bench.setup import make_config
+
+    args: dict[str, object] = dict(
+        url="127.0.0.1:1",
+        protocol="triton",
+        model="ensemble",
+        concurrency=None,
+        rate=None,
+        poisson=False,
+        requests=4,
+        duration=None,
+        warmup=0,
+        input_tokens=None,
+        output_tokens=None,
+        shared=None,
+        dataset_path=None,
+        tokenizer=tok,
+        repo=None,
+        spec=spec,
+        cell_id=None,
+        metrics_url=None,
+        stream=True,
+        seed=0,
+        stop_on_error=False,
+        timeout=10.0,
+    )
+    args.update(over)
+    return make_config(**args)[0]  # type: ignore[arg-type]
+
+
+def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from tests.conftest import SPECS
+
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(tiny_checkpoint)
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    cfg = _make(spec, tiny_checkpoint)
+    assert {r.max_tokens for r in cfg.requests} == {16} and {r.prompt_tokens for r in cfg.requests} == {32}
+    assert cfg.slo == {"ttft_ms": 2000, "tpot_ms": 500}
+    assert cfg.provenance["workload"] == {"input_tokens": "32", "output_tokens": "16", "shared_prefix": None}
+    flags = _make(spec, tiny_checkpoint, output_tokens="5")  # a flag still wins over the spec
+    assert {r.max_tokens for r in flags.requests} == {5}
+    plain = _make(None, tiny_checkpoint)  # no spec: the documented defaults
+    assert {r.max_tokens for r in plain.requests} == {32} and {r.prompt_tokens for r in plain.requests} == {64}

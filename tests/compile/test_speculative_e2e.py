@@ -75,6 +75,16 @@ def test_draft_target_builds_two_engines(
     assert d_man.provenance["role"] == "draft"
     # a second run finds both in the registry
     assert [r.status for r in builds_for(art, reg)] == ["cached", "cached"]
+    # the repository serves both engines; lint checks it against both build_configs
+    from toolchain.pipeline.emit import emit_cell
+    from toolchain.triton.lint import lint_repository
+
+    repo = tmp_path / "repo"
+    emit_cell(art, target.key, repo, registry=str(tmp_path / "reg"))
+    assert json.loads((repo / "tensorrt_llm_draft" / "1" / "engine" / "config.json").read_text()) == d_cfg
+    assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []
+    pb = (repo / "tensorrt_llm_bls" / "config.pbtxt").read_text()
+    assert "tensorrt_llm_draft" in pb
     # another draft model changes the draft's key only
     other = load_spec(
         _spec(tmp_path, tiny_checkpoint, speculative={**block, "draft": {"source": str(tiny_checkpoint)}})

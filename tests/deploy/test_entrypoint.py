@@ -34,7 +34,7 @@ def _bucket(endpoint: str, name: str) -> str:
     return f"s3://{name}/engines"
 
 
-def _deploy(spec_file: Path, tmp: Path, registry: str, key: str) -> Path:
+def _deploy(spec_file: Path, tmp: Path, registry: str, key: str, **options: Any) -> Path:
     out = tmp / "deploy"
     deploy_cell(
         load_spec(spec_file),
@@ -48,25 +48,31 @@ def _deploy(spec_file: Path, tmp: Path, registry: str, key: str) -> Path:
             frontend="kserve",  # the OpenAI frontend needs the container's tritonserver bindings
             image_root=str(out / "image"),  # lay the image's /opt/toolchain out here
             engines_root=str(tmp / "engines"),
+            **options,
         ),
     )
     return out
 
 
-def _env_from_manifest(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
-    dep = yaml.safe_load((out / "k8s/deployment.yaml").read_text())
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
-    return {e["name"]: e["value"] for e in c["env"]}, c
+def _env_from_manifest(out: Path, role: str = "server") -> tuple[dict[str, str], dict[str, Any]]:
+    if role == "server":
+        pod = yaml.safe_load((out / "k8s/deployment.yaml").read_text())["spec"]["template"]["spec"]
+    else:
+        group = yaml.safe_load((out / "k8s/leaderworkerset.yaml").read_text())["spec"]["leaderWorkerTemplate"]
+        pod = group[f"{role}Template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["args"] == [role]
+    return {e["name"]: e["value"] for e in c["env"] if "value" in e}, c
 
 
-def _run(out: Path, overrides: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    env, _ = _env_from_manifest(out)
+def _run(out: Path, overrides: dict[str, str], log: Path, role: str = "server") -> subprocess.Popen[bytes]:
+    env, _ = _env_from_manifest(out, role)
     env = {**os.environ, **env, **overrides}
     env["TOOLCHAIN_PYTHON"] = sys.executable
-    env["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    env["PATH"] = overrides.get("PATH") or f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     with open(log, "wb") as fh:
         return subprocess.Popen(
-            [str(out / "image/entrypoint.sh"), "server"],
+            [str(out / "image/entrypoint.sh"), role],
             env=env,
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -136,6 +142,10 @@ def test_pull_verify_serve_and_answer_ready(served: tuple[subprocess.Popen[bytes
         assert proc.poll() is None, f"entrypoint exited {proc.returncode}:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()[-3000:]}"
         time.sleep(0.5)
+    # the probe can answer before `toolchain serve` narrates what it serves: give the line a moment
+    deadline = time.monotonic() + 30
+    while "serving the CPU reference model" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
     text = log.read_text()
     assert "pulling" in text and "serving the CPU reference model" in text
     restored = next((tmp_path / "engines").iterdir())
@@ -183,3 +193,85 @@ def test_a_repository_for_another_engine_is_refused(
     finally:
         _stop(proc)
     assert rc != 0 and "was made for engine" in log.read_text()
+
+
+@pytest.fixture
+def group(tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, tmp_path: Path) -> tuple[Path, Path, str]:
+    """A TP2 tiny cell on nodes of one GPU: a LeaderWorkerSet of two pods; the registry is a local directory."""
+    d = yaml.safe_load(tiny_spec_file.read_text())
+    d["matrix"]["tp"] = [2]
+    spec = tmp_path / "tp2.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    registry = tmp_path / "registry"
+    open_registry(str(registry)).put(reference_key, tiny_checkpoint, kind="checkpoint")
+    out = _deploy(spec, tmp_path, str(registry), reference_key, gpus_per_node=1, registry_pvc="engines")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "kubectl").write_text('#!/bin/sh\necho "$@" >> "$FAKE_LOG.kubectl"\nprintf "%s" "grp-0-1 grp-0"\n')
+    (fake / "mpirun").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$FAKE_LOG.mpirun"\n')
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    return out, registry, f"{fake}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+
+
+def test_group_leader_starts_every_rank_through_kubessh(group: tuple[Path, Path, str], tmp_path: Path) -> None:
+    out, registry, path = group
+    env, _ = _env_from_manifest(out, "leader")
+    assert (env["TOOLCHAIN_NODES"], env["TOOLCHAIN_GPUS_PER_NODE"], env["TOOLCHAIN_WORLD_SIZE"]) == ("2", "1", "2")
+    log = tmp_path / "leader.log"
+    fake_log = tmp_path / "fake"
+    proc = _run(
+        out,
+        {
+            "TOOLCHAIN_REGISTRY": str(registry),
+            "GROUP_KEY": "g1",
+            "POD_NAMESPACE": "llm",
+            "PATH": path,
+            "FAKE_LOG": str(fake_log),
+        },
+        log,
+        role="leader",
+    )
+    try:
+        rc = proc.wait(120)
+    finally:
+        _stop(proc)
+    assert rc == 0, log.read_text()
+    assert "leaderworkerset.sigs.k8s.io/group-key=g1" in Path(f"{fake_log}.kubectl").read_text()
+    argv = Path(f"{fake_log}.mpirun").read_text().splitlines()
+    assert argv[:7] == [
+        "--allow-run-as-root",
+        "-mca",
+        "plm_rsh_agent",
+        str(out / "image/kubessh"),
+        "--host",
+        "grp-0:1,grp-0-1:1",
+        "-x",
+    ]
+    ranks = " ".join(argv).split(" : ")
+    assert len(ranks) == 2
+    assert "/opt/tritonserver/bin/tritonserver" in ranks[0] and "--http-port=8000" in ranks[0]
+    assert "--load-model=tensorrt_llm" in ranks[1] and "--allow-http=false" in ranks[1]
+    assert os.access(out / "image/kubessh", os.X_OK)
+    dockerfile = (out / "image/Dockerfile").read_text()
+    assert (
+        "https://pkgs.k8s.io/core:/stable:/v1.34/deb/" in dockerfile
+        and "install -y --no-install-recommends kubectl" in dockerfile
+    )
+
+
+def test_group_worker_restores_the_engine_and_waits(group: tuple[Path, Path, str], tmp_path: Path) -> None:
+    out, registry, path = group
+    log = tmp_path / "worker.log"
+    proc = _run(out, {"TOOLCHAIN_REGISTRY": str(registry), "PATH": path}, log, role="worker")
+    try:
+        deadline = time.monotonic() + 120
+        while "worker ready" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        _stop(proc)
+    assert any((tmp_path / "engines").iterdir())

@@ -47,7 +47,7 @@ def test_layout(written: Path) -> None:
         "image/entrypoint.sh",
         "image/model_repository/tensorrt_llm/config.pbtxt",
         "image/model_repository/toolchain-repo.json",
-        "image/tokenizer/tokenizer.json",
+        "image/model_repository/preprocessing/tokenizer/tokenizer.json",
         "image/src/pyproject.toml",
         "image/src/toolchain/deploy/entrypoint.sh",
         "k8s/kustomization.yaml",
@@ -102,6 +102,7 @@ def test_dockerfile_from_the_spec_container_and_respects_the_image(written: Path
     assert "-c /opt/toolchain/image-constraints.txt" in text
     assert 'm.version("tensorrt_llm")' in text and '"1.1.0"' in text
     assert "${" not in text
+    assert "kubectl" not in text  # only a multi-node group's leader needs it
 
 
 def test_kustomization_renders_and_validates(

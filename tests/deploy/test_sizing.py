@@ -92,6 +92,16 @@ def test_a_replica_wider_than_a_node_is_a_leaderworkerset() -> None:
     lws = res["leaderworkerset.yaml"]
     assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert res["scaledobject.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+    group = lws["spec"]["leaderWorkerTemplate"]
+    leader, worker = group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]
+    assert leader["containers"][0]["args"] == ["leader"] and worker["containers"][0]["args"] == ["worker"]
+    assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"  # one node's GPUs per pod
+    assert "startupProbe" in leader["containers"][0] and "startupProbe" not in worker["containers"][0]
+    assert leader["serviceAccountName"] == worker["serviceAccountName"] == "app"
+    role = res["role.yaml"]
+    assert {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]} in role["rules"]
+    assert res["rolebinding.yaml"]["subjects"] == [{"kind": "ServiceAccount", "name": "app"}]
+    assert list(res)[:3] == ["serviceaccount.yaml", "role.yaml", "rolebinding.yaml"]
 
 
 def test_overrides_and_bad_ranges() -> None:

@@ -23,10 +23,10 @@ def test_layout_matches_module_docstring(tmp_path: Path, engine_dir: Path) -> No
     m = r.put(K1, engine_dir)
     r.tag(K1, "v1")
     doc = registry_pkg.__doc__ or ""
-    for part in ("blobs/<algo>/<hh>/<hex>", "manifests/<key>.json", "refs/tags/<name>", "tmp/"):
+    for part in ("blobs/<algo>/<hh>/<hex>", "manifests/<key>.json", "refs/tags/<name>", "tmp/", "lock"):
         assert part in doc
     files = {p.relative_to(tmp_path / "reg").as_posix() for p in (tmp_path / "reg").rglob("*") if p.is_file()}
-    expected = {f"manifests/{K1}.json", "refs/tags/v1"}
+    expected = {f"manifests/{K1}.json", "refs/tags/v1", "lock"}
     for f in m.files.values():
         algo, hexd = f.digest.split(":")
         expected.add(f"blobs/{algo}/{hexd[:2]}/{hexd}")
@@ -34,20 +34,26 @@ def test_layout_matches_module_docstring(tmp_path: Path, engine_dir: Path) -> No
     assert json.loads((tmp_path / "reg" / "manifests" / f"{K1}.json").read_text())["key"] == K1
 
 
-def test_local_restore_uses_links_not_copies(tmp_path: Path, engine_dir: Path) -> None:
+def test_local_restore_copies_by_default_and_links_only_when_asked(tmp_path: Path, engine_dir: Path) -> None:
+    from toolchain.registry.store import blob_path
+
     r = open_registry(str(tmp_path / "reg"))
     m = r.put(K1, engine_dir)
-    r.get(K1, tmp_path / "o")
     backend = r.backend
     assert isinstance(backend, LocalBackend)
-    assert backend.restore_methods <= {"reflink", "hardlink"} and backend.restore_methods
+    blob = backend.local_path(blob_path(m.files["rank0.engine"].digest))
+    assert blob is not None
+    r.get(K1, tmp_path / "o")
+    assert backend.restore_methods <= {"reflink", "copy"} and backend.restore_methods
     restored = tmp_path / "o" / "rank0.engine"
-    if backend.restore_methods == {"hardlink"}:
-        from toolchain.registry.store import blob_path
-
-        blob = backend.local_path(blob_path(m.files["rank0.engine"].digest))
-        assert blob is not None and os.path.samefile(restored, blob)
-    assert not (restored.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
+    assert not os.path.samefile(restored, blob)
+    restored.write_bytes(b"edited after pull")  # a pulled engine is the user's own file
+    assert r.verify().corrupt == {}
+    r.get(K1, tmp_path / "linked", link=True)
+    assert backend.restore_methods >= {"hardlink"}
+    linked = tmp_path / "linked" / "rank0.engine"
+    assert os.path.samefile(linked, blob)
+    assert not (linked.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
 
 
 def test_unknown_scheme_and_bad_hf_url() -> None:
@@ -122,3 +128,19 @@ def test_cache_cli(cli: Cli, tmp_path: Path, engine_dir: Path) -> None:
     assert r.exit_code == 0 and "checked 1 entries, 0 corrupt" in r.output
     r = cli("cache", "ls", "--registry", "ftp://x")
     assert r.exit_code == 2 and "unknown registry scheme" in r.output
+
+
+def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(
+    cli: Cli, tmp_path: Path, engine_dir: Path
+) -> None:
+    r = cli("cache", "push", engine_dir, "--key", K1)  # into the local default registry (as `build` publishes)
+    assert r.exit_code == 0, r.output
+    other = str(tmp_path / "other")
+    r = cli("cache", "push", engine_dir, "--key", K1[:8], "--registry", other)  # copy under its short key
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == K1
+    assert cli("cache", "tag", K1[:8], "prod", "--registry", other).exit_code == 0
+    assert cli("cache", "push", engine_dir, "--key", "prod", "--registry", other).stdout.strip() == K1
+    r = cli("cache", "push", engine_dir, "--key", "0123abcd", "--registry", other)
+    assert r.exit_code == 2 and "names no entry" in r.stderr and "toolchain spec expand" in r.stderr
+    assert cli("cache", "ls", "--registry", other, "--json").stdout.count('"key"') == 1  # nothing stored

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import re
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolchain.errors import BenchError
 
+MAX_BODY = 64 * 2**20  # a Triton /metrics page is tens of KB
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -52,13 +55,28 @@ def parse(text: str) -> Snapshot:
 
 
 def scrape(url: str, timeout: float = 5.0) -> Snapshot:
+    """One sample of a Prometheus text endpoint (http or https only); a body with no sample is refused."""
+    hint = "check --metrics-url (Triton serves /metrics on 8002)"
+    shown = url if len(url) <= 120 else url[:117] + "..."
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok or any(ord(c) < 33 for c in url):
+        raise BenchError(f"{shown!r} is not an http(s) URL of a metrics endpoint", hint)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return parse(r.read().decode("utf-8", "replace"))
-    except OSError as e:
-        raise BenchError(
-            f"cannot scrape metrics at {url}: {e}", "check --metrics-url (Triton serves /metrics on 8002)"
-        ) from e
+            body = r.read(MAX_BODY + 1)
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        raise BenchError(f"cannot scrape metrics at {shown}: {str(e)[:200]}", hint) from e
+    if len(body) > MAX_BODY:
+        raise BenchError(f"{shown} returned more than {MAX_BODY // 2**20} MiB; that is not a metrics page", hint)
+    snap = parse(body.decode("utf-8", "replace"))
+    if not snap.samples:
+        raise BenchError(f"{shown} did not return Prometheus metrics (no sample in its body)", hint)
+    return snap
 
 
 def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,64 @@ def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dic
     """Read result files; each gets ``label`` (given, else the file name without .json)."""
     out = []
     for i, p in enumerate(paths):
+        hint = "pass files written by `toolchain bench --save`"
         try:
-            d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserInputError(
-                f"cannot read bench result {p}: {e}", "pass files written by `toolchain bench --save`"
-            ) from e
+            d = json.loads(p.read_bytes())
+        except OSError as e:
+            raise UserInputError(f"cannot read bench result {p}: {e.strerror or e}", hint) from e
+        except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or absurdly nested
+            raise UserInputError(f"{p} is not JSON, so not a toolchain bench result", hint) from e
         if not isinstance(d, dict) or d.get("kind") != "toolchain.bench-result":
-            raise UserInputError(
-                f"{p} is not a toolchain bench result", "pass files written by `toolchain bench --out`"
-            )
+            raise UserInputError(f"{p} is not a toolchain bench result", hint)
+        problem = _result_problem(d)
+        if problem is not None:
+            raise UserInputError(f"{p} is a damaged toolchain bench result: {problem}", hint)
         d["label"] = labels[i] if labels and i < len(labels) and labels[i] else p.name.removesuffix(".json")
         out.append(d)
     return out
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _result_problem(d: dict[str, Any]) -> str | None:
+    """What makes a bench result unusable by the reports and diagnose (None when it is whole)."""
+    if not isinstance(d.get("provenance", {}), dict):
+        return "provenance is not an object"
+    runs = d.get("runs")
+    if not isinstance(runs, list) or not runs:
+        return "runs is not a non-empty list"
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("label"), str):
+            return f"runs[{i}] has no label"
+        s = run.get("summary")
+        if not isinstance(s, dict):
+            return f"runs[{i}].summary is missing"
+        for k in ("completed", "errors", "request_throughput_rps", "output_token_throughput_tps", "goodput_rps"):
+            if not _number(s.get(k)):
+                return f"runs[{i}].summary.{k} is not a number"
+        ts = s.get("token_source")
+        if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
+            return f"runs[{i}].summary.token_source is not a list of names"
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms"):
+            m = s.get(metric)
+            if m is not None and (not isinstance(m, dict) or not all(v is None or _number(v) for v in m.values())):
+                return f"runs[{i}].summary.{metric} is not a table of numbers"
+        if not isinstance(run.get("load") or {}, dict):
+            return f"runs[{i}].load is not an object"
+        srv = run.get("server")
+        if srv is not None and (
+            not isinstance(srv, dict) or any(k != "model" and v is not None and not _number(v) for k, v in srv.items())
+        ):
+            return f"runs[{i}].server is not a table of numbers"
+        records = run.get("records", [])
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            return f"runs[{i}].records is not a list of objects"
+        for r in records:
+            if any(r.get(k) is not None and not _number(r.get(k)) for k in ("ttft_ms", "tpot_ms")):
+                return f"runs[{i}].records holds a latency that is not a number"
+    return None
 
 
 def parse_labelled(args: list[str]) -> tuple[list[Path], list[str]]:

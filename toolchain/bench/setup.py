@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,9 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts
         from tritonclient.grpc import model_config_pb2 as pb
 
         cfg = text_format.Parse((repo / "preprocessing" / "config.pbtxt").read_text(), pb.ModelConfig())
-        return Path(cfg.parameters["tokenizer_dir"].string_value)
+        tok = Path(cfg.parameters["tokenizer_dir"].string_value)
+        # a relative tokenizer_dir is relative to the model's directory (relocatable repositories)
+        return tok if tok.is_absolute() else (repo / "preprocessing" / tok).resolve()
     if art is not None:
         return art.tokenizer_dir()
     raise UserInputError(
@@ -80,6 +83,7 @@ def make_config(
     seed: int,
     stop_on_error: bool,
     timeout: float,
+    num_draft_tokens: int | None = None,
 ) -> tuple[BenchConfig, Any]:
     from transformers import AutoTokenizer
 
@@ -136,6 +140,11 @@ def make_config(
             raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
     else:
         reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
+    if num_draft_tokens is not None:
+        if num_draft_tokens < 1:
+            raise UserInputError("--num-draft-tokens must be at least 1")
+        reqs = [replace(r, num_draft_tokens=num_draft_tokens) for r in reqs]
+        prov["workload"]["num_draft_tokens"] = num_draft_tokens
     cfg = BenchConfig(
         protocol=protocol.split("-")[0],
         url=url,

@@ -67,6 +67,12 @@ def bench(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
     timeout: Annotated[float, timeout_opt("a request")] = 300.0,
+    num_draft_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--num-draft-tokens", help="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
+        ),
+    ] = None,
     save: Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -110,6 +116,7 @@ def bench(
         seed=seed,
         stop_on_error=stop_on_error,
         timeout=timeout,
+        num_draft_tokens=num_draft_tokens,
     )
     if json_out:
         print_json(without_records(result))

@@ -56,8 +56,16 @@ def pull(
     dest: Annotated[Path, typer.Argument(help="Destination directory (must not exist)")],
     registry: RegistryOpt = None,
     force: ForceOpt = False,
+    link: Annotated[
+        bool,
+        typer.Option(
+            "--link", help="Hardlink the read-only blobs of a local registry instead of copying (shared with it)"
+        ),
+    ] = False,
 ) -> None:
-    """Restore an entry into DEST, verifying every digest.
+    """Restore an entry into DEST, hashing every restored file against its digest.
+
+    A local registry gives independent copies (reflinks where the file system has them) unless --link.
 
     Examples: toolchain cache pull 3f2a9c1d ./engine
     """
@@ -66,30 +74,44 @@ def pull(
 
     r = open_registry(registry)
     r.progress = Stages()
-    m = r.get(ref, dest, force=force)
-    err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False)
+    m = r.get(ref, dest, force=force, link=link)
+    err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False, markup=False)
 
 
 @app.command()
 def push(
     src: Annotated[Path, typer.Argument(help="Directory to store")],
-    key: Annotated[str, typer.Option("--key", help="Entry key (64 hex); default: digest of the content")] = "",
+    key: Annotated[
+        str,
+        typer.Option(
+            "--key",
+            help="Entry key: 64 hex, or a short key or tag of an entry the local registry holds [default: digest]",
+        ),
+    ] = "",
     kind: Annotated[str, typer.Option("--kind")] = "engine",
     registry: RegistryOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an entry that holds different content under the same key")
+    ] = False,
 ) -> None:
-    """Store a directory as one entry (blobs first, manifest last).
+    """Store a directory as one entry (blobs first, manifest last); an existing key keeps its content
+    unless --force.
 
-    Examples: toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
+    Examples:
+      toolchain cache push ./engine --key 0c767363 --registry s3://bucket/engines
+      toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
     """
     from toolchain.cli.render import Stages, err, out
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
+    from toolchain.registry.store import key_for_push
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
     r = open_registry(registry)
     r.progress = Stages()
-    m = r.put(key or None, src, kind=kind, provenance={"pushed_from": str(src.resolve())})
+    full = key_for_push(key, r) if key else None
+    m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)
 
@@ -117,23 +139,38 @@ def verify(
 
 @app.command()
 def gc(
-    registry: RegistryOpt = None, yes: YesOpt = False, dry_run: DryRunOpt = False, json_out: JsonOpt = False
+    registry: RegistryOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0, help="Keep unreferenced blobs and uploads younger than this (seconds)"),
+    ] = 3600.0,
 ) -> None:
-    """Remove unreferenced blobs, stale temp files and dangling tags: shows the plan, asks unless --yes."""
+    """Remove unreferenced blobs, temp files of killed pushes, stale multipart uploads and dangling tags:
+    shows the plan, asks unless --yes. Blobs younger than --grace are kept (a push may be using them)."""
     from toolchain.cli.render import err, fmt_bytes, print_json
     from toolchain.registry import open_registry
 
     r = open_registry(registry)
-    plan = r.gc_plan()
-    summary = {"blobs": len(plan.blobs), "tmp": len(plan.tmp), "tags": len(plan.tags), "bytes": plan.bytes}
+    plan = r.gc_plan(grace_s=grace)
+    summary = {
+        "blobs": len(plan.blobs),
+        "tmp": len(plan.tmp),
+        "uploads": len(plan.uploads),
+        "tags": len(plan.tags),
+        "bytes": plan.bytes,
+    }
     if json_out:
         print_json({**summary, "dry_run": dry_run})
     err.print(
         f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
-        f"{len(plan.tags)} dangling tags; frees {fmt_bytes(plan.bytes)}",
+        f"{len(plan.uploads)} unfinished uploads, {len(plan.tags)} dangling tags; frees {fmt_bytes(plan.bytes)}",
         highlight=False,
+        markup=False,
     )
-    if dry_run or not (plan.blobs or plan.tmp or plan.tags):
+    if dry_run or not (plan.blobs or plan.tmp or plan.tags or plan.uploads):
         return
     if not yes and not typer.confirm("Delete these?", err=True):
         raise typer.Exit(1)

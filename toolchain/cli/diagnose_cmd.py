@@ -14,7 +14,7 @@ def diagnose(
     metrics_url: MetricsUrlOpt = None,
     bench: Annotated[Path | None, typer.Option("--bench", help="A result JSON from `toolchain bench --save`")] = None,
     model: ServedModelOpt = "tensorrt_llm",
-    samples: Annotated[int, typer.Option("--samples", help="Metric samples, 1 s apart", min=1)] = 3,
+    samples: Annotated[int, typer.Option("--samples", min=1, max=3600, help="Metric samples, 1 s apart")] = 3,
     prefix_caching: Annotated[
         bool | None,
         typer.Option("--prefix-caching/--no-prefix-caching", help="Whether prefix caching is configured"),

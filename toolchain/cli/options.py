@@ -100,7 +100,9 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing output
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 ServedModelOpt = Annotated[str, typer.Option("--model", help="Name of the served model")]
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Hugging Face checkpoint directory")]
-WorldSizeOpt = Annotated[int | None, typer.Option("--world-size", help="Ranks (default: the engine's)", min=1)]
+WorldSizeOpt = Annotated[
+    int | None, typer.Option("--world-size", help="Ranks (default: the engine's)", min=1, max=1024)
+]
 MetricsUrlOpt = Annotated[
     str | None, typer.Option("--metrics-url", help="Prometheus URL, e.g. http://127.0.0.1:8002/metrics")
 ]

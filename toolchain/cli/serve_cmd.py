@@ -13,10 +13,12 @@ from toolchain.cli.options import WorldSizeOpt
 def serve(
     repo: Annotated[Path, typer.Argument(help="Model repository directory")],
     host: Annotated[str, typer.Option("--host", help="Bind address")] = "127.0.0.1",
-    http_port: Annotated[int, typer.Option("--http-port")] = 8000,
-    grpc_port: Annotated[int, typer.Option("--grpc-port")] = 8001,
-    metrics_port: Annotated[int, typer.Option("--metrics-port")] = 8002,
-    ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="Seconds to wait for readiness")] = 180,
+    http_port: Annotated[int, typer.Option("--http-port", min=1, max=65535)] = 8000,
+    grpc_port: Annotated[int, typer.Option("--grpc-port", min=1, max=65535)] = 8001,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", min=1, max=65535)] = 8002,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", min=1, max=86400, help="Seconds to wait for readiness")
+    ] = 180,
     world_size: WorldSizeOpt = None,
 ) -> None:
     """Start tritonserver (NVIDIA's on a GPU host, the nvidia-pytriton one on CPU) and wait for readiness.

@@ -19,6 +19,7 @@ from typing import Any
 
 from toolchain.errors import CheckpointError, CompatibilityError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.speculative import engine_max_seq_len
 
 HEAD_CONVERTERS = {
     "medusa": ("examples/medusa/convert_checkpoint.py", "--medusa_model_dir", "--num_medusa_heads"),
@@ -48,10 +49,7 @@ def adjusted_shape(cell: Cell, max_num_tokens: int) -> tuple[int, int]:
     sd = cell.spec.speculative
     if sd is None:
         return cell.max_seq_len, max_num_tokens
-    seq = cell.max_seq_len + sd.draft_len
-    if sd.mode == "eagle" and sd.heads is not None:
-        seq += sd.heads.count
-    return seq, max(max_num_tokens, cell.max_batch_size * (sd.draft_len + 1))
+    return engine_max_seq_len(cell), max(max_num_tokens, cell.max_batch_size * (sd.draft_len + 1))
 
 
 def expected_feature_config(cell: Cell) -> dict[str, Any]:

@@ -26,14 +26,7 @@ from typing import Any
 
 import yaml
 
-from toolchain.deploy.context import (
-    ENTRYPOINT,
-    copy_source,
-    copy_tokenizer,
-    dockerfile,
-    pinned_image,
-    relocate_repository,
-)
+from toolchain.deploy.context import ENTRYPOINT, KUBESSH, copy_source, dockerfile, pinned_image
 from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import staged_dir
@@ -109,7 +102,6 @@ def write_deployment(
     plan: PlanLike,
     *,
     repository: Path,
-    tokenizer: Path,
     engine_key: str,
     out: Path,
     options: DeployOptions,
@@ -118,7 +110,7 @@ def write_deployment(
     """Write the build context and manifests for ``cell`` into ``out`` (staged, renamed into place).
 
     ``repository`` is the emitted Triton repository whose engine paths already point under
-    ``options.engines_root``; its tokenizer paths are moved to the image's copy here.
+    ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
     """
     o = options
     if o.frontend not in FRONTENDS:
@@ -169,11 +161,9 @@ def write_deployment(
         ctx = tmp / "image"
         ctx.mkdir()
         shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
-        tok_in_image = f"{o.image_root.rstrip('/')}/tokenizer"
-        moved = relocate_repository(ctx / "model_repository", {str(tokenizer.resolve()): tok_in_image})
-        copy_tokenizer(tokenizer, ctx / "tokenizer")
-        shutil.copyfile(ENTRYPOINT, ctx / "entrypoint.sh")
-        os.chmod(ctx / "entrypoint.sh", 0o755)
+        for script in (ENTRYPOINT, KUBESSH):
+            shutil.copyfile(script, ctx / script.name)
+            os.chmod(ctx / script.name, 0o755)
         copy_source(ctx / "src")
         (ctx / "Dockerfile").write_text(
             dockerfile(
@@ -181,6 +171,7 @@ def write_deployment(
                 trtllm_version=cell.spec.target.trtllm_version,
                 image_root=o.image_root,
                 engines_root=o.engines_root,
+                kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if sizing.multi_node else None,
             )
         )
         (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")
@@ -204,7 +195,6 @@ def write_deployment(
             "pinned": PINNED,
             "sizing": sizing.to_json(),
             "sizing_explained": sizing.explain(),
-            "relocated_parameters": moved,
             "next": [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"],
         }
         (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
@@ -212,9 +202,7 @@ def write_deployment(
         # image out on this machine to run the entrypoint)
         roots = (o.image_root, o.engines_root)
         leaks = [
-            p
-            for p in (*host_paths, repository, tokenizer, tmp, out)
-            if not any(r.startswith(str(p.resolve())) for r in roots)
+            p for p in (*host_paths, repository, tmp, out) if not any(r.startswith(str(p.resolve())) for r in roots)
         ]
         _refuse_leaks(tmp, tuple(leaks), skip=ctx / "src")
         files = sorted(

@@ -1,13 +1,13 @@
 """The container build context: ``FROM`` the spec's container, the toolchain installed into that image's own
-Python without changing any package the image ships, the relocatable model repository, the tokenizer and
+Python without changing any package the image ships, the relocatable model repository (which carries its tokenizer) and
 the entrypoint.
 
 The context's layout is the image's ``/opt/toolchain`` (``image_root``)::
 
     Dockerfile
     entrypoint.sh                 pull by key → verify → lint → serve (docs/deploy.md)
-    model_repository/             the Triton repository; engine paths under the engines root
-    tokenizer/                    tokenizer files the pre/post-processing models read
+    model_repository/             the Triton repository: engine paths under the engines root, the tokenizer
+                                  in preprocessing/tokenizer
     src/                          the toolchain source (pyproject.toml, README.md, toolchain/)
 """
 
@@ -18,16 +18,11 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolchain.errors import DeployError
 
 ENTRYPOINT = Path(__file__).with_name("entrypoint.sh")
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER_FILES = re.compile(
-    r"^(tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|vocab\.(json|txt)|merges\.txt|"
-    r"generation_config\.json|chat_template\.(jinja|json)|added_tokens\.json)$"
-)
 _REF = re.compile(
     r"^(?P<repo>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
     r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
@@ -58,8 +53,21 @@ def pinned_image(ref: str, what: str) -> ImageRef:
     return ImageRef(m.group("repo"), tag, digest)
 
 
-def dockerfile(base: ImageRef, *, trtllm_version: str, image_root: str, engines_root: str) -> str:
-    """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute)."""
+KUBESSH = Path(__file__).with_name("kubessh")
+KUBECTL_APT = "https://pkgs.k8s.io/core:/stable:/v{minor}/deb/"
+
+
+def dockerfile(
+    base: ImageRef,
+    *,
+    trtllm_version: str,
+    image_root: str,
+    engines_root: str,
+    kubectl_minor: str | None = None,
+) -> str:
+    """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute).
+    ``kubectl_minor`` (e.g. "1.34") adds kubectl from the Kubernetes apt repository of that minor release, which
+    the leader of a multi-node group uses to start ranks in its workers."""
     root = image_root.rstrip("/")
     check = (
         'import importlib.metadata as m, sys; v = m.version("tensorrt_llm"); '
@@ -82,12 +90,12 @@ def dockerfile(base: ImageRef, *, trtllm_version: str, image_root: str, engines_
         "    && python3 -m toolchain.cli.main --help > /dev/null",
         "",
         f"COPY model_repository {root}/model_repository",
-        f"COPY tokenizer {root}/tokenizer",
-        f"COPY entrypoint.sh {root}/entrypoint.sh",
+        f"COPY entrypoint.sh kubessh {root}/",
         f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
-        f"    TOOLCHAIN_TOKENIZER={root}/tokenizer \\",
+        f"    TOOLCHAIN_TOKENIZER={root}/model_repository/preprocessing/tokenizer \\",
         f"    ENGINES_ROOT={engines_root} \\",
         f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache",
+        *(_kubectl(kubectl_minor) if kubectl_minor else []),
         "EXPOSE 8000 8001 8002 9000",
         f'ENTRYPOINT ["{root}/entrypoint.sh"]',
         'CMD ["server"]',
@@ -111,38 +119,14 @@ def copy_source(dest: Path) -> None:
     )
 
 
-def copy_tokenizer(src: Path, dest: Path) -> list[str]:
-    names = sorted(p.name for p in src.iterdir() if p.is_file() and TOKENIZER_FILES.match(p.name))
-    if "tokenizer_config.json" not in names and "tokenizer.json" not in names:
-        raise DeployError(
-            f"no tokenizer files in {src}", "pass --tokenizer DIR with tokenizer.json/tokenizer_config.json"
-        )
-    dest.mkdir(parents=True)
-    for n in names:
-        shutil.copyfile(src / n, dest / n)
-    return names
-
-
-def relocate_repository(repo: Path, replace: dict[str, str]) -> list[str]:
-    """Rewrite every config.pbtxt parameter whose value starts with a key of ``replace`` (parsed and written
-    back as ModelConfig messages). Returns ``model.parameter`` names changed."""
-    from google.protobuf import text_format
-
-    from toolchain._deps import require
-
-    pb: Any = require("tritonclient.grpc.model_config_pb2", "triton")
-    changed = []
-    for cfg_path in sorted(repo.glob("*/config.pbtxt")):
-        cfg = text_format.Parse(cfg_path.read_text(), pb.ModelConfig())
-        touched = False
-        for key in sorted(cfg.parameters):
-            value = cfg.parameters[key].string_value
-            for old, new in replace.items():
-                if value == old or value.startswith(old.rstrip("/") + "/"):
-                    cfg.parameters[key].string_value = new + value[len(old.rstrip("/")) :] if value != old else new
-                    changed.append(f"{cfg_path.parent.name}.{key}")
-                    touched = True
-                    break
-        if touched:
-            cfg_path.write_text(str(text_format.MessageToString(cfg)))
-    return changed
+def _kubectl(minor: str) -> list[str]:
+    repo = KUBECTL_APT.format(minor=minor)
+    return [
+        "",
+        f"# kubectl {minor}: the group leader lists its pods and starts ranks in them (kubessh, Open MPI's rsh agent)",
+        "RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl gnupg \\",
+        f"    && curl -fsSL {repo}Release.key | gpg --dearmor -o /usr/share/keyrings/kubernetes.gpg \\",
+        f"    && echo 'deb [signed-by=/usr/share/keyrings/kubernetes.gpg] {repo} /' \\",
+        "       > /etc/apt/sources.list.d/kubernetes.list \\",
+        "    && apt-get update && apt-get install -y --no-install-recommends kubectl && rm -rf /var/lib/apt/lists/*",
+    ]

@@ -10,11 +10,15 @@
 #   TOOLCHAIN_MODEL_REPOSITORY, TOOLCHAIN_TOKENIZER, TOOLCHAIN_WORLD_SIZE (TP x PP), READY_TIMEOUT (s)
 #   TOOLCHAIN_FRONTEND  openai: Triton's OpenAI frontend (+ KServe HTTP/gRPC) | kserve: tritonserver
 #   SERVE_HOST, HTTP_PORT, GRPC_PORT, METRICS_PORT, OPENAI_PORT, TOOLCHAIN_PYTHON (default python3)
+#   leader of a LeaderWorkerSet group: GROUP_KEY, POD_NAMESPACE, TOOLCHAIN_NODES, TOOLCHAIN_GPUS_PER_NODE
+# Argument: the role — server (default), leader or worker.
 set -eu
 
+ROLE="${1:-server}"
+ROOT_DIR=$(cd "$(dirname "$0")" && pwd)
 PY="${TOOLCHAIN_PYTHON:-python3}"
 REPO="${TOOLCHAIN_MODEL_REPOSITORY:-/opt/toolchain/model_repository}"
-TOKENIZER="${TOOLCHAIN_TOKENIZER:-/opt/toolchain/tokenizer}"
+TOKENIZER="${TOOLCHAIN_TOKENIZER:-$REPO/preprocessing/tokenizer}"
 ROOT="${ENGINES_ROOT:-/engines}"
 WORLD="${TOOLCHAIN_WORLD_SIZE:-1}"
 FRONTEND="${TOOLCHAIN_FRONTEND:-kserve}"
@@ -53,33 +57,82 @@ say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
 "$PY" -m toolchain.cli.main triton lint "$REPO" --world-size "$WORLD" ||
     fail "the model repository does not agree with engine $ENGINE_KEY; not serving"
 
-# 3. serve
-case "$FRONTEND" in
-kserve)
+# 3. serve. Roles: server (one pod holds every rank), leader / worker (a LeaderWorkerSet group, one pod per node)
+case "$ROLE" in
+server | leader) ;;
+worker)
+    # the leader's mpirun starts this pod's ranks through kubectl exec (kubessh); keep the engine and wait
+    say "worker ready: engine $ENGINE_KEY restored; ranks are started by the group's leader"
+    trap 'exit 0' TERM INT
+    while :; do
+        sleep 3600 &
+        wait $! || true
+    done
+    ;;
+*) fail "role '$ROLE' is not server, leader or worker" ;;
+esac
+
+rank0() {
+    case "$FRONTEND" in
+    openai)
+        [ -f "$OPENAI_MAIN" ] ||
+            fail "this image has no Triton OpenAI frontend at $OPENAI_MAIN — use TOOLCHAIN_FRONTEND=kserve"
+        set -- "$PY" "$OPENAI_MAIN" --model-repository "$REPO" --tokenizer "$TOKENIZER" --backend tensorrtllm \
+            --host "$HOST" --openai-port "$OPENAI_PORT" \
+            --enable-kserve-frontends --kserve-http-port "$HTTP_PORT" --kserve-grpc-port "$GRPC_PORT"
+        ;;
+    kserve)
+        set -- "$TRITON_BIN" "--model-repository=$REPO" "--http-address=$HOST" "--http-port=$HTTP_PORT" \
+            "--grpc-address=$HOST" "--grpc-port=$GRPC_PORT" "--metrics-address=$HOST" "--metrics-port=$METRICS_PORT" \
+            --disable-auto-complete-config "--backend-config=python,shm-region-prefix-name=rank0_"
+        ;;
+    *) fail "TOOLCHAIN_FRONTEND=$FRONTEND is not openai or kserve" ;;
+    esac
+    for a in "$@"; do printf '%s\n' "$a"; done
+}
+
+if [ "$ROLE" = server ] && [ "$FRONTEND" = kserve ]; then
     # one tritonserver, or mpirun with one tritonserver per rank when TP x PP > 1
     exec "$PY" -m toolchain.cli.main serve "$REPO" --host "$HOST" --http-port "$HTTP_PORT" \
         --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" --ready-timeout "$READY_TIMEOUT" --world-size "$WORLD"
-    ;;
-openai)
-    [ -f "$OPENAI_MAIN" ] || fail "this image has no Triton OpenAI frontend at $OPENAI_MAIN — use TOOLCHAIN_FRONTEND=kserve"
-    set -- "$PY" "$OPENAI_MAIN" --model-repository "$REPO" --tokenizer "$TOKENIZER" --backend tensorrtllm \
-        --host "$HOST" --openai-port "$OPENAI_PORT" \
-        --enable-kserve-frontends --kserve-http-port "$HTTP_PORT" --kserve-grpc-port "$GRPC_PORT"
-    if [ "$WORLD" -gt 1 ]; then
-        # leader mode: rank 0 is the frontend's in-process server; ranks 1.. load only tensorrt_llm
-        set -- mpirun --allow-run-as-root -n 1 "$@"
-        rank=1
-        while [ "$rank" -lt "$WORLD" ]; do
-            set -- "$@" : -n 1 "$TRITON_BIN" "--model-repository=$REPO" --model-control-mode=explicit \
-                --load-model=tensorrt_llm --disable-auto-complete-config --allow-http=false --allow-grpc=false \
-                --allow-metrics=false "--backend-config=python,shm-region-prefix-name=rank${rank}_"
-            rank=$((rank + 1))
+fi
+
+# rank 0 serves (the OpenAI frontend's in-process server, or tritonserver); ranks 1.. load only tensorrt_llm
+args_file=$(mktemp)
+rank0 >"$args_file" || exit 1
+set --
+while IFS= read -r a; do set -- "$@" "$a"; done <"$args_file"
+rm -f "$args_file"
+if [ "$WORLD" -gt 1 ] || [ "$ROLE" = leader ]; then
+    launch="mpirun --allow-run-as-root"
+    if [ "$ROLE" = leader ]; then
+        # a LeaderWorkerSet group: wait for its pods, then start ranks on each through kubectl exec
+        : "${GROUP_KEY:?GROUP_KEY (the pod's leaderworkerset.sigs.k8s.io/group-key label) is not set}"
+        nodes="${TOOLCHAIN_NODES:?TOOLCHAIN_NODES is not set}"
+        per_node="${TOOLCHAIN_GPUS_PER_NODE:?TOOLCHAIN_GPUS_PER_NODE is not set}"
+        waited=0
+        while :; do
+            pods=$(kubectl get pods -n "${POD_NAMESPACE:-default}" \
+                -l "leaderworkerset.sigs.k8s.io/group-key=$GROUP_KEY" --field-selector status.phase=Running \
+                -o 'jsonpath={.items[*].metadata.name}') || fail "kubectl cannot list the group's pods (RBAC?)"
+            count=$(printf '%s\n' $pods | grep -c .) || true
+            [ "$count" -ge "$nodes" ] && break
+            [ "$waited" -ge "$READY_TIMEOUT" ] && fail "only $count of $nodes pods of group $GROUP_KEY are running"
+            say "waiting for the group: $count of $nodes pods running"
+            sleep 5
+            waited=$((waited + 5))
         done
+        hosts=$(printf '%s\n' $pods | sort | sed "s/\$/:$per_node/" | paste -sd, -)
+        launch="$launch -mca plm_rsh_agent ${ROOT_DIR}/kubessh --host $hosts"
     fi
-    say "starting: $*"
-    exec "$@"
-    ;;
-*)
-    fail "TOOLCHAIN_FRONTEND=$FRONTEND is not openai or kserve"
-    ;;
-esac
+    set -- $launch -x LD_LIBRARY_PATH -n 1 "$@"
+    rank=1
+    while [ "$rank" -lt "$WORLD" ]; do
+        set -- "$@" : -n 1 "$TRITON_BIN" "--model-repository=$REPO" --model-control-mode=explicit \
+            --load-model=tensorrt_llm --disable-auto-complete-config --allow-http=false --allow-grpc=false \
+            --allow-metrics=false "--backend-config=python,shm-region-prefix-name=rank${rank}_"
+        rank=$((rank + 1))
+    done
+fi
+say "starting: $*"
+exec "$@"

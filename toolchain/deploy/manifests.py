@@ -124,7 +124,7 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         "imagePullPolicy": "IfNotPresent",
         "args": [role],
         "env": _env(t, cell, s),
-        "ports": container_ports(t) if role == "server" else [],
+        "ports": container_ports(t) if role != "worker" else [],
         "resources": {
             "requests": {"cpu": str(max(4, 4 * gpus)), "memory": _quantity(s.memory_request_bytes)},
             "limits": {"nvidia.com/gpu": str(gpus)},
@@ -134,12 +134,22 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
             {"name": "engines", "mountPath": t.engines_root},
         ],
     }
-    if role == "server":
+    if role != "worker":
         container["startupProbe"] = _probe("/v2/health/ready", s.startup_period_s, s.startup_failure_threshold)
         container["readinessProbe"] = _probe("/v2/health/ready", 5, 3)
         container["livenessProbe"] = _probe("/v2/health/live", 10, 3)
     if t.registry_secret:
         container["envFrom"] = [{"secretRef": {"name": t.registry_secret, "optional": False}}]
+    if s.multi_node:
+        container["env"] += [
+            {"name": "TOOLCHAIN_NODES", "value": str(s.nodes_per_replica)},
+            {"name": "TOOLCHAIN_GPUS_PER_NODE", "value": str(s.gpus_per_node)},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {
+                "name": "GROUP_KEY",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/group-key']"}},
+            },
+        ]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(s.shm_bytes)}},
         {"name": "engines", "emptyDir": {"sizeLimit": _quantity(s.engine_volume_bytes)}},
@@ -147,13 +157,16 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
     if t.registry_pvc:
         container["volumeMounts"].append({"name": "registry", "mountPath": t.registry, "readOnly": True})
         volumes.append({"name": "registry", "persistentVolumeClaim": {"claimName": t.registry_pvc, "readOnly": True}})
-    return {
+    pod: dict[str, Any] = {
         "nodeSelector": {"nvidia.com/gpu.product": cell.gpu.gfd_product},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 60,
         "containers": [container],
         "volumes": volumes,
     }
+    if s.multi_node:
+        pod["serviceAccountName"] = t.app  # the leader's mpirun starts ranks in the workers with kubectl exec
+    return pod
 
 
 def workload(t: Target, cell: Cell, s: Sizing) -> dict[str, Any]:
@@ -183,7 +196,7 @@ def workload(t: Target, cell: Cell, s: Sizing) -> dict[str, Any]:
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
                     "metadata": {"labels": labels},
-                    "spec": pod_spec(t, cell, s, gpus=per_node, role="server"),
+                    "spec": pod_spec(t, cell, s, gpus=per_node, role="leader"),
                 },
                 "workerTemplate": {
                     "metadata": {"labels": {**labels, "app.kubernetes.io/component": "llm-worker"}},
@@ -290,11 +303,35 @@ def scaled_object(t: Target, cell: Cell, s: Sizing, workload_obj: dict[str, Any]
     }
 
 
+def rbac(t: Target, cell: Cell) -> dict[str, dict[str, Any]]:
+    """What the leader of a multi-node group needs: list the group's pods, exec into them (kubessh)."""
+    return {
+        "serviceaccount.yaml": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(t, cell)},
+        "role.yaml": {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(t, cell),
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+            ],
+        },
+        "rolebinding.yaml": {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(t, cell),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.app},
+            "subjects": [{"kind": "ServiceAccount", "name": t.app}],
+        },
+    }
+
+
 def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
     """File name → resource, in apply order."""
     work = workload(t, cell, s)
     kind = "leaderworkerset" if s.multi_node else "deployment"
     return {
+        **(rbac(t, cell) if s.multi_node else {}),
         f"{kind}.yaml": work,
         "service.yaml": service(t, cell),
         "servicemonitor.yaml": service_monitor(t, cell),

@@ -33,7 +33,26 @@ def emit_cell(
 ) -> dict[str, Any]:
     """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference.
     ``engines_root``: see ``toolchain.triton.repository.emit_for_cell``."""
-    if engine == "reference" or Path(engine).is_dir():
+    if engine == "reference":
         return emit_for_cell(art, engine, out, force=force, engines_root=engines_root)
+    draft = _draft_engine(art, registry)
+    if Path(engine).is_dir():
+        return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, draft_engine=draft)
     path, key = fetch_engine(engine, registry)
-    return emit_for_cell(art, str(path), out, engine_key=key, force=force, engines_root=engines_root)
+    return emit_for_cell(
+        art, str(path), out, engine_key=key, force=force, engines_root=engines_root, draft_engine=draft
+    )
+
+
+def _draft_engine(art: CellArtifacts, registry: str | None) -> str | None:
+    """A draft-target cell's draft engine, fetched from the registry by its own key."""
+    sd = art.spec.speculative
+    if sd is None or sd.mode != "draft_target" or art.spec.runtime != "tensorrt":
+        return None
+    from toolchain.artifacts.cell import for_cell
+    from toolchain.specs.speculative import draft_cell
+
+    key = for_cell(draft_cell(art.cell)).engine_key
+    if key is None:
+        return None  # emit then names what is missing
+    return str(fetch_engine(key, registry)[0])

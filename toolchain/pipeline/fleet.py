@@ -117,10 +117,8 @@ def deploy_cell(
             engines_root=options.engines_root,
         )
         progress(f"writing the build context and manifests to {out}")
-        host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch))
+        host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch), tok)
         local = spec.local_source()
         if local is not None:
             host += (local,)
-        return write_deployment(
-            cell, plan, repository=repo, tokenizer=tok, engine_key=key, out=out, options=options, host_paths=host
-        )
+        return write_deployment(cell, plan, repository=repo, engine_key=key, out=out, options=options, host_paths=host)

@@ -20,8 +20,9 @@ import yaml
 
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
-from toolchain.errors import UserInputError
-from toolchain.specs.loader import load_spec
+from toolchain.errors import CompatibilityError, UserInputError
+from toolchain.specs.loader import load_spec, safe_yaml
+from toolchain.specs.rules import require_compatible
 
 FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
@@ -45,10 +46,16 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     if path is None:
         return m
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = safe_yaml(path.read_bytes().decode("utf-8"))
+    except OSError as e:
         raise UserInputError(
-            f"cannot read runner map {path}: {e}", "give a YAML mapping GPU name -> runner label"
+            f"cannot read runner map {path}: {e.strerror or e}", "give a YAML mapping GPU name -> runner label"
+        ) from e
+    except (yaml.YAMLError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0][:120]
+        raise UserInputError(
+            f"runner map {path} is not a small plain YAML file: {problem}",
+            "give a YAML mapping GPU name -> runner label",
         ) from e
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserInputError(f"{path} must map GPU catalog names to runner labels")
@@ -77,6 +84,10 @@ def _add_jobs(
 ) -> None:
     for path in specs:
         spec = load_spec(path)
+        try:
+            require_compatible(spec)  # the rules `spec validate` applies: no CI job for a cell that cannot build
+        except CompatibilityError as e:
+            raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
         for art in for_cells(spec):
             cell, q = art.cell, spec.quantization
             qid = quantize_job_id(art.quantized_key)

@@ -10,6 +10,7 @@ from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.specs.arch import ModelArch, arch_for_spec, unknown_fields
 from toolchain.specs.matrix import expand, find_cell
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.rules import require_compatible
 
 
 @dataclass
@@ -41,4 +42,5 @@ def plan_spec(spec: EngineSpec, cell_id: str | None = None) -> SpecPlan:
     if local is not None and (local / "config.json").is_file():
         unused = unknown_fields(json.loads((local / "config.json").read_text()))
     cells = [find_cell(spec, cell_id)] if cell_id else expand(spec)
+    require_compatible(spec, cells)
     return SpecPlan(spec, arch, [plan_cell(c, arch) for c in cells], unused)

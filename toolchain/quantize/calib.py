@@ -98,20 +98,30 @@ def load_texts(dataset: str, base_dir: Path, seed: int, samples: int) -> list[st
                 f"calibration file {path} does not exist",
                 'give a .txt (one sample per line) or .jsonl ({"text": ...}) file',
             )
+        try:
+            content = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserInputError(
+                f"calibration file {path} is not UTF-8 text", "give a .txt or .jsonl text file"
+            ) from exc
+        except OSError as e:
+            raise UserInputError(f"cannot read calibration file {path}: {e.strerror or e}") from e
+        if "\x00" in content:
+            raise UserInputError(f"calibration file {path} holds NUL bytes (binary data)", "give a text file")
         if path.suffix == ".jsonl":
             texts = []
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for n, line in enumerate(content.splitlines(), 1):
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError as exc:
+                except (ValueError, RecursionError) as exc:
                     raise UserInputError(f"{path}:{n}: not JSON", 'each line must be {"text": "..."}') from exc
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise UserInputError(f"{path}:{n}: no string 'text' field", 'each line must be {"text": ...}')
                 texts.append(obj["text"])
         elif path.suffix == ".txt":
-            texts = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            texts = [ln for ln in content.splitlines() if ln.strip()]
         else:
             raise UserInputError(f"calibration file {path} is neither .txt nor .jsonl", "convert it to one of those")
     if not texts:

@@ -30,6 +30,7 @@ from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import canonical_json, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
+from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -73,10 +74,9 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{model_dir} has no config.json; it is not a Hugging Face checkpoint")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_path} is not valid JSON ({e.msg})") from e
+    cfg = read_config_json(cfg_path)
+    config_dims(cfg, str(cfg_path))  # sizes that cannot describe a model are refused before ModelOpt sees them
+    safetensors_param_count(model_dir)  # truncated, empty or shapeless *.safetensors are refused here
     has_st = any(model_dir.glob("*.safetensors"))
     has_pickle = any(model_dir.glob("*.bin")) or any(model_dir.glob("*.pt"))
     if not has_st and has_pickle and not allow_pickle:
@@ -87,6 +87,8 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     if not has_st and not has_pickle:
         raise CheckpointError(f"{model_dir} has no weights (*.safetensors)")
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CheckpointError(f"{cfg_path}: architectures must be a list of class names")
     if not archs or archs[0] not in DECODER_TYPE:
         raise UserInputError(
             f"architecture {archs[0] if archs else '(none)'} is not one ModelOpt's TensorRT-LLM exporter supports",

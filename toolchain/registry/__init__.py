@@ -8,13 +8,19 @@ Layout (identical on every backend; ``tests/registry/test_layout.py`` holds it):
                                  container, spec, command, build time), created
     refs/tags/<name>             text file holding an entry key
     tmp/                         local backend only: in-progress writes, renamed into place
+    lock                         local backend only: flock held shared by pushes, exclusive by gc
 
 Rules: a put writes blobs first and the manifest last, each atomically, so an entry is visible only
-when complete and a killed put leaves at most unreferenced blobs (``gc`` removes them). A get
-validates the manifest (no absolute paths, no ``..``), restores into a temp dir beside the
-destination, verifies every digest and renames; a corrupt entry is refused (``verify --repair``
-removes it). Local restores use reflinks or hardlinks to the read-only blobs, and a stat cache
-(size, mtime, inode) avoids re-hashing a blob that was verified and has not changed since.
+when complete and a killed put leaves at most unreferenced blobs and temp files (``gc`` removes them,
+and aborts S3 multipart uploads older than its grace period). A put of different content under an
+existing key is refused unless forced. gc and push are safe together: local pushes hold ``lock``
+shared and gc takes it exclusively; on every backend gc keeps blobs younger than its grace period
+(pushes touch the blobs they reuse) and re-checks each blob just before deleting it. A get validates
+the manifest (no absolute paths, no ``..``, no name that is both a file and a directory, names within
+the file system's limits), restores into a temp dir beside the destination, hashes every restored
+file and renames; a corrupt entry is refused (``verify --repair`` removes it). Local restores are
+independent copies (reflinks where the file system has them) with the manifest's executable bit;
+hardlinks to the read-only blobs only when asked (``--link``).
 """
 
 from toolchain.registry.store import Registry, open_registry

@@ -33,6 +33,7 @@ FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 
 class Backend:
     url: str
+    locks = False  # whether lock() excludes gc from pushes (else gc relies on its grace period)
     # Transfer progress: called with a byte count as data moves. Backends that stream (S3) call it while a
     # file moves; for the others the registry counts whole files.
     meter: Callable[[int], None] | None = None
@@ -62,6 +63,28 @@ class Backend:
     def local_path(self, path: str) -> Path | None:
         return None
 
+    def lock(self, *, exclusive: bool, timeout: float | None = None) -> contextlib.AbstractContextManager[None]:
+        """Push holds the store shared, gc exclusive (backends without locks rely on gc's grace period)."""
+        return contextlib.nullcontext()
+
+    def restore(self, path: str, dest: Path, digest: str, *, link: bool) -> str:
+        """Local backends: put the blob's bytes at ``dest`` and return the digest of what was put there."""
+        raise NotImplementedError
+
+    def touch(self, path: str) -> None:
+        """Mark an existing object as just used, so gc's grace period keeps it through a push that reuses it."""
+
+    def mtime(self, path: str) -> float | None:
+        """Last-modified time of an object, or None when it is gone."""
+        raise NotImplementedError
+
+    def stale_uploads(self, older_than_s: float) -> builtins.list[tuple[str, str]]:
+        """Unfinished multipart uploads started more than ``older_than_s`` ago: (key, upload id)."""
+        return []
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        raise NotImplementedError
+
     def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
         """Store ``src`` in the same read that hashes it and return the digest; None where the
         digest is needed before the upload (remote stores: ``put_file`` then sends the bytes)."""
@@ -80,28 +103,47 @@ class Backend:
 # --- local -------------------------------------------------------------------------------------
 
 
-def link_or_copy(src: Path, dst: Path) -> str:
-    """Reflink, else hardlink, else copy; returns which was used."""
+def restore_verified(src: Path, dst: Path, digest: str, *, link: bool) -> tuple[str, str]:
+    """Put ``src``'s bytes at ``dst`` and hash what was put there; returns (digest found, method).
+
+    Default: an independent copy (a reflink where the file system shares blocks copy-on-write, else a
+    copy hashed on the way), so writing into a pulled file never changes the registry. ``link``: a
+    hardlink to the read-only blob (fast, shared with the store), after hashing the blob itself.
+    """
+    algo = digest.split(":", 1)[0]
+    if link:
+        got = hash_file(src, algo)
+        if got != digest:
+            return got, "hardlink"
+        try:
+            os.link(src, dst)
+            return got, "hardlink"
+        except OSError:
+            pass
     try:
         with open(src, "rb") as s, open(dst, "wb") as d:
             fcntl.ioctl(d.fileno(), FICLONE, s.fileno())
-        return "reflink"
+        return hash_file(dst, algo), "reflink"
     except OSError:
         with contextlib.suppress(OSError):
             dst.unlink()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.link(src, dst)
-        return "hardlink"
-    except OSError:
-        shutil.copyfile(src, dst)
-        return "copy"
+        got = hash_file(src, algo, sink=fd)
+    finally:
+        os.close(fd)
+    return got, "copy"
 
 
 class LocalBackend(Backend):
+    locks = True
+
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().resolve()
         self.url = str(self.root)
         self.restore_methods: set[str] = set()  # how files were restored: reflink, hardlink or copy
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -128,7 +170,8 @@ class LocalBackend(Backend):
     def put_file(self, path: str, src: Path, digest: str) -> None:
         dst = self._p(path)
         if dst.is_file():
-            return  # content-addressed: already there
+            self.touch(path)  # content-addressed: already there; young again for gc's grace period
+            return
         with staged_file(dst, tmp_dir=self.root / "tmp", mode=0o444) as fd:
             got = hash_file(src, digest.split(":", 1)[0], sink=fd)
             if got != digest:
@@ -158,7 +201,55 @@ class LocalBackend(Backend):
                 os.unlink(tmp)
 
     def get_file(self, path: str, dest: Path) -> None:
-        self.restore_methods.add(link_or_copy(self._p(path), dest))
+        shutil.copyfile(self._p(path), dest)
+
+    def restore(self, path: str, dest: Path, digest: str, *, link: bool) -> str:
+        got, method = restore_verified(self._p(path), dest, digest, link=link)
+        self.restore_methods.add(method)
+        return got
+
+    @contextlib.contextmanager
+    def lock(self, *, exclusive: bool, timeout: float | None = None) -> Iterator[None]:
+        """flock on ``<root>/lock``: pushes share it, gc takes it alone, so gc never runs during a push."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, op | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError as exc:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise RegistryError(
+                            f"{self.url} is busy ({'a push is' if exclusive else 'gc is'} running)",
+                            "wait for it to finish, then run the command again",
+                        ) from exc
+                    time.sleep(0.05)
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def touch(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self._p(path))
+
+    def mtime(self, path: str) -> float | None:
+        try:
+            return self._p(path).stat().st_mtime
+        except FileNotFoundError:
+            return None
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         base = self._p(prefix)
@@ -258,6 +349,7 @@ class S3Backend(Backend):
 
     def put_file(self, path: str, src: Path, digest: str) -> None:
         if self.exists(path):
+            self.touch(path)
             if self.meter is not None:
                 self.meter(src.stat().st_size)
             return
@@ -278,6 +370,43 @@ class S3Backend(Backend):
 
     def delete(self, path: str) -> None:
         self._call(self.s3.delete_object, Bucket=self.bucket, Key=self._k(path))
+
+    def touch(self, path: str) -> None:
+        """Copy the object onto itself: S3 has no utime, and a copy refreshes LastModified server-side."""
+        key = self._k(path)
+        with contextlib.suppress(FileNotFoundError):
+            self._call(
+                self.s3.copy_object,
+                Bucket=self.bucket,
+                Key=key,
+                CopySource={"Bucket": self.bucket, "Key": key},
+                MetadataDirective="REPLACE",
+            )
+
+    def mtime(self, path: str) -> float | None:
+        try:
+            head = self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path))
+        except FileNotFoundError:
+            return None
+        return float(head["LastModified"].timestamp())
+
+    def stale_uploads(self, older_than_s: float) -> builtins.list[tuple[str, str]]:
+        out = []
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        now = time.time()
+        kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            resp = self._call(self.s3.list_multipart_uploads, **kw)
+            for u in resp.get("Uploads", []):
+                if now - u["Initiated"].timestamp() >= older_than_s:
+                    out.append((str(u["Key"]), str(u["UploadId"])))
+            if not resp.get("IsTruncated"):
+                return out
+            kw["KeyMarker"], kw["UploadIdMarker"] = resp.get("NextKeyMarker"), resp.get("NextUploadIdMarker")
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._call(self.s3.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id)
 
 
 # --- Hugging Face Hub --------------------------------------------------------------------------
@@ -342,11 +471,15 @@ class HFBackend(Backend):
             items = self.api.list_repo_tree(self.repo_id, path_in_repo=prefix.rstrip("/"), recursive=True)
             for it in items:
                 if hasattr(it, "size"):
-                    yield it.path, int(it.size or 0), time.time()
+                    # the Hub gives no per-file time; an entry is one atomic commit, so no grace is needed
+                    yield it.path, int(it.size or 0), 0.0
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 return
             raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from e
+
+    def mtime(self, path: str) -> float | None:
+        return 0.0 if self.exists(path) else None
 
     def delete(self, path: str) -> None:
         from huggingface_hub import CommitOperationDelete

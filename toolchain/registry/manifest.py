@@ -10,19 +10,41 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from toolchain.errors import ManifestError
 
-KEY_RE = re.compile(r"^[0-9a-f]{64}$")
-DIGEST_RE = re.compile(r"^(sha256|blake3):[0-9a-f]{64}$")
-TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+# Matched with fullmatch: ``$`` would accept a trailing newline (``manifests/<hex>\n.json``).
+KEY_RE = re.compile(r"[0-9a-f]{64}")
+DIGEST_RE = re.compile(r"(sha256|blake3):[0-9a-f]{64}")
+TAG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,127}")
+
+# File-system limits a restored path must fit (Linux NAME_MAX and PATH_MAX).
+NAME_MAX = 255
+PATH_MAX = 4096
+MAX_FILES = 100_000
 
 
 def safe_relpath(p: str) -> str:
-    """Refuse absolute paths, '..', empty parts, backslashes and control characters."""
-    if not p or p.startswith("/") or "\\" in p or any(ord(c) < 32 for c in p):
-        raise ValueError(f"unsafe path {p!r}")
+    """Refuse absolute paths, '..', empty parts, backslashes, control characters and over-long names."""
+    shown = repr(p[:80] + ("..." if len(p) > 80 else ""))
+    if not p or p.startswith("/") or "\\" in p or any(ord(c) < 32 or ord(c) == 127 for c in p):
+        raise ValueError(f"unsafe path {shown}")
     parts = PurePosixPath(p).parts
     if any(part in ("..", ".", "") for part in parts) or PurePosixPath(p).as_posix() != p:
-        raise ValueError(f"unsafe path {p!r}")
+        raise ValueError(f"unsafe path {shown}")
+    if len(p.encode("utf-8", "surrogateescape")) > PATH_MAX or any(
+        len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in parts
+    ):
+        raise ValueError(f"path {shown} is longer than the file system allows ({NAME_MAX} bytes a name)")
     return p
+
+
+def conflicting_paths(paths: list[str]) -> str | None:
+    """A path that is also used as a directory of another (``a`` and ``a/b``), which no restore can create."""
+    files = set(paths)
+    for p in paths:
+        parts = p.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in files:
+                return "/".join(parts[:i])
+    return None
 
 
 class FileEntry(BaseModel):
@@ -34,7 +56,7 @@ class FileEntry(BaseModel):
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str) -> str:
-        if not DIGEST_RE.match(v):
+        if not DIGEST_RE.fullmatch(v):
             raise ValueError(f"bad digest {v!r}")
         return v
 
@@ -51,7 +73,7 @@ class EntryManifest(BaseModel):
     @field_validator("key")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not KEY_RE.match(v):
+        if not KEY_RE.fullmatch(v):
             raise ValueError(f"bad key {v!r} (want 64 lowercase hex)")
         return v
 
@@ -60,8 +82,13 @@ class EntryManifest(BaseModel):
     def _files(cls, v: dict[str, FileEntry]) -> dict[str, FileEntry]:
         if not v:
             raise ValueError("an entry needs at least one file")
+        if len(v) > MAX_FILES:
+            raise ValueError(f"more than {MAX_FILES} files")
         for p in v:
             safe_relpath(p)
+        clash = conflicting_paths(list(v))
+        if clash is not None:
+            raise ValueError(f"{clash[:80]!r} is both a file and a directory")
         return v
 
     @property
@@ -75,4 +102,6 @@ def parse_manifest(raw: bytes, where: str) -> EntryManifest:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ManifestError(f"manifest {where} is invalid: {loc}: {first['msg']}") from e
+        loc = loc if len(loc) <= 100 else loc[:97] + "..."
+        msg = str(first["msg"]).splitlines()[0][:200] if first["msg"] else "invalid"
+        raise ManifestError(f"manifest {where} is invalid: {loc!r}: {msg}") from e

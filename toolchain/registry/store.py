@@ -46,6 +46,11 @@ def manifest_path(key: str) -> str:
     return f"manifests/{key}.json"
 
 
+# gc leaves blobs younger than this alone: a push that is still writing (or reusing) them has no
+# manifest yet. Pushes touch every blob they reuse, so the grace period covers pushes up to this long.
+GC_GRACE_S = 3600.0
+
+
 def content_key(files: dict[str, FileEntry]) -> str:
     """The key of an entry named by its content: sha256 of every path with its digest and mode."""
     listing = {rel: [f.digest, f.executable] for rel, f in sorted(files.items())}
@@ -57,6 +62,8 @@ class GcPlan:
     blobs: list[tuple[str, int]]
     tags: list[str]  # dangling refs/tags/<name> paths
     tmp: list[tuple[str, int]]
+    uploads: list[tuple[str, str]] = field(default_factory=list)  # unfinished S3 multipart uploads (key, id)
+    grace_s: float = GC_GRACE_S
 
     @property
     def bytes(self) -> int:
@@ -75,7 +82,6 @@ class Registry:
         self.backend = backend
         self.url = backend.url
         layout = cache()
-        self._verified = StatCache(layout.verified_blobs, "blake3")
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
         self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
 
@@ -101,11 +107,11 @@ class Registry:
 
     def resolve(self, ref: str) -> str:
         """A full key, a unique key prefix (>= 8 hex), or a tag -> the full key."""
-        if KEY_RE.match(ref):
+        if KEY_RE.fullmatch(ref):
             return ref
-        if TAG_RE.match(ref) and self.backend.exists(f"refs/tags/{ref}"):
+        if TAG_RE.fullmatch(ref) and self.backend.exists(f"refs/tags/{ref}"):
             key = self.backend.read_bytes(f"refs/tags/{ref}").decode().strip()
-            if not KEY_RE.match(key):
+            if not KEY_RE.fullmatch(key):
                 raise ManifestError(f"tag {ref} in {self.url} holds an invalid key")
             return key
         if len(ref) >= 8 and all(c in "0123456789abcdef" for c in ref):
@@ -143,7 +149,7 @@ class Registry:
         out = []
         for path, _, _ in self.backend.list("manifests/"):
             name = path.rsplit("/", 1)[-1]
-            if name.endswith(".json") and KEY_RE.match(name[:-5]):
+            if name.endswith(".json") and KEY_RE.fullmatch(name[:-5]):
                 out.append(name[:-5])
         return sorted(out)
 
@@ -151,7 +157,9 @@ class Registry:
         out = {}
         for path, _, _ in self.backend.list("refs/tags/"):
             name = path.rsplit("/", 1)[-1]
-            with contextlib.suppress(FileNotFoundError):
+            if not TAG_RE.fullmatch(name):
+                continue
+            with contextlib.suppress(FileNotFoundError, UnicodeDecodeError):
                 out[name] = self.backend.read_bytes(path).decode().strip()
         return out
 
@@ -163,18 +171,25 @@ class Registry:
         return out
 
     def tag(self, ref: str, name: str) -> str:
-        if not TAG_RE.match(name) or KEY_RE.match(name):
+        if not TAG_RE.fullmatch(name) or KEY_RE.fullmatch(name):
             raise UserInputError(f"tag name {name!r} is not allowed", "use letters, digits, '.', '_' or '-'")
         key = self.resolve(ref)
         if not self.exists(key):
             raise ArtifactNotFoundError(key, self.url)
-        self.backend.write_bytes(f"refs/tags/{name}", key.encode())
+        with self.backend.lock(exclusive=False):
+            self.backend.write_bytes(f"refs/tags/{name}", key.encode())
         return key
 
     # --- put ----------------------------------------------------------------------------------
 
     def put(
-        self, key: str | None, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None
+        self,
+        key: str | None,
+        src: Path,
+        *,
+        kind: str = "engine",
+        provenance: dict[str, Any] | None = None,
+        force: bool = False,
     ) -> EntryManifest:
         """Store every regular file under ``src`` as entry ``key`` (None: the digest of the content);
         blobs first, manifest last.
@@ -182,8 +197,16 @@ class Registry:
         Each file is read once: a local store copies it into place while hashing it; a remote one
         hashes it, then uploads only the blobs it lacks. A file whose stat signature (size, mtime,
         ctime, inode) is unchanged since it was last hashed is not read at all when its blob exists.
+        The same content under an existing key is a no-op; different content is refused unless ``force``.
+        A local push holds the store's lock shared from its first blob to its manifest, so gc waits for it.
         """
-        if key is not None and not KEY_RE.match(key):
+        with self.backend.lock(exclusive=False):
+            return self._put(key, src, kind=kind, provenance=provenance, force=force)
+
+    def _put(
+        self, key: str | None, src: Path, *, kind: str, provenance: dict[str, Any] | None, force: bool
+    ) -> EntryManifest:
+        if key is not None and not KEY_RE.fullmatch(key):
             raise UserInputError(f"key {key!r} is not 64 lowercase hex characters")
         src = Path(src)
         if not src.is_dir():
@@ -204,7 +227,8 @@ class Registry:
                     rel = safe_relpath(p.relative_to(src).as_posix())
                 except ValueError as e:
                     raise UserInputError(
-                        f"{p}: the file name cannot be stored ({e}); entries hold portable relative paths only",
+                        f"{str(p)[:200]!r}: the file name cannot be stored ({e}); entries hold portable relative "
+                        "paths only",
                         "rename the file (no backslashes or control characters), then push again",
                     ) from e
                 found.append((rel, p, st))
@@ -232,21 +256,33 @@ class Registry:
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         unique = list({b[0]: b for b in blobs}.values())
+        if self.exists(key):
+            try:
+                old: EntryManifest | None = self.show(key)
+            except ManifestError:
+                old = None  # an unreadable manifest is replaced
+            if old is not None and old.files == files:
+                for bp, _, _ in unique:
+                    self.backend.touch(bp)  # reused blobs are young again for gc's grace period
+                return old  # the same content: nothing to do
+            if old is not None and not force:
+                raise UserInputError(
+                    f"{self.url} already holds entry {key[:16]} with different content "
+                    f"({len(old.files)} files, {old.total_size:,} bytes)",
+                    "pass --force to replace it, or push under another --key",
+                )
         with self._metered(f"push {key[:12]}", sum(p.stat().st_size for _, p, _ in unique)):
             self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
         return m
 
     # --- get ----------------------------------------------------------------------------------
 
-    def _verify_blob(self, digest: str, local: Path) -> bool:
-        """Hash ``local`` (or trust the stat cache for an unchanged, already verified blob)."""
-        algo = digest.split(":", 1)[0]
-        if algo == "blake3":
-            return self._verified.digest(local) == digest
-        return hash_file(local, algo) == digest
+    def get(self, ref: str, dest: Path, *, force: bool = False, link: bool = False) -> EntryManifest:
+        """Restore an entry into ``dest`` (must not exist unless ``force``), hashing every restored file.
 
-    def get(self, ref: str, dest: Path, *, force: bool = False) -> EntryManifest:
-        """Restore an entry into ``dest`` (must not exist unless ``force``); every digest verified."""
+        Local registries give independent copies (reflinks where the file system has them); ``link``
+        hardlinks the read-only blobs instead (files with the executable bit are still copied).
+        """
         m = self.show(ref)
         dest = Path(dest).resolve()
         if dest.exists() and not force:
@@ -265,12 +301,11 @@ class Registry:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 bp = blob_path(f.digest)
                 local = self.backend.local_path(bp)
+                algo = f.digest.split(":")[0]
                 if local is not None:
                     if not local.is_file():
                         raise CorruptArtifactError(f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})")
-                    if local.stat().st_size != f.size or not self._verify_blob(f.digest, local):
-                        raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
-                    self.backend.get_file(bp, target)
+                    got = self.backend.restore(bp, target, f.digest, link=link and not f.executable)
                 else:
                     try:
                         self.backend.get_file(bp, target)
@@ -278,13 +313,13 @@ class Registry:
                         raise CorruptArtifactError(
                             f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
                         ) from exc
-                    if target.stat().st_size != f.size or hash_file(target, f.digest.split(":")[0]) != f.digest:
-                        raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
-                if f.executable and local is None:
-                    target.chmod(0o755)
+                    got = hash_file(target, algo)
+                if got != f.digest or target.stat().st_size != f.size:
+                    raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
+                if target.stat().st_nlink == 1:  # our own copy (a hardlink keeps the blob's read-only mode)
+                    target.chmod(0o755 if f.executable else 0o644)
                 if local is not None or not self.backend.streams_bytes:
                     moved(f.size)
-            self._verified.save()
         return m
 
     # --- verify and gc ------------------------------------------------------------------------
@@ -326,28 +361,70 @@ class Registry:
                 rep.removed.append(key)
         return rep
 
-    def gc_plan(self, *, tmp_age_s: float = 3600.0) -> GcPlan:
+    def _referenced(self) -> set[str]:
         referenced: set[str] = set()
         for key in self.keys():
             with contextlib.suppress(ManifestError, ArtifactNotFoundError):
                 referenced |= {blob_path(f.digest) for f in self.show(key).files.values()}
-        blobs = [(p, s) for p, s, _ in self.backend.list("blobs/") if p not in referenced]
-        now = time.time()
-        tmp = [(p, s) for p, s, mt in self.backend.list("tmp/") if now - mt > tmp_age_s]
-        tags = self.tags()
-        dangling = [f"refs/tags/{t}" for t, k in tags.items() if not self.exists(k)]
-        return GcPlan(sorted(blobs), dangling, sorted(tmp))
+        return referenced
 
-    def gc(self, plan: GcPlan) -> int:
-        for p, _ in [*plan.blobs, *plan.tmp]:
-            self.backend.delete(p)
-        for p in plan.tags:
-            self.backend.delete(p)
-        return plan.bytes
+    def gc_plan(self, *, grace_s: float = GC_GRACE_S) -> GcPlan:
+        """What gc would remove: unreferenced blobs older than ``grace_s``, temp files and unfinished
+        multipart uploads older than ``grace_s`` (local temp files of any age once no push holds the store),
+        and tags that point at nothing."""
+        referenced = self._referenced()
+        now = time.time()
+        blobs = [(p, s) for p, s, mt in self.backend.list("blobs/") if p not in referenced and now - mt >= grace_s]
+        tmp = [(p, s) for p, s, mt in self.backend.list("tmp/") if now - mt >= min(grace_s, 60.0)]
+        tags = self.tags()
+        dangling = [f"refs/tags/{t}" for t, k in tags.items() if not KEY_RE.fullmatch(k) or not self.exists(k)]
+        return GcPlan(sorted(blobs), dangling, sorted(tmp), self.backend.stale_uploads(grace_s), grace_s)
+
+    def gc(self, plan: GcPlan, *, lock_timeout: float = 60.0) -> int:
+        """Execute a plan, re-checking each blob first: one a push has referenced or touched since the plan
+        was made is kept. Local registries run this with no push in progress (an exclusive lock), so every
+        file left in tmp/ then belongs to a killed push and is removed."""
+        freed = 0
+        with self.backend.lock(exclusive=True, timeout=lock_timeout):
+            referenced = self._referenced()
+            now = time.time()
+            for p, size in plan.blobs:
+                mt = self.backend.mtime(p)
+                if p in referenced or mt is None or now - mt < plan.grace_s:
+                    continue
+                self.backend.delete(p)
+                freed += size
+            tmp = list(self.backend.list("tmp/")) if self.backend.locks else [(p, s, 0.0) for p, s in plan.tmp]
+            for p, size, _ in tmp:
+                self.backend.delete(p)
+                freed += size
+            for key, upload_id in plan.uploads:
+                self.backend.abort_upload(key, upload_id)
+            for p in plan.tags:
+                self.backend.delete(p)
+        return freed
 
 
 def open_registry(url: str | None) -> Registry:
     return Registry(open_backend(url))
+
+
+def key_for_push(ref: str, dest: Registry) -> str:
+    """The full key a push stores under: a 64-hex key as given, or a short key (>= 8 hex) or tag that names an
+    entry the destination or the local default registry already holds (e.g. copying a built engine to S3)."""
+    if KEY_RE.fullmatch(ref):
+        return ref
+    places = [dest] if dest.url == open_registry(None).url else [dest, open_registry(None)]
+    for reg in places:
+        try:
+            return reg.resolve(ref)
+        except ArtifactNotFoundError:
+            continue
+    raise UserInputError(
+        f"key {ref!r} is not a full 64-hex key and names no entry in {' or '.join(r.url for r in places)}",
+        "give the full engine key (`toolchain spec expand SPEC --json` prints it), or omit --key to use the "
+        "content digest",
+    )
 
 
 def entry_summary(m: EntryManifest, tags: dict[str, str]) -> dict[str, Any]:

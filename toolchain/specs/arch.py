@@ -5,13 +5,15 @@ Shared by the compatibility rules (TP must divide the heads) and the planner (me
 
 from __future__ import annotations
 
+import contextlib
 import json
-import struct
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import ModelConfigError
+from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.models import EngineSpec
 
 
@@ -143,29 +145,29 @@ def arch_from_config(cfg: dict[str, Any], name: str = "model", where: str = "con
     missing = [k for k in _REQUIRED if k not in cfg]
     if missing:
         raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")
-    for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if not isinstance(cfg[k], int) or cfg[k] <= 0:
-            raise ModelConfigError(f"{where}: {k} must be a positive integer (got {cfg[k]!r})")
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    if not isinstance(kv, int) or heads % kv:
-        raise ModelConfigError(f"{where}: num_key_value_heads {kv!r} does not divide num_attention_heads {heads}")
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
-    inter = cfg.get("moe_intermediate_size") if experts and cfg.get("moe_intermediate_size") else None
-    inter = inter or cfg.get("intermediate_size") or 4 * cfg["hidden_size"]
+
+    d = config_dims(cfg, where)
+    layers, hidden, heads, vocab = d["layers"], d["hidden"], d["heads"], d["vocab"]
+    kv, head_dim, experts, per_token, inter, tie = (
+        d["kv_heads"],
+        d["head_dim"],
+        d["experts"],
+        d["experts_per_token"],
+        d["intermediate"],
+        bool(d["tie"]),
+    )
     return ModelArch(
         name=name,
-        num_layers=cfg["num_hidden_layers"],
-        hidden_size=cfg["hidden_size"],
-        intermediate_size=int(inter),
+        num_layers=layers,
+        hidden_size=hidden,
+        intermediate_size=inter,
         num_heads=heads,
-        num_kv_heads=int(kv),
-        head_dim=int(head_dim),
-        vocab_size=cfg["vocab_size"],
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        tie_embeddings=tie,
         num_experts=experts,
-        experts_per_token=int(cfg.get("num_experts_per_tok") or 0),
+        experts_per_token=per_token,
     )
 
 
@@ -174,41 +176,11 @@ def unknown_fields(cfg: dict[str, Any]) -> list[str]:
     return sorted(k for k in cfg if k not in _KNOWN and not k.startswith(("num_", "use_", "output_")))
 
 
-def safetensors_param_count(model_dir: Path) -> int | None:
-    """Parameter count from safetensors headers only (8-byte length + JSON), never the tensors."""
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        with open(f, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise ModelConfigError(f"{f}: truncated safetensors header")
-            (n,) = struct.unpack("<Q", head)
-            if n > 100_000_000:
-                raise ModelConfigError(f"{f}: implausible safetensors header size {n}")
-            meta = json.loads(fh.read(n))
-        for k, v in meta.items():
-            if k == "__metadata__":
-                continue
-            count = 1
-            for d in v["shape"]:
-                count *= d
-            total += count
-    return total
-
-
 def arch_from_dir(model_dir: Path) -> ModelArch:
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise ModelConfigError(f"{model_dir}: no config.json")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{cfg_path}: not valid JSON ({e})") from e
-    if not isinstance(cfg, dict):
-        raise ModelConfigError(f"{cfg_path}: top level is not an object")
+    cfg = read_config_json(cfg_path)
     arch = arch_from_config(cfg, name=model_dir.name, where=str(cfg_path))
     count = safetensors_param_count(model_dir)
     if count:
@@ -261,16 +233,67 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
         raise ModelConfigError(f"{spec.model.source}: no model.architecture in the spec and network use is off")
     repo, rev = spec.model.hf_repo_revision()
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import constants, hf_hub_download
     except ImportError as exc:
         from toolchain.errors import MissingDependencyError
 
         raise MissingDependencyError("huggingface_hub", "hf") from exc
+    hint = f"set model.architecture to one of {', '.join(CATALOG)} to plan offline"
+    path: str | None = None
+    with contextlib.suppress(Exception):  # a config.json already in the Hub cache needs no network
+        path = hf_hub_download(repo, "config.json", revision=rev, local_files_only=True)
+    if path is None:
+        env = os.environ.get("HF_HUB_OFFLINE")
+        if env.upper() in ("1", "ON", "YES", "TRUE") if env is not None else constants.HF_HUB_OFFLINE:
+            raise ModelConfigError(
+                f"cannot fetch config.json of {repo}@{rev or 'main'}: not cached and HF_HUB_OFFLINE is set", hint
+            )
+        endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+        if not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
+            raise ModelConfigError(
+                f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at {endpoint} "
+                f"is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s",
+                hint,
+            )
+        try:
+            path = hf_hub_download(repo, "config.json", revision=rev, etag_timeout=HUB_PROBE_TIMEOUT_S)
+        except Exception as e:
+            raise ModelConfigError(
+                f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})", hint
+            ) from e
     try:
-        path = hf_hub_download(repo, "config.json", revision=rev)
-    except Exception as e:
-        raise ModelConfigError(
-            f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})",
-            f"set model.architecture to one of {', '.join(CATALOG)} to plan offline",
-        ) from e
-    return arch_from_config(json.loads(Path(path).read_text()), name=repo, where=f"{repo}/config.json")
+        cfg = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        raise ModelConfigError(f"{repo}/config.json from the Hub is not valid JSON") from e
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"{repo}/config.json from the Hub: top level is not an object")
+    return arch_from_config(cfg, name=repo, where=f"{repo}/config.json")
+
+
+# How long planning waits for the Hub before saying it is unreachable (it otherwise retries for ~25 s).
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def _reachable(url: str, timeout: float) -> bool:
+    """Whether a TCP connection to ``url``'s host opens within ``timeout`` (name lookup included)."""
+    import socket
+    import threading
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    try:
+        host, port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        return False
+    if not host:
+        return False
+    ok: list[bool] = []
+
+    def probe() -> None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+            ok.append(True)
+
+    t = threading.Thread(target=probe, daemon=True)  # getaddrinfo has no timeout of its own
+    t.start()
+    t.join(timeout)
+    return bool(ok)

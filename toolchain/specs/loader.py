@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -42,16 +43,16 @@ def _check_duplicates(node: yaml.Node | None, file: str, path: str = "") -> None
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
-            key = str(k.value)
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"<{k.id}>"
             if key in seen:
                 raise SpecError(
-                    f"key '{key}' appears twice",
+                    f"key {_quoted(key)} appears twice",
                     file=file,
-                    yaml_path=f"{path}.{key}".lstrip("."),
+                    yaml_path=f"{path}.{_safe_key(key)}".lstrip("."),
                     line=k.start_mark.line + 1,
                 )
             seen.add(key)
-            _check_duplicates(v, file, f"{path}.{key}")
+            _check_duplicates(v, file, f"{path}.{_safe_key(key)}")
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
             _check_duplicates(v, file, f"{path}[{i}]")
@@ -83,10 +84,23 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
+def _safe_key(part: object) -> str:
+    """A key as it can appear in a one-line message: plain names as they are, anything else quoted."""
+    text = str(part)
+    if re.fullmatch(r"[A-Za-z0-9_\-]{1,60}", text):
+        return text
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
+def _quoted(name: str) -> str:
+    safe = _safe_key(name)
+    return f"'{safe}'" if safe == name else safe
+
+
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        out += f"[{part}]" if isinstance(part, int) else f".{_safe_key(part)}"
     return out.lstrip(".")
 
 
@@ -99,35 +113,126 @@ def _message(err: dict[str, Any]) -> str:
             allowed = list(parent.model_fields)
             close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
-            return f"unknown key '{name}'; {hint}"
-        return f"unknown key '{name}'"
+            return f"unknown key {_quoted(name)}; {hint}"
+        return f"unknown key {_quoted(name)}"
     if err["type"] == "missing":
         return f"required key '{loc[-1]}' is missing"
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if "input" in err and err["type"] not in ("model_type",) and not isinstance(err["input"], dict | list):
-        msg += f" (got {err['input']!r})"
+        got = repr(err["input"])
+        msg += f" (got {got[:60] + '...' if len(got) > 60 else got})"
     return msg
+
+
+# Limits that keep every spec answer fast and bounded (a real spec is ~40 lines, 3 levels deep).
+MAX_SPEC_BYTES = 256_000
+MAX_DEPTH = 32
+MAX_NODES = 5_000
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors, aliases and explicit tags, and caps nesting and node count.
+
+    Aliases are how a few bytes of YAML expand into billions of nodes ("billion laughs") or into
+    a cycle; no engine spec needs them. The composer is recursive, so depth is capped before Python's
+    own recursion limit is reached.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.MarkedYAMLError(problem="YAML aliases (*name) are not allowed in a spec", problem_mark=mark)
+        if getattr(event, "anchor", None) is not None:
+            raise yaml.MarkedYAMLError(problem="YAML anchors (&name) are not allowed in a spec", problem_mark=mark)
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag != "!":
+            raise yaml.MarkedYAMLError(
+                problem=f"explicit YAML tags ({tag}) are not allowed in a spec", problem_mark=mark
+            )
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise yaml.MarkedYAMLError(problem=f"more than {MAX_NODES} YAML nodes", problem_mark=mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_DEPTH} levels", problem_mark=mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def safe_yaml(text: str) -> Any:
+    """Plain data from small YAML files next to specs (runner maps...), with the spec loader's limits:
+    no anchors, aliases or tags, bounded depth, nodes and size. Raises yaml.YAMLError or ValueError."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValueError(f"{len(text):,} characters; at most {MAX_SPEC_BYTES:,}")
+    return _compose(text)[1]
+
+
+def _compose(text: str) -> tuple[yaml.Node | None, Any]:
+    loader = _SpecLoader(text)
+    try:
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+    return root, data
+
+
+def _bad_string(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    """Where the first string (value or key) holds a NUL or other control character (tab and newline aside)."""
+    if isinstance(data, str):
+        return loc if any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in data) else None
+    if isinstance(data, dict):
+        for k, v in data.items():
+            got = _bad_string(k, (*loc, k)) or _bad_string(v, (*loc, k))
+            if got is not None:
+                return got
+    if isinstance(data, list):
+        for i, v in enumerate(data):
+            got = _bad_string(v, (*loc, i))
+            if got is not None:
+                return got
+    return None
 
 
 def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
     """Parse and validate spec YAML text; every failure is a one-line SpecError."""
     if not text.strip():
         raise SpecError("the file is empty; an engine spec is a YAML mapping", file=file)
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(f"is {len(text):,} characters; an engine spec is at most {MAX_SPEC_BYTES:,}", file=file)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = _compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"not valid YAML: {problem}", file=file, line=line) from e
+    except (ValueError, OverflowError, TypeError) as e:
+        # SafeLoader's constructors (timestamps, base64, sets of unhashable keys) raise these.
+        raise SpecError(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}", file=file) from e
     if not isinstance(data, dict):
         kind = "empty" if data is None else type(data).__name__
         raise SpecError(f"top level is {kind}; an engine spec is a YAML mapping", file=file, line=1)
     _check_duplicates(root, file)
     if any(not isinstance(k, str) for k in data):
         raise SpecError("every top-level key must be a string", file=file, line=1)
+    bad = _bad_string(data)
+    if bad is not None:
+        raise SpecError(
+            "holds a control character (NUL or similar); specs are plain text",
+            file=file,
+            yaml_path=_format_loc(bad) or None,
+            line=_node_line(root, bad),
+        )
     try:
         return EngineSpec.model_validate(data)
     except ValidationError as e:
@@ -143,14 +248,18 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
 def load_spec(path: str | Path) -> EngineSpec:
     """Read and validate one spec file."""
     p = Path(path)
-    if not p.exists():
-        raise SpecError("no such file", file=p, hint="check the path; specs live in engine_specs/")
-    if p.is_dir():
-        raise SpecError("is a directory, not a spec file", file=p, hint=f"pass a file, e.g. {p}/<name>.yaml")
     try:
+        if not p.exists():
+            raise SpecError("no such file", file=p, hint="check the path; specs live in engine_specs/")
+        if p.is_dir():
+            raise SpecError("is a directory, not a spec file", file=p, hint=f"pass a file, e.g. {p}/<name>.yaml")
+        if p.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"is larger than {MAX_SPEC_BYTES:,} bytes; an engine spec is a small YAML file", file=p)
         raw = p.read_bytes()
     except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", file=p) from e
+        raise SpecError(f"cannot read: {e.strerror or e}", file=p) from e
+    except ValueError as e:  # a NUL byte in the path
+        raise SpecError(f"cannot read: {e}", file=repr(str(p))) from e
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -31,16 +31,29 @@ BUILD: JsonDict = {"scope": "build"}
 RUNTIME: JsonDict = {"scope": "runtime"}
 PLAN: JsonDict = {"scope": "plan"}
 
-_HF_SOURCE = re.compile(r"^hf://(?P<repo>[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-]+)(@(?P<rev>[A-Za-z0-9_.\-/]+))?$")
-_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
+# Patterns are matched with fullmatch (``$`` would accept a trailing newline) and are ASCII only.
+_HF_SOURCE = re.compile(
+    r"hf://(?P<repo>[A-Za-z0-9_.\-]{1,96}/[A-Za-z0-9_.\-]{1,96})(@(?P<rev>[A-Za-z0-9_.\-/]{1,128}))?"
+)
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,6})?([a-z0-9.+]{0,32})")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._\-]{0,79}")
+
+# Bounds every numeric field obeys: engine shapes are int32 in TensorRT-LLM (trtllm-build takes
+# C int arguments), and no float may be inf, nan or so large that the planner's arithmetic overflows.
+INT32_MAX = 2**31 - 1
+MAX_FLOAT = 1e9
+# The matrix is the product of its axes; one spec is one CI fan-out, so keep it to what a CI runs.
+MAX_AXIS_VALUES = 256
+MAX_CELLS = 10_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 class ModelSource(_Strict):
     source: str = Field(
+        max_length=4096,
         description="Checkpoint: a local directory (relative to the spec file) or hf://org/name@revision",
         json_schema_extra=BUILD,
     )
@@ -49,6 +62,7 @@ class ModelSource(_Strict):
     )
     architecture: str | None = Field(
         None,
+        max_length=128,
         description="Name in the planner's offline architecture catalog, used when config.json is not at hand",
         json_schema_extra=PLAN,
     )
@@ -58,10 +72,12 @@ class ModelSource(_Strict):
     def _check_source(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("model.source is empty; give a local directory or hf://org/name@revision")
-        if v.startswith("hf://") and not _HF_SOURCE.match(v):
+        if v.startswith("hf://") and not _HF_SOURCE.fullmatch(v):
             raise ValueError(f"'{v}' is not hf://org/name[@revision]")
         if "://" in v and not v.startswith("hf://"):
-            raise ValueError(f"unsupported scheme in '{v}'; use a local directory or hf://org/name@revision")
+            raise ValueError(f"unsupported scheme in '{v[:80]}'; use a local directory or hf://org/name@revision")
+        if any(len(part.encode()) > 255 for part in v.split("/")):
+            raise ValueError("model.source has a path component longer than 255 bytes (the file-system limit)")
         return v
 
     @property
@@ -69,7 +85,7 @@ class ModelSource(_Strict):
         return self.source.startswith("hf://")
 
     def hf_repo_revision(self) -> tuple[str, str | None]:
-        m = _HF_SOURCE.match(self.source)
+        m = _HF_SOURCE.fullmatch(self.source)
         if not m:
             raise ValueError(f"{self.source} is not an hf:// source")
         return m.group("repo"), m.group("rev")
@@ -78,18 +94,23 @@ class ModelSource(_Strict):
 class Calibration(_Strict):
     dataset: str = Field(
         "builtin",
+        max_length=4096,
         description="'builtin' (small text set shipped here), a local .txt/.jsonl path, or hf:<dataset name>",
         json_schema_extra=BUILD,
     )
     samples: int = Field(64, ge=1, le=4096, description="Number of calibration samples", json_schema_extra=BUILD)
     seq_len: int = Field(256, ge=8, le=8192, description="Tokens per calibration sample", json_schema_extra=BUILD)
     batch_size: int = Field(4, ge=1, le=256, description="Calibration batch size", json_schema_extra=BUILD)
-    seed: int = Field(1234, description="Seed for sample selection", json_schema_extra=BUILD)
+    seed: int = Field(1234, ge=0, le=2**32 - 1, description="Seed for sample selection", json_schema_extra=BUILD)
 
 
 class AccuracyGate(_Strict):
     max_rel_logit_error: float = Field(
-        0.35, gt=0, description="Fail when ||logits_q - logits|| / ||logits|| exceeds this", json_schema_extra=PLAN
+        0.35,
+        gt=0,
+        le=1000,
+        description="Fail when ||logits_q - logits|| / ||logits|| exceeds this",
+        json_schema_extra=PLAN,
     )
     min_top1_agreement: float = Field(
         0.5,
@@ -99,7 +120,7 @@ class AccuracyGate(_Strict):
         json_schema_extra=PLAN,
     )
     max_ppl_increase: float = Field(
-        0.5, ge=0, description="Fail when perplexity grows by more than this fraction", json_schema_extra=PLAN
+        0.5, ge=0, le=1000, description="Fail when perplexity grows by more than this fraction", json_schema_extra=PLAN
     )
 
 
@@ -128,38 +149,73 @@ class Parallelism(_Strict):
 
 
 class Matrix(_Strict):
-    gpu: list[str] = Field(min_length=1, description="GPU catalog names", json_schema_extra=BUILD)
-    max_batch_size: list[int] = Field(min_length=1, description="Engine max batch sizes", json_schema_extra=BUILD)
+    gpu: list[str] = Field(
+        min_length=1, max_length=MAX_AXIS_VALUES, description="GPU catalog names", json_schema_extra=BUILD
+    )
+    max_batch_size: list[int] = Field(
+        min_length=1, max_length=MAX_AXIS_VALUES, description="Engine max batch sizes", json_schema_extra=BUILD
+    )
     max_seq_len: list[int] = Field(
-        min_length=1, description="Engine max sequence lengths (prompt + output)", json_schema_extra=BUILD
+        min_length=1,
+        max_length=MAX_AXIS_VALUES,
+        description="Engine max sequence lengths (prompt + output)",
+        json_schema_extra=BUILD,
     )
     max_input_len: list[int] | None = Field(
-        None, description="Engine max prompt lengths (default: half of max_seq_len)", json_schema_extra=BUILD
+        None,
+        max_length=MAX_AXIS_VALUES,
+        description="Engine max prompt lengths (default: half of max_seq_len)",
+        json_schema_extra=BUILD,
     )
     tp: list[int] | None = Field(
-        None, description="Tensor parallel sizes (default: parallelism.tp)", json_schema_extra=BUILD
+        None,
+        max_length=MAX_AXIS_VALUES,
+        description="Tensor parallel sizes (default: parallelism.tp)",
+        json_schema_extra=BUILD,
     )
 
     @field_validator("max_batch_size", "max_seq_len", "max_input_len", "tp")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
-            if any(x <= 0 for x in v):
-                raise ValueError("every value must be a positive integer")
+            if any(x <= 0 or x > INT32_MAX for x in v):
+                raise ValueError(f"every value must be a positive integer up to {INT32_MAX} (int32)")
             if len(set(v)) != len(v):
                 raise ValueError("values must not repeat")
+        return v
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(x > 64 for x in v):
+            raise ValueError("a tensor parallel size is at most 64")
         return v
 
     @field_validator("gpu")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:
+        if any(len(g) > 64 for g in v):
+            raise ValueError("a GPU name is at most 64 characters (see `toolchain gpus`)")
         if len({g.lower() for g in v}) != len(v):
             raise ValueError("GPU names must not repeat")
         return v
 
+    @model_validator(mode="after")
+    def _size(self) -> Matrix:
+        n = len(self.gpu) * len(self.max_batch_size) * len(self.max_seq_len) * len(self.tp or [1])
+        n *= len(self.max_input_len or [1])
+        if n > MAX_CELLS:
+            raise ValueError(
+                f"the matrix has {n:,} cells (the product of its axes); the limit is {MAX_CELLS:,}; "
+                "split it into several specs or drop axis values"
+            )
+        return self
+
 
 class BuildOptions(_Strict):
-    max_num_tokens: int = Field(8192, ge=1, description="trtllm-build --max_num_tokens", json_schema_extra=BUILD)
+    max_num_tokens: int = Field(
+        8192, ge=1, le=INT32_MAX, description="trtllm-build --max_num_tokens", json_schema_extra=BUILD
+    )
     max_beam_width: int = Field(1, ge=1, le=16, description="trtllm-build --max_beam_width", json_schema_extra=BUILD)
     kv_cache_type: Literal["paged", "continuous"] = Field(
         "paged", description="trtllm-build --kv_cache_type", json_schema_extra=BUILD
@@ -199,12 +255,26 @@ class BuildOptions(_Strict):
 class CudaGraphs(_Strict):
     enabled: bool = Field(True, description="Capture CUDA graphs for decode steps", json_schema_extra=RUNTIME)
     batch_sizes: list[int] | None = Field(
-        None, description="Batch sizes to capture (default: powers of 2 up to max batch)", json_schema_extra=RUNTIME
+        None,
+        max_length=MAX_AXIS_VALUES,
+        description="Batch sizes to capture (default: powers of 2 up to max batch)",
+        json_schema_extra=RUNTIME,
     )
     padding: bool = Field(True, description="Pad batches up to the next captured size", json_schema_extra=RUNTIME)
     cache_size: int = Field(
-        0, ge=0, description="Triton cuda_graph_cache_size (0: backend default)", json_schema_extra=RUNTIME
+        0,
+        ge=0,
+        le=INT32_MAX,
+        description="Triton cuda_graph_cache_size (0: backend default)",
+        json_schema_extra=RUNTIME,
     )
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _sizes(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(x < 1 or x > INT32_MAX for x in v):
+            raise ValueError(f"every CUDA-graph batch size must be between 1 and {INT32_MAX}")
+        return v
 
 
 class Instances(_Strict):
@@ -221,7 +291,7 @@ class Serving(_Strict):
         0.9, gt=0, le=1, description="Fraction of free GPU memory given to the KV cache", json_schema_extra=RUNTIME
     )
     max_tokens_in_paged_kv_cache: int | None = Field(
-        None, ge=1, description="Hard cap on KV tokens (min with the fraction)", json_schema_extra=RUNTIME
+        None, ge=1, le=INT32_MAX, description="Hard cap on KV tokens (min with the fraction)", json_schema_extra=RUNTIME
     )
     enable_prefix_caching: bool = Field(True, description="KV-cache block reuse", json_schema_extra=RUNTIME)
     enable_chunked_prefill: bool = Field(True, description="Chunked context", json_schema_extra=RUNTIME)
@@ -234,22 +304,32 @@ class Serving(_Strict):
         True, description="Triton decoupled transaction policy (required for streaming)", json_schema_extra=RUNTIME
     )
     max_queue_delay_us: int = Field(
-        0, ge=0, description="Dynamic batcher max queue delay (µs)", json_schema_extra=RUNTIME
+        0, ge=0, le=INT32_MAX, description="Dynamic batcher max queue delay (µs)", json_schema_extra=RUNTIME
     )
-    max_queue_size: int = Field(0, ge=0, description="Max queued requests (0: unbounded)", json_schema_extra=RUNTIME)
+    max_queue_size: int = Field(
+        0, ge=0, le=INT32_MAX, description="Max queued requests (0: unbounded)", json_schema_extra=RUNTIME
+    )
     exclude_input_in_output: bool = Field(True, description="Return only generated tokens", json_schema_extra=RUNTIME)
     instances: Instances = Field(default_factory=Instances)
     gpu_device_ids: list[list[int]] | None = Field(
         None,
+        max_length=1024,
         description="GPUs per tensorrt_llm instance, e.g. [[0,1],[2,3]] (Triton gpu_device_ids)",
         json_schema_extra=RUNTIME,
     )
 
+    @field_validator("gpu_device_ids")
+    @classmethod
+    def _ids(cls, v: list[list[int]] | None) -> list[list[int]] | None:
+        if v is not None and any(not ids or len(ids) > 1024 or any(i < 0 or i > 1023 for i in ids) for ids in v):
+            raise ValueError("each instance lists 1-1024 GPU ids between 0 and 1023")
+        return v
+
 
 class Percentiles(_Strict):
-    p50: float | None = Field(None, gt=0, description="Median target (ms)", json_schema_extra=PLAN)
-    p90: float | None = Field(None, gt=0, description="P90 target (ms)", json_schema_extra=PLAN)
-    p99: float | None = Field(None, gt=0, description="P99 target (ms)", json_schema_extra=PLAN)
+    p50: float | None = Field(None, gt=0, le=MAX_FLOAT, description="Median target (ms)", json_schema_extra=PLAN)
+    p90: float | None = Field(None, gt=0, le=MAX_FLOAT, description="P90 target (ms)", json_schema_extra=PLAN)
+    p99: float | None = Field(None, gt=0, le=MAX_FLOAT, description="P99 target (ms)", json_schema_extra=PLAN)
 
 
 class SLO(_Strict):
@@ -259,10 +339,14 @@ class SLO(_Strict):
 
 class TokenDist(_Strict):
     dist: Literal["fixed", "normal", "uniform"] = Field("fixed", description="Distribution", json_schema_extra=PLAN)
-    mean: int = Field(gt=0, description="Mean tokens", json_schema_extra=PLAN)
-    std: float = Field(0, ge=0, description="Std deviation (normal)", json_schema_extra=PLAN)
-    min: int | None = Field(None, ge=1, description="Lower bound (uniform/normal clip)", json_schema_extra=PLAN)
-    max: int | None = Field(None, ge=1, description="Upper bound (uniform/normal clip)", json_schema_extra=PLAN)
+    mean: int = Field(gt=0, le=INT32_MAX, description="Mean tokens", json_schema_extra=PLAN)
+    std: float = Field(0, ge=0, le=INT32_MAX, description="Std deviation (normal)", json_schema_extra=PLAN)
+    min: int | None = Field(
+        None, ge=1, le=INT32_MAX, description="Lower bound (uniform/normal clip)", json_schema_extra=PLAN
+    )
+    max: int | None = Field(
+        None, ge=1, le=INT32_MAX, description="Upper bound (uniform/normal clip)", json_schema_extra=PLAN
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> TokenDist:
@@ -275,39 +359,49 @@ class TokenDist(_Strict):
 
 class Speculative(_Strict):
     draft_len: int = Field(ge=1, le=64, description="Draft tokens per step (K)", json_schema_extra=PLAN)
-    acceptance_rate: float = Field(gt=0, lt=1, description="Per-token acceptance rate α", json_schema_extra=PLAN)
+    acceptance_rate: float = Field(
+        ge=0.001, le=0.999, description="Per-token acceptance rate α", json_schema_extra=PLAN
+    )
 
 
 class Traffic(_Strict):
-    peak_rps: float = Field(gt=0, description="Peak requests per second", json_schema_extra=PLAN)
+    peak_rps: float = Field(ge=1e-6, le=MAX_FLOAT, description="Peak requests per second", json_schema_extra=PLAN)
     input_tokens: TokenDist
     output_tokens: TokenDist
-    target_utilization: float = Field(0.75, gt=0, le=1, description="Fleet utilization target", json_schema_extra=PLAN)
-    burst_headroom: float = Field(1.2, ge=1, description="Burst headroom multiplier", json_schema_extra=PLAN)
-    mfu: float = Field(0.5, gt=0, le=1, description="Prefill model-FLOPs utilization assumed", json_schema_extra=PLAN)
+    target_utilization: float = Field(
+        0.75, ge=0.001, le=1, description="Fleet utilization target", json_schema_extra=PLAN
+    )
+    burst_headroom: float = Field(1.2, ge=1, le=1000, description="Burst headroom multiplier", json_schema_extra=PLAN)
+    mfu: float = Field(
+        0.5, ge=0.001, le=1, description="Prefill model-FLOPs utilization assumed", json_schema_extra=PLAN
+    )
     speculative: Speculative | None = None
 
 
 class Target(_Strict):
     trtllm_version: str = Field(
-        description="TensorRT-LLM release the engines are built with (1.0-1.2.x)", json_schema_extra=BUILD
+        max_length=64,
+        description="TensorRT-LLM release the engines are built with (1.0-1.2.x)",
+        json_schema_extra=BUILD,
     )
     tensorrt_version: str = Field(
-        description="TensorRT version inside that release's container", json_schema_extra=BUILD
+        max_length=64, description="TensorRT version inside that release's container", json_schema_extra=BUILD
     )
-    container: str | None = Field(None, description="Container image the build runs in", json_schema_extra=PLAN)
+    container: str | None = Field(
+        None, max_length=512, description="Container image the build runs in", json_schema_extra=PLAN
+    )
 
     @field_validator("trtllm_version", "tensorrt_version")
     @classmethod
     def _ver(cls, v: str) -> str:
-        if not _VERSION.match(v):
+        if not _VERSION.fullmatch(v):
             raise ValueError(f"'{v}' is not a version like 1.2.1")
         return v
 
 
 class EngineSpec(_Strict):
-    name: str = Field(description="Spec name", json_schema_extra=PLAN)
-    description: str = Field("", description="Free text", json_schema_extra=PLAN)
+    name: str = Field(max_length=80, description="Spec name", json_schema_extra=PLAN)
+    description: str = Field("", max_length=10_000, description="Free text", json_schema_extra=PLAN)
     model: ModelSource
     quantization: Quantization = Field(default_factory=Quantization)
     runtime: Runtime = Field("tensorrt", description="tensorrt (engines) or pytorch (LLM API)", json_schema_extra=BUILD)
@@ -342,7 +436,7 @@ class EngineSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.match(r"^[a-z0-9][a-z0-9._\-]{0,79}$", v):
+        if not _NAME.fullmatch(v):
             raise ValueError(f"name '{v}' must be lowercase letters, digits, '.', '_' or '-' (max 80)")
         return v
 

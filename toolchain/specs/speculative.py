@@ -168,6 +168,16 @@ class SpeculativeDecoding(_Strict):
         return BUILD_MODE[self.mode]
 
 
+def engine_max_seq_len(cell: Cell) -> int:
+    """``max_seq_len`` the engine records: TensorRT-LLM adds ``max_draft_len`` for every speculative mode
+    and, for EAGLE, its layer count (builder.py)."""
+    sd = cell.spec.speculative
+    if sd is None:
+        return cell.max_seq_len
+    extra = sd.heads.count if sd.mode == "eagle" and sd.heads is not None else 0
+    return cell.max_seq_len + sd.draft_len + extra
+
+
 def draft_spec(spec: EngineSpec) -> EngineSpec:
     """The draft model of a draft-target spec as a spec of its own: same target, matrix, build and
     serving options, the draft checkpoint and its quantization. Its cells key, build and publish the

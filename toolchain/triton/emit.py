@@ -26,6 +26,8 @@ from typing import Any
 from toolchain.digest import staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.speculative import engine_max_seq_len
+from toolchain.triton import speculative as SP
 from toolchain.triton import tensors as T
 
 REFERENCE_NOTE = "CPU reference model (PyTorch + transformers), not TensorRT-LLM: same tensors, not the same engine"
@@ -141,7 +143,7 @@ class EngineInfo:
             ("mapping.world_size", cell.world_size, self.world_size),
             ("build_config.max_batch_size", cell.max_batch_size, self.max_batch_size),
             ("build_config.max_beam_width", b.max_beam_width, self.max_beam_width),
-            ("build_config.max_seq_len", cell.max_seq_len, self.max_seq_len),
+            ("build_config.max_seq_len", engine_max_seq_len(cell), self.max_seq_len),
             ("build_config.max_input_len", min(cell.max_input_len, cell.max_seq_len), self.max_input_len),
             ("build_config.kv_cache_type", b.kv_cache_type.upper(), self.kv_cache_type),
             ("plugin_config.tokens_per_block", b.tokens_per_block, self.tokens_per_block),
@@ -330,6 +332,7 @@ def emit_repository(
     reference_model_dir: Path | None = None,
     force: bool = False,
     engines_root: str | None = None,
+    draft_dir: Path | None = None,
 ) -> Path:
     """Write a relocatable repository to a temp dir beside ``out`` and rename it into place.
 
@@ -384,6 +387,9 @@ def emit_repository(
     configs = build_configs(
         cell, engine, reference=reference, gpt_model_path=gpt_path, reference_model_path=reference_path
     )
+    # speculative decoding / LoRA parameters, and draft-target's tensorrt_llm_draft (triton.speculative)
+    draft_path = SP.draft_model_path(cell, draft_dir, reference=reference, out=out, engines_root=engines_root)
+    SP.apply_features(configs, cell, draft_model_path=draft_path)
     sources = model_sources()
     with staged_dir(out) as tmp:
         for name, cfg in configs.items():
@@ -404,8 +410,11 @@ def emit_repository(
             assert engine.engine_dir is not None
             copy_tree(Path(engine.engine_dir), tmp / ENGINE_REL)
         (tmp / "ensemble" / "1" / ".keep").write_text("")
+        if draft_dir is not None and draft_path is not None:
+            SP.stage_draft(tmp, draft_dir, reference=reference, sources=sources)
         meta = {
             **identity,
+            "features_build_config": SP.predicted_build_config(cell),
             "reference": reference,
             "reference_note": REFERENCE_NOTE if reference else None,
             "engine": {

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.errors import TritonRepoError
 from toolchain.triton import tensors as T
 from toolchain.triton.emit import EngineInfo
+from toolchain.triton.speculative import lint_repository_features
 
 BOOL_PARAMS = (
     "enable_kv_cache_reuse",
@@ -76,6 +78,26 @@ def _dtype_name(cfg: Any, tensor: str, outputs: bool = True) -> str | None:
     return None
 
 
+def read_repo_meta(repo: Path) -> dict[str, Any]:
+    """The repository's ``toolchain-repo.json`` ({} when absent); a damaged one is a TritonRepoError."""
+    p = Path(repo) / "toolchain-repo.json"
+    if not p.is_file():
+        return {}
+    try:
+        meta = json.loads(p.read_bytes())
+    except OSError as e:
+        raise TritonRepoError(f"cannot read {p}: {e.strerror or e}") from e
+    except (ValueError, RecursionError) as exc:
+        raise TritonRepoError(f"{p} is not JSON") from exc
+    engine = meta.get("engine") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or not isinstance(engine or {}, dict):
+        raise TritonRepoError(f"{p} is not the object `toolchain triton emit` writes")
+    ws = (engine or {}).get("world_size")
+    if ws is not None and (type(ws) is not int or not 1 <= ws <= 1024):
+        raise TritonRepoError(f"{p}: engine.world_size {ws!r:.40} is not a rank count")
+    return meta
+
+
 def _resolve(model_dir: Path, value: str) -> Path:
     """How our Python models read a path parameter: relative to the model's directory."""
     p = Path(value)
@@ -110,13 +132,15 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     configs, files, out = _read_configs(repo)
     if not configs:
         return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
-    meta: dict[str, Any] = {}
-    if (repo / "toolchain-repo.json").is_file():
-        meta = json.loads((repo / "toolchain-repo.json").read_text())
+    meta = read_repo_meta(repo)
     llm_name = next((n for n, c in configs.items() if c.backend == "tensorrtllm" or _param(c, "gpt_model_type")), None)
     if llm_name:
         out += _lint_llm(repo, llm_name, configs, files, meta, world_size)
     out += _lint_tokenizers(repo, configs, files, meta)
+    out += [
+        Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
+        for msg in lint_repository_features(configs, meta)
+    ]
     out += _lint_llmapi(repo, meta)
     out += _lint_models(repo, configs, files)
     return out

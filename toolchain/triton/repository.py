@@ -21,8 +21,10 @@ def emit_for_cell(
     engine_key: str | None = None,
     force: bool = False,
     engines_root: str | None = None,
+    draft_engine: str | None = None,
 ) -> dict[str, Any]:
-    """Emit the repository of one cell.
+    """Emit the repository of one cell (a draft-target cell's also serves ``draft_engine``, its draft's
+    engine directory; with ``"reference"`` the draft checkpoint runs on the CPU reference model).
 
     ``engine``: an engine directory (runtime pytorch: the LLM-API artifact or a Hugging Face checkpoint
     directory), or ``"reference"`` (the CPU reference model; for pytorch: the spec's own checkpoint).
@@ -44,7 +46,15 @@ def emit_for_cell(
         info = EngineInfo.predicted(cell)
         src = cell.spec.local_source()
         repo = emit_repository(
-            cell, info, tok, out, identity=identity, reference=True, reference_model_dir=src, force=force
+            cell,
+            info,
+            tok,
+            out,
+            identity=identity,
+            reference=True,
+            reference_model_dir=src,
+            force=force,
+            draft_dir=_reference_draft(cell),
         )
         return _result(repo, "inflight_batcher_llm", True, identity)
     path = Path(engine)
@@ -58,9 +68,33 @@ def emit_for_cell(
             f"build this cell (`toolchain build SPEC --cell {cell.id}`) or pass the --cell the engine was built for",
         )
     repo = emit_repository(
-        cell, info, tok, out, identity=identity, reference=False, force=force, engines_root=engines_root
+        cell,
+        info,
+        tok,
+        out,
+        identity=identity,
+        reference=False,
+        force=force,
+        engines_root=engines_root,
+        draft_dir=Path(draft_engine) if draft_engine else None,
     )
     return _result(repo, "inflight_batcher_llm", False, identity, str(path.resolve()))
+
+
+def _reference_draft(cell: Any) -> Path | None:
+    """The draft checkpoint a draft-target cell's CPU reference draft model runs (a local directory)."""
+    sd = cell.spec.speculative
+    if sd is None or sd.mode != "draft_target":
+        return None
+    from toolchain.specs.speculative import draft_spec
+
+    src = draft_spec(cell.spec).local_source()
+    if src is None or not (src / "config.json").is_file():
+        raise TritonRepoError(
+            "the CPU reference draft model needs a local Hugging Face checkpoint",
+            "point speculative.draft.source at a local directory",
+        )
+    return src
 
 
 def _result(repo: Path, layout: str, reference: bool, identity: dict[str, Any], source: str = "") -> dict[str, Any]:
@@ -87,8 +121,8 @@ def _llmapi_model(art: CellArtifacts, engine: str) -> Path | str:
         local = cell.spec.local_source()
         if local is not None:
             return local
-        repo, _rev = cell.spec.model.hf_repo_revision()
-        return repo
+        repo, rev = cell.spec.model.hf_repo_revision()
+        return f"{repo}@{rev}" if rev else repo
     return art.quantized_dir / "hf"
 
 
@@ -126,7 +160,8 @@ def _emit_llmapi(
     else:
         name = MODEL_REL
     with staged_dir(out) as tmp:
-        for rel, text in llmapi_files(cell, name).items():
+        hub_id, _, revision = name.partition("@") if isinstance(model, str) else (name, "", "")
+        for rel, text in llmapi_files(cell, hub_id, revision or None).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)

@@ -6,6 +6,8 @@ On a GPU host: `/opt/tritonserver/bin/tritonserver` from NVIDIA's container, and
 one rank per GPU when the engine's world size is > 1 (the command launch_triton_server.py builds).
 Bound to 127.0.0.1 unless told otherwise; readiness has its own deadline (a stub that cannot start
 makes tritonserver hang in "loading" forever); stop removes the shared-memory regions it made.
+The server runs under ``toolchain.triton.watchdog``, so neither it nor its Python-backend stubs
+outlive the process that started them.
 """
 
 from __future__ import annotations
@@ -241,7 +243,10 @@ def start(
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs)
+        # to this process: it dies with us even on SIGKILL, and the stubs die with the server.
+        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid()), "--", *cmd]
+        proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
     progress(f"tritonserver starting: log {log_path}")

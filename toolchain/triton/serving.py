@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,14 +9,8 @@ from typing import Any
 
 from toolchain.errors import ServerError, TritonRepoError
 from toolchain.progress import Progress, silent
-from toolchain.triton.lint import lint_repository
+from toolchain.triton.lint import lint_repository, read_repo_meta
 from toolchain.triton.server import Ports, Server, start
-
-
-def repository_meta(repo: Path) -> dict[str, Any]:
-    """What ``toolchain triton emit`` recorded about a repository (empty for a foreign one)."""
-    p = repo / "toolchain-repo.json"
-    return dict(json.loads(p.read_text())) if p.is_file() else {}
 
 
 def serve_repository(
@@ -34,7 +27,7 @@ def serve_repository(
     """Serve ``repo`` until ``stop`` is set (or Ctrl-C); a server that dies on its own is an error.
 
     The caller owns signals: it sets ``stop`` from its SIGTERM handler (a library installs none)."""
-    meta = repository_meta(repo)
+    meta = read_repo_meta(repo)
     ws = world_size or int((meta.get("engine") or {}).get("world_size") or 1)
     errors = [f for f in lint_repository(repo, world_size=ws) if f.severity == "error"]
     if errors:

@@ -13,8 +13,11 @@ repository's parameters against the engine's ``build_config`` (the target's and 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
+from toolchain.errors import TritonRepoError
 from toolchain.specs.matrix import Cell
 from toolchain.specs.speculative import lookahead_draft_len
 
@@ -176,3 +179,64 @@ def predicted_build_config(cell: Cell) -> dict[str, Any]:
         out["lora_config"] = {"max_lora_rank": lo.max_rank, "lora_target_modules": list(lo.target_modules)}
         out["plugin_config"] = {"lora_plugin": cell.spec.model.dtype}
     return out
+
+
+DRAFT_ENGINE_REL = f"{DRAFT_MODEL}/1/engine"
+DRAFT_REFERENCE_REL = "1/hf_model"  # the CPU reference model's checkpoint, from the draft model's directory
+
+
+def draft_model_path(
+    cell: Cell, draft_dir: Path | None, *, reference: bool, out: Path, engines_root: str | None
+) -> str | None:
+    """What the draft model's config must name (None when the cell is not draft-target)."""
+    sd = cell.spec.speculative
+    if sd is None or sd.mode != "draft_target":
+        return None
+    if draft_dir is None:
+        raise TritonRepoError(
+            f"cell {cell.id} is draft-target: its repository needs the draft engine too",
+            "build it (`toolchain build SPEC --cell ID` builds both) and emit from the registry",
+        )
+    if engines_root is not None:
+        raise TritonRepoError(
+            "a draft-target repository carries its draft engine; --engines-root is not supported for it yet",
+            "emit without --engines-root",
+        )
+    return DRAFT_REFERENCE_REL if reference else str(out / DRAFT_ENGINE_REL)
+
+
+def stage_draft(tmp: Path, draft_dir: Path, *, reference: bool, sources: Path) -> None:
+    """Copy the draft engine (or, for the CPU reference model, the draft checkpoint and model source)."""
+    from toolchain.triton.emit import copy_tree
+
+    if reference:
+        shutil.copyfile(sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / DRAFT_MODEL / "1" / "model.py")
+        copy_tree(draft_dir, tmp / DRAFT_MODEL / DRAFT_REFERENCE_REL)
+    else:
+        copy_tree(draft_dir, tmp / DRAFT_ENGINE_REL)
+
+
+def lint_repository_features(configs: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """``lint_features`` against the engines' build_config (config.json beside the engine) or, without an
+    engine (CPU reference), the build_config the spec predicts (recorded in toolchain-repo.json)."""
+    import json
+
+    def engine_config(cfg: Any) -> dict[str, Any] | None:
+        path = _param(cfg, "gpt_model_path") or ""
+        f = Path(path, "config.json")
+        if path and f.is_file():
+            bc = json.loads(f.read_text()).get("build_config")
+            return bc if isinstance(bc, dict) else None
+        return None
+
+    llm = configs.get("tensorrt_llm")
+    if llm is None:
+        return []
+    bc = engine_config(llm) or meta.get("features_build_config")
+    if not isinstance(bc, dict):
+        return []
+    draft = configs.get(DRAFT_MODEL)
+    draft_bc = engine_config(draft) if draft is not None else None
+    if draft is not None and draft_bc is None and meta.get("reference"):
+        draft_bc = {"speculative_decoding_mode": 1, "max_draft_len": 0, "max_batch_size": bc.get("max_batch_size", 0)}
+    return lint_features(configs, bc, draft_bc)

@@ -71,6 +71,9 @@ PASS = (
 )
 
 
+SPEC_COUNTERS = ("total_draft_tokens", "total_accepted_draft_tokens")
+
+
 def _get(resp, name):
     t = pb_utils.get_output_tensor_by_name(resp, name)
     return None if t is None else t.as_numpy()
@@ -82,6 +85,7 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
         self.llm = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
+        self.draft = params.get("tensorrt_llm_draft_model_name") or ""
         self.accumulate = params.get("accumulate_tokens", "false").lower() == "true"
 
     def _call(self, model, inputs, outputs, decoupled=False):
@@ -107,6 +111,11 @@ class TritonPythonModel:
         pre = self._call("preprocessing", pre_in, list(PRE_TO_LLM))
         if pre.has_error():
             raise RuntimeError(pre.error().message())
+        nd = pb_utils.get_input_tensor_by_name(req, "num_draft_tokens")
+        if nd is not None and int(nd.as_numpy().reshape(-1)[0]) > 0:
+            if not self.draft:
+                raise RuntimeError("num_draft_tokens needs a draft-target repository (tensorrt_llm_draft_model_name)")
+            return self._speculate(req, pre, send)
         llm_in = [pb_utils.Tensor(dst, _get(pre, src)) for src, dst in PRE_TO_LLM.items()]
         for src, dst in TO_LLM.items():
             t = pb_utils.get_input_tensor_by_name(req, src)
@@ -135,6 +144,69 @@ class TritonPythonModel:
             else:
                 send(self._out(self._detok(ids, lengths), resp), False)
         return last
+
+    def _spec_step(self, model, ids, n_out, pre, drafts=None):
+        """One non-streaming call of an LLM model on ``ids``: its new tokens and its draft counters."""
+        inputs = [
+            pb_utils.Tensor("input_ids", np.array([ids], dtype=np.int32)),
+            pb_utils.Tensor("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+            pb_utils.Tensor("request_output_len", np.array([[n_out]], dtype=np.int32)),
+            pb_utils.Tensor("exclude_input_in_output", np.array([[True]], dtype=bool)),
+            pb_utils.Tensor("return_perf_metrics", np.array([[True]], dtype=bool)),
+        ]
+        for src, dst in (("OUT_END_ID", "end_id"), ("OUT_PAD_ID", "pad_id")):
+            v = _get(pre, src)
+            if v is not None:
+                inputs.append(pb_utils.Tensor(dst, v))
+        if drafts:
+            inputs.append(pb_utils.Tensor("draft_input_ids", np.array([drafts], dtype=np.int32)))
+        resp = self._call(model, inputs, ["output_ids", "sequence_length", *SPEC_COUNTERS])
+        if resp.has_error():
+            raise RuntimeError(f"{model}: {resp.error().message()}")
+        ids_out = _get(resp, "output_ids")
+        n = int(_get(resp, "sequence_length").reshape(-1)[0])
+        counters = {k: _get(resp, k) for k in SPEC_COUNTERS}
+        accepted = counters["total_accepted_draft_tokens"]
+        return [int(t) for t in ids_out.reshape(-1)[:n]], int(accepted.reshape(-1)[0]) if accepted is not None else 0
+
+    def _speculate(self, req, pre, send):
+        """Draft-target (upstream BLS semantics, docs/speculative-and-lora.md §3): per step the draft model
+        proposes up to num_draft_tokens tokens, the target verifies them in one call that returns the
+        accepted drafts plus one token of its own; the counters are summed over the steps."""
+        k_max = int(pb_utils.get_input_tensor_by_name(req, "num_draft_tokens").as_numpy().reshape(-1)[0])
+        st = pb_utils.get_input_tensor_by_name(req, "stream")
+        if st is not None and bool(st.as_numpy().reshape(-1)[0]):
+            raise RuntimeError("streaming is not supported with speculative decoding")
+        if _get(pre, "INPUT_ID").shape[0] != 1:
+            raise RuntimeError("speculative decoding is not supported with batch size > 1")
+        n_in = int(_get(pre, "REQUEST_INPUT_LEN").reshape(-1)[0])
+        ids = [int(t) for t in _get(pre, "INPUT_ID").reshape(-1)[:n_in]]
+        max_tokens = int(_get(pre, "REQUEST_OUTPUT_LEN").reshape(-1)[0])
+        end = _get(pre, "OUT_END_ID")
+        end_id = int(end.reshape(-1)[0]) if end is not None else -1
+        generated, drafted, accepted, steps = [], 0, 0, 0
+        while len(generated) < max_tokens:
+            k = min(k_max, max_tokens - len(generated) - 1)
+            drafts = self._spec_step(self.draft, ids, k, pre)[0] if k > 0 else []
+            new, acc = self._spec_step(self.llm, ids, len(drafts) + 1, pre, drafts)
+            steps += 1
+            drafted += len(drafts)
+            accepted += acc
+            new = new[: max_tokens - len(generated)]
+            generated += new
+            ids += new
+            if not new or end_id in new:
+                break
+        tokens = np.array(generated, dtype=np.int32).reshape(1, 1, -1)
+        text = self._detok(tokens, np.array([[len(generated)]], dtype=np.int32))
+        out = [
+            pb_utils.Tensor("text_output", np.array(text, dtype=object).reshape(1, -1)),
+            pb_utils.Tensor("total_draft_tokens", np.array([[drafted]], dtype=np.int32)),
+            pb_utils.Tensor("total_accepted_draft_tokens", np.array([[accepted]], dtype=np.int32)),
+            pb_utils.Tensor("acceptance_rate", np.array([[accepted / drafted if drafted else 0.0]], dtype=np.float32)),
+            pb_utils.Tensor("num_output_tokens", np.array([[len(generated)]], dtype=np.int32)),
+        ]
+        send(pb_utils.InferenceResponse(output_tensors=out), False)
 
     def _out(self, text, resp):
         tensors = [pb_utils.Tensor("text_output", np.array(text, dtype=object).reshape(1, -1))]

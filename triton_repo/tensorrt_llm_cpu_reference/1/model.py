@@ -142,6 +142,30 @@ class TritonPythonModel:
         out += [pb_utils.Tensor(k, np.array([[perf.get(k, 0)]], dtype=t[k])) for k in PERF]
         return pb_utils.InferenceResponse(output_tensors=out)
 
+    def _verify(self, ids, drafts, max_new, end_id, exclude, arrival, send):
+        """External draft tokens: the longest prefix of the drafts that the greedy target agrees with,
+        plus the target's own next token (TensorRT-LLM's token-match acceptance), in one forward pass."""
+        perf = {"arrival_time_ns": arrival, "first_scheduled_time_ns": time.time_ns(), "num_input_tokens": len(ids)}
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([ids + drafts])).logits[0]
+        preds = torch.argmax(logits[len(ids) - 1 :], dim=-1).tolist()  # len(drafts) + 1 predictions
+        accepted = 0
+        while accepted < len(drafts) and preds[accepted] == drafts[accepted]:
+            accepted += 1
+        out = [*drafts[:accepted], preds[accepted]][:max_new]
+        if end_id in out:
+            out = out[: out.index(end_id) + 1]
+        now = time.time_ns()
+        perf.update(
+            first_token_time_ns=now,
+            last_token_time_ns=now,
+            num_output_tokens=len(out),
+            total_draft_tokens=len(drafts),
+            total_accepted_draft_tokens=accepted,
+            acceptance_rate=accepted / len(drafts),
+        )
+        send(out if exclude else ids + out, perf, None, True)
+
     def _generate(self, req, arrival, send):
         ids = _opt(req, "input_ids").astype(np.int64)
         n_in = int(_opt(req, "input_lengths")[0])
@@ -166,6 +190,10 @@ class TritonPythonModel:
             return
         if n_in == 0 or max_new <= 0:
             send(None, {}, "input_lengths and request_output_len must be positive", True)
+            return
+        drafts = _opt(req, "draft_input_ids")
+        if drafts is not None and drafts.size:  # one speculative verify step (draft-target through the BLS)
+            self._verify(ids, [int(t) for t in drafts.reshape(-1)], max_new, end_id, exclude, arrival, send)
             return
         perf = {"arrival_time_ns": arrival, "first_scheduled_time_ns": time.time_ns(), "num_input_tokens": n_in}
         reused, cache = self._lookup(ids)

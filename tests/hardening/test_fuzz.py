@@ -1,0 +1,271 @@
+"""Fuzz every command that reads a spec, and every command's arguments, through the real CLI.
+
+Properties, for every run: no traceback, no hang, an exit code the README documents, a one-line
+``Error:`` on failure, and a bounded answer time. Each test has a fixed time budget (see
+``fuzzing.budget``); the tally is printed so a longer run (``TOOLCHAIN_FUZZ_SECONDS=600``) reports
+how many runs it made.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.hardening.fuzzing import BASE, LAUGHS, Tally, budget, check, hang_limit, invoke
+
+pytestmark = pytest.mark.timeout(300)
+
+HOSTILE: list[Any] = [
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    1e308,
+    5e-324,
+    -1,
+    0,
+    2**31,
+    2**63,
+    2**70,
+    -(2**70),
+    True,
+    None,
+    "",
+    "x" * 300,
+    "a\x00b",
+    "1.1.0\n",
+    "１.１.０",
+    "h100-sxm\n",
+    "Ｈ100",
+    [],
+    {},
+    [1] * 50,
+    list(range(1, 300)),
+    {"a": {"b": {"c": 1}}},
+    "hf://org/model\n",
+    "hf://" + "a" * 300 + "/b",
+    "../" * 40 + "etc",
+]
+
+# Text attacks on the YAML layer itself: aliases, recursion, deep nesting, tags, huge scalars.
+TEXT_ATTACKS = [
+    LAUGHS,
+    "name: &n [*n]\n",
+    "&a [*a]\n",
+    "a: " + "[" * 1000 + "]" * 1000 + "\n",
+    "a: " + "{b: " * 600 + "1" + "}" * 600 + "\n",
+    "!!python/object/apply:os.system ['true']\n",
+    "name: !!binary aGVsbG8=\n",
+    "name: " + "9" * 5000 + "\n",
+    "? [a, b]\n: c\n",
+    "name: fuzz\nname: fuzz\n",
+    "\ufeffname: x\n",
+    'name: "\\0"\n',
+]
+
+
+def _paths(d: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+PATHS = [p for p in _paths(BASE) if p]
+
+
+def _mutate(base: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    d = copy.deepcopy(base)
+    node: Any = d
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return d
+
+
+mutation = st.tuples(st.sampled_from(PATHS), st.sampled_from(HOSTILE) | st.integers() | st.floats() | st.text())
+spec_text = st.one_of(
+    st.lists(mutation, min_size=1, max_size=3).map(
+        lambda ms: yaml.safe_dump(_apply(ms), allow_unicode=True, sort_keys=False)
+    ),
+    st.sampled_from(TEXT_ATTACKS),
+    st.tuples(st.sampled_from(TEXT_ATTACKS), st.just(yaml.safe_dump(BASE, sort_keys=False))).map(
+        lambda t: t[1] + t[0].replace("a:", "description:", 1) if t[0].startswith("a:") else t[1]
+    ),
+    st.text(max_size=300),
+    st.binary(max_size=300).map(lambda b: b.decode("latin-1")),
+)
+
+
+def _apply(ms: list[tuple[tuple[Any, ...], Any]]) -> dict[str, Any]:
+    d = BASE
+    for path, value in ms:
+        try:
+            d = _mutate(d, path, value)
+        except (KeyError, IndexError, TypeError):
+            continue
+    return d
+
+
+# Examples per hypothesis run; runs repeat (each with new random choices) until the time budget is spent.
+BATCH = 20
+
+SPEC_COMMANDS: list[list[str]] = [
+    ["spec", "validate"],
+    ["spec", "expand"],
+    ["plan"],
+    ["matrix", "--offline", "--format", "json"],
+    ["build", "--all", "--dry-run"],
+    ["deploy", "--dry-run"],
+]
+
+
+def test_fuzz_spec_text(tmp_path: Path) -> None:
+    """Every spec command on fuzzed spec text; validate's verdict binds every other command."""
+    tally = Tally()
+    deadline = time.monotonic() + budget(20)
+    spec = tmp_path / "fuzz.yaml"
+
+    @settings(max_examples=BATCH, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(spec_text)
+    def run(text: str) -> None:
+        if time.monotonic() > deadline:
+            return
+        spec.write_text(text, encoding="utf-8", errors="surrogateescape")
+        verdict = None
+        for cmd in SPEC_COMMANDS:
+            o = invoke([*cmd, str(spec)], limit=hang_limit(20))
+            check(tally, o, slow_s=5)
+            if cmd == ["spec", "validate"]:
+                verdict = o.exit_code
+                if o.seconds > 2.0:  # a second of work, with room for a loaded CI machine
+                    tally.problems.append(f"validate took {o.seconds:.2f} s: {text[:80]!r}")
+            elif verdict not in (0, None) and o.exit_code == 0:
+                tally.problems.append(f"validate refused but `{' '.join(cmd)}` accepted: {text[:200]!r}")
+
+    while time.monotonic() < deadline:  # fresh random batches until the budget is spent
+        run()
+    print(tally.line("spec text"))
+    assert not tally.problems, "\n".join(tally.problems[:20])
+
+
+# --- every command's arguments --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def garbage(tmp_path: Path) -> dict[str, str]:
+    """Hostile files and directories the argument fuzzer picks from."""
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "binary.bin").write_bytes(bytes(range(256)) * 8)
+    (g / "empty.json").write_bytes(b"")
+    (g / "list.json").write_text("[1, 2, 3]")
+    (g / "nul.json").write_bytes(b'{"kind": "toolchain.bench-result\x00"}')
+    (g / "fake-result.json").write_text(json.dumps({"kind": "toolchain.bench-result", "runs": "x"}))
+    (g / "half-result.json").write_text(json.dumps({"kind": "toolchain.bench-result", "runs": [{"label": 1}]}))
+    (g / "prom.txt").write_text("<html>hello</html>\n")
+    ckpt = g / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"hidden_size": true, "num_attention_heads": -1}')
+    (ckpt / "model.safetensors").write_bytes(b"\xff" * 7)
+    repo = g / "repo"
+    (repo / "m" / "1").mkdir(parents=True)
+    (repo / "m" / "config.pbtxt").write_bytes(b"\x00\x01garbage {{{")
+    odd = g / "odd"
+    odd.mkdir()
+    (odd / "a\\b.bin").write_bytes(b"x")
+    (odd / "new\nline.bin").write_bytes(b"y")
+    (odd / ("n" * 250)).write_bytes(b"z")
+    (g / "runner.yaml").write_text("h100-sxm: [1, 2]\n")
+    return {p.name: str(p) for p in g.iterdir()} | {"missing": str(g / "nope"), "dir": str(g), "out": str(g / "o")}
+
+
+def _argv_strategy(files: dict[str, str]) -> st.SearchStrategy[list[str]]:
+    f = st.sampled_from(sorted(files.values()))
+    s = st.sampled_from(
+        ["", "x" * 300, "a\x01b", "-1", "0", "1e309", "nan", "inf", "18446744073709551617", "１２", "abc\n", "🙂"]
+    ) | st.text(max_size=20).filter(lambda t: "\x00" not in t)
+    n = st.sampled_from(["-1", "0", "1", "65536", "99999999999999999999", "nan", "1e308", "x"])
+    url = st.sampled_from(
+        [
+            "file:///etc/passwd",
+            "http://127.0.0.1:1/metrics",
+            "http://[::1",
+            "ftp://127.0.0.1/x",
+            "garbage",
+            "",
+            "http://127.0.0.1:1/" + "a" * 300,
+            "s3://",
+            "hf://x",
+            "127.0.0.1:1",
+        ]
+    )
+    key = st.sampled_from(["0" * 64, "0" * 64 + "\n", "0" * 63, "ZZ", "../x", "a" * 300, "0" * 8]) | s
+    reg = st.sampled_from([files["dir"] + "/reg", "s3://", "hf://a", "ftp://x", files["binary.bin"], "x\x01"])
+    cmds = [
+        st.tuples(st.just("spec"), st.sampled_from(["validate", "expand"]), f),
+        st.tuples(st.just("plan"), f, st.just("--cell"), s),
+        st.tuples(st.just("matrix"), f, st.just("--offline"), st.just("--format"), s),
+        st.tuples(st.just("matrix"), st.just(files["missing"]), st.just("--offline"), st.just("--runner-map"), f),
+        st.tuples(st.just("cache"), st.just("show"), key, st.just("--registry"), reg),
+        st.tuples(st.just("cache"), st.just("pull"), key, f, st.just("--registry"), reg),
+        st.tuples(st.just("cache"), st.just("push"), f, st.just("--key"), key, st.just("--registry"), reg),
+        st.tuples(st.just("cache"), st.just("tag"), key, s, st.just("--registry"), reg),
+        st.tuples(st.just("cache"), st.sampled_from(["ls", "verify"]), st.just("--registry"), reg),
+        st.tuples(st.just("cache"), st.just("gc"), st.just("--dry-run"), st.just("--registry"), reg),
+        st.tuples(st.just("triton"), st.just("lint"), f),
+        st.tuples(st.just("triton"), st.just("emit"), f, st.just("--engine"), s, st.just("--out"), f),
+        st.tuples(st.just("serve"), f, st.just("--http-port"), n, st.just("--ready-timeout"), n),
+        st.tuples(st.just("bench"), st.just("report"), f, st.just("--out"), f),
+        st.tuples(st.just("diagnose"), st.just("--metrics-url"), url, st.just("--samples"), st.just("1")),
+        st.tuples(st.just("diagnose"), st.just("--bench"), f),
+        st.tuples(st.just("diagnose"), st.just("--metrics-url"), url, st.just("--samples"), n),
+        st.tuples(st.just("gpus"), st.sampled_from(["--json", "--bogus"])),
+        st.tuples(st.just("build"), f, st.just("--cell"), s, st.just("--dry-run"), st.just("--registry"), reg),
+        st.tuples(st.just("deploy"), f, st.just("--dry-run"), st.just("--cell"), s),
+        st.tuples(
+            st.just("quantize"),
+            st.just("--model"),
+            f,
+            st.just("--format"),
+            s,
+            st.just("--out"),
+            f,
+            st.just("--samples"),
+            n,
+        ),
+    ]
+    return st.one_of(*cmds).map(list)
+
+
+def test_fuzz_command_arguments(garbage: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile files, URLs, numbers and strings for every command (no network, no server starts)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("TOOLCHAIN_S3_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    tally = Tally()
+    deadline = time.monotonic() + budget(20)
+
+    @settings(max_examples=BATCH, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(_argv_strategy(garbage))
+    def run(argv: list[str]) -> None:
+        if time.monotonic() > deadline:
+            return
+        check(tally, invoke(argv, limit=hang_limit(30)), slow_s=10)
+
+    while time.monotonic() < deadline:  # fresh random batches until the budget is spent
+        run()
+    print(tally.line("arguments"))
+    assert not tally.problems, "\n".join(tally.problems[:20])

@@ -1,0 +1,107 @@
+"""The server's process tree never outlives `toolchain serve`, and Python-backend stubs never outlive the
+server: SIGKILL of either, with the real CPU Triton (the fault cases of the hardening suite)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from toolchain.triton import server as S
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, ppid, command name) of a live process, None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    name = raw[raw.index(b"(") + 1 : raw.rindex(b")")].decode(errors="replace")
+    fields = raw.rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1]), name
+
+
+def _alive(pid: int) -> bool:
+    st = _proc_stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def _descendants(root: int) -> dict[int, str]:
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _proc_stat(int(d))
+            if st is not None:
+                children.setdefault(st[1], []).append(int(d))
+                names[int(d)] = st[2]
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out[c] = names[c]
+            todo.append(c)
+    return out
+
+
+def _wait(cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return bool(cond())
+
+
+@pytest.fixture
+def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[int, str]]]:
+    """`toolchain serve` as its own process, ready; yields it, its stderr log and its process tree."""
+    log = tmp_path / "serve.log"
+    ports = [str(S.free_port()) for _ in range(3)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "toolchain.cli.main", "serve", str(reference_repo)]
+    cmd += ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    tree: dict[int, str] = {}
+    try:
+        assert _wait(lambda: "ready:" in log.read_text() or proc.poll() is not None, 200), log.read_text()
+        assert proc.poll() is None, log.read_text()
+        tree = _descendants(proc.pid)
+        assert "tritonserver" in tree.values(), tree
+        assert any(n.startswith("triton_python") for n in tree.values()), tree  # the stubs (comm is cut to 15)
+        yield proc, log, tree
+    finally:
+        for pid in [proc.pid, *tree]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve: Any) -> None:
+    proc, _log, tree = serve
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
+
+
+def test_sigkill_of_tritonserver_takes_its_stubs_and_serve_fails(serve: Any) -> None:
+    proc, log, tree = serve
+    triton = next(p for p, n in tree.items() if n == "tritonserver")
+    os.kill(triton, signal.SIGKILL)
+    assert _wait(lambda: proc.poll() is not None, 30)
+    assert proc.returncode != 0
+    assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
+    errors = [ln for ln in log.read_text().splitlines() if ln.startswith("Error: ")]
+    assert errors and "tritonserver exited" in errors[-1]

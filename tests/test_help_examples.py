@@ -1,0 +1,30 @@
+"""Every engine spec a command's --help names exists, so its examples run as printed."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+
+from tests.conftest import REPO
+from toolchain.cli.main import app
+
+
+def _helps(cmd: Any, ctx: Any) -> list[str]:
+    out = [cmd.get_help(ctx)]
+    if hasattr(cmd, "list_commands"):  # a group: every subcommand too
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None:
+                out += _helps(sub, sub.context_class(sub, info_name=name, parent=ctx))
+    return out
+
+
+def test_specs_named_in_help_exist() -> None:
+    root = typer.main.get_command(app)
+    text = "\n".join(_helps(root, root.context_class(root, info_name="toolchain")))
+    named = set(re.findall(r"engine_specs/[\w.-]+\.yaml", text))
+    assert named, "no example names a spec"
+    missing = sorted(n for n in named if not (REPO / n).is_file())
+    assert not missing, f"--help names specs that do not exist: {missing}"

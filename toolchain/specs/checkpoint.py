@@ -1,0 +1,133 @@
+"""Checks on a Hugging Face checkpoint's own files, shared by the stages that read them (planning, quantize).
+
+Nothing here loads tensors: ``config.json`` is parsed and its sizes checked, and ``*.safetensors`` files are
+read only as far as their header (8-byte little-endian length + JSON; format: huggingface/safetensors,
+``docs/source/index.mdx``, "Format").
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import ModelConfigError
+
+# Largest hidden/intermediate size accepted: far above any released model, far below what overflows.
+_MAX_DIM = 10_000_000
+
+
+def read_config_json(cfg_path: Path) -> dict[str, Any]:
+    """``config.json`` as a dict, or a one-line ModelConfigError (unreadable, binary, not JSON, not an object)."""
+    try:
+        cfg = json.loads(cfg_path.read_bytes())
+    except OSError as e:
+        raise ModelConfigError(f"{cfg_path}: cannot read ({e.strerror or e})") from e
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ModelConfigError(f"{cfg_path}: not valid JSON ({str(e)[:100]})") from e
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"{cfg_path}: top level is not an object")
+    return cfg
+
+
+def config_dims(cfg: dict[str, Any], where: str) -> dict[str, int]:
+    """The decoder's sizes from a config, refused when they cannot describe a model (non-integers,
+    booleans, values <= 0, heads that do not divide, hidden size not divisible by heads without head_dim)."""
+
+    def count(key: str, value: Any, *, limit: int = _MAX_DIM) -> int:
+        # bool is an int subclass in Python; `hidden_size: true` is not a size
+        if type(value) is not int or not 0 < value <= limit:
+            raise ModelConfigError(f"{where}: {key} must be a positive integer up to {limit:,} (got {value!r:.60})")
+        return value
+
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in cfg]
+    if missing:
+        raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")
+    layers = count("num_hidden_layers", cfg["num_hidden_layers"], limit=10_000)
+    hidden = count("hidden_size", cfg["hidden_size"])
+    heads = count("num_attention_heads", cfg["num_attention_heads"], limit=10_000)
+    vocab = count("vocab_size", cfg["vocab_size"], limit=100_000_000)
+    kv = (
+        count("num_key_value_heads", cfg["num_key_value_heads"])
+        if cfg.get("num_key_value_heads") is not None
+        else heads
+    )
+    if heads % kv:
+        raise ModelConfigError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    if cfg.get("head_dim") is not None:
+        head_dim = count("head_dim", cfg["head_dim"], limit=65_536)
+    elif hidden % heads:
+        raise ModelConfigError(
+            f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and no head_dim is given"
+        )
+    else:
+        head_dim = hidden // heads
+    experts = 0
+    for key in ("num_local_experts", "num_experts"):
+        if cfg.get(key):
+            experts = count(key, cfg[key], limit=100_000)
+            break
+    per_token = (
+        count("num_experts_per_tok", cfg["num_experts_per_tok"]) if experts and cfg.get("num_experts_per_tok") else 0
+    )
+    if per_token > experts:
+        raise ModelConfigError(f"{where}: num_experts_per_tok {per_token} exceeds the {experts} experts")
+    if experts and cfg.get("moe_intermediate_size") is not None:
+        inter = count("moe_intermediate_size", cfg["moe_intermediate_size"])
+    elif cfg.get("intermediate_size") is not None:
+        inter = count("intermediate_size", cfg["intermediate_size"])
+    else:
+        inter = 4 * hidden
+    tie = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise ModelConfigError(f"{where}: tie_word_embeddings must be true or false (got {tie!r:.60})")
+    return {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "vocab": vocab,
+        "kv_heads": kv,
+        "head_dim": head_dim,
+        "experts": experts,
+        "experts_per_token": per_token,
+        "intermediate": inter,
+        "tie": int(tie),
+    }
+
+
+def safetensors_param_count(model_dir: Path) -> int | None:
+    """Parameter count from safetensors headers only (8-byte length + JSON), never the tensors."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        hint = "re-download the checkpoint; its safetensors files are damaged"
+        try:
+            with open(f, "rb") as fh:
+                head = fh.read(8)
+                if len(head) != 8:
+                    raise ModelConfigError(f"{f}: truncated safetensors header ({len(head)} bytes)", hint)
+                (n,) = struct.unpack("<Q", head)
+                size = f.stat().st_size
+                if n < 2 or n > 100_000_000 or 8 + n > size:
+                    raise ModelConfigError(f"{f}: implausible safetensors header size {n} in a {size}-byte file", hint)
+                meta = json.loads(fh.read(n))
+        except OSError as e:
+            raise ModelConfigError(f"{f}: cannot read ({e.strerror or e})", hint) from e
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelConfigError(f"{f}: the safetensors header is not JSON", hint) from exc
+        if not isinstance(meta, dict):
+            raise ModelConfigError(f"{f}: the safetensors header is not a JSON object", hint)
+        for k, v in meta.items():
+            if k == "__metadata__":
+                continue
+            shape = v.get("shape") if isinstance(v, dict) else None
+            if not isinstance(shape, list) or any(type(d) is not int or d < 0 for d in shape):
+                raise ModelConfigError(f"{f}: tensor {k!r:.60} has no valid shape in the safetensors header", hint)
+            c = 1
+            for d in shape:
+                c *= d
+            total += c
+    return total
