@@ -80,7 +80,7 @@ def _local_spec(tmp_path: Path) -> Path:
     (ckpt / "model.safetensors").write_bytes(b"weights")
     d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
     d["model"]["source"] = str(ckpt)
-    d["matrix"]["max_batch_size"] = [4, 8]
+    d["matrix"]["max_batch_size"] = [8, 16]
     d["matrix"]["max_seq_len"] = [128, 256]
     p = tmp_path / "spec.yaml"
     p.write_text(yaml.safe_dump(d))
