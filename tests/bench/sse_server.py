@@ -8,6 +8,7 @@ plain JSON body instead of an event stream).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 class Stats:
     connections: int = 0
     server_ttft_s: list[float] = field(default_factory=list)
+    sockets: list[socket.socket] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -39,6 +41,7 @@ def _handler(stats: Stats, mode: str, first_s: float, gap_s: float) -> type[Base
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with stats.lock:
                 stats.connections += 1
+                stats.sockets.append(self.connection)
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -104,3 +107,7 @@ def sse_server(mode: str = "ok", first_s: float = 0.03, gap_s: float = 0.005) ->
     finally:
         httpd.shutdown()
         httpd.server_close()
+        # like a killed server: keep-alive connections die too, not only the listening socket
+        for sock in stats.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -190,3 +190,27 @@ def test_infer_streams_the_answer_to_stdout(cli) -> None:  # type: ignore[no-unt
     with sse_server(mode="503") as (url, _):
         r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m")
     assert r.exit_code == 1 and "Error: the request failed (server): HTTP 503" in r.stderr
+
+
+def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with sse_server(first_s=0.02, gap_s=0.03) as (url, _):
+        proc = subprocess.Popen(
+            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "60"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "load concurrency=1" in line:
+                break
+        time.sleep(1.5)
+    # the server is gone (its listening socket closed); the bench must notice, stop and say so
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    assert "Error: the benchmark did not measure what was asked: server unreachable during the run" in stderr
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["stop"] == "server-gone"
+    s = saved["runs"][0]["summary"]
+    assert s["completed"] >= 1 and s["error_kinds"].get("connection", 0) >= 3 and s["requests"] < 60

@@ -118,7 +118,7 @@ def test_denormal_and_tiny_rates_do_not_crash_plan(cli, tmp_path: Path) -> None:
 def test_plan_and_matrix_apply_the_compatibility_rules(cli, tmp_path: Path) -> None:
     d = _with("matrix.max_input_len", [8192])  # > max_seq_len 4096
     p = _write(tmp_path, d)
-    for cmd in [*SPEC_COMMANDS, ["build", "--all", "--dry-run"]]:
+    for cmd in [*SPEC_COMMANDS, ["build", "--all", "--dry-run"], ["deploy", "--dry-run"]]:
         r = cli(*cmd, p)
         assert r.exit_code == 2, (cmd, r.output)
         assert "max_input_len 8192 exceeds max_seq_len 4096" in _one_line_error(r)

@@ -275,3 +275,20 @@ def test_multi_gpu_launch_is_one_tritonserver_per_rank_under_mpirun(tmp_path: Pa
     assert "shm-region-prefix-name=p_r0_" in ranks[0] and "shm-region-prefix-name=p_r1_" in ranks[1]
     single = container_command(Path("/opt/tritonserver/bin/tritonserver"), tmp_path, net, "p_", 1)
     assert single[0] == "/opt/tritonserver/bin/tritonserver" and "--disable-auto-complete-config" in single
+
+
+def test_pytorch_runtime_hub_source_is_named_with_its_revision(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import yaml
+
+    spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
+    d = yaml.safe_load(spec.read_text())
+    d["model"]["source"] = "hf://TinyLlama/TinyLlama-1.1B-Chat-v1.0@fe8a4ea1ffedaf415f4da2f062534de366a451e6"
+    d["model"]["architecture"] = "llama-3.1-8b"
+    spec.write_text(yaml.safe_dump(d))
+    cell = expand(load_spec(spec))[0]
+    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo", engines_root="/engines")
+    assert res["mounts"] == []  # the LLM API downloads a hub model where it runs
+    my = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert my["model"] == "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+    assert my["revision"] == "fe8a4ea1ffedaf415f4da2f062534de366a451e6"
+    assert [f.line() for f in lint_repository(tmp_path / "repo") if f.severity == "error"] == []

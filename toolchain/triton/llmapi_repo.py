@@ -65,11 +65,11 @@ def model_source() -> Path:
     return model_sources() / "llmapi" / "1" / "model.py"
 
 
-def llmapi_files(cell: Cell, model: str) -> dict[str, str]:
+def llmapi_files(cell: Cell, model: str, revision: str | None = None) -> dict[str, str]:
     """Relative path -> text of the llmapi model (config.pbtxt built as a ModelConfig message).
 
     ``model``: what model.yaml names: a path relative to ``tensorrt_llm/1/``, an absolute path where
-    the server runs, or a Hugging Face repo id.
+    the server runs, or a Hugging Face repo id (pinned to ``revision`` when given).
     """
     from toolchain._deps import require
     from toolchain.triton.emit import to_pbtxt
@@ -88,6 +88,8 @@ def llmapi_files(cell: Cell, model: str) -> dict[str, str]:
             ",".join(map(str, g)) for g in cell.spec.serving.gpu_device_ids
         )
     opts: dict[str, Any] = {"model": model, **llmapi_options(cell)}
+    if revision:
+        opts["revision"] = revision  # a hub id is pinned to the spec's revision (LLM API `revision`)
     opts["triton_config"] = {"max_batch_size": 0, "decoupled": cell.spec.serving.decoupled}
     readme = (
         "TensorRT-LLM LLM-API model for Triton's Python backend, emitted by toolchain.\n"

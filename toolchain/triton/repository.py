@@ -121,8 +121,8 @@ def _llmapi_model(art: CellArtifacts, engine: str) -> Path | str:
         local = cell.spec.local_source()
         if local is not None:
             return local
-        repo, _rev = cell.spec.model.hf_repo_revision()
-        return repo
+        repo, rev = cell.spec.model.hf_repo_revision()
+        return f"{repo}@{rev}" if rev else repo
     return art.quantized_dir / "hf"
 
 
@@ -160,7 +160,8 @@ def _emit_llmapi(
     else:
         name = MODEL_REL
     with staged_dir(out) as tmp:
-        for rel, text in llmapi_files(cell, name).items():
+        hub_id, _, revision = name.partition("@") if isinstance(model, str) else (name, "", "")
+        for rel, text in llmapi_files(cell, hub_id, revision or None).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
