@@ -97,6 +97,19 @@ def deploy_cell(
     plan = plan_for(cell)
     art = for_cell(cell)
     key = _engine_key(art, engine, options.registry, reference)
+    if spec.runtime == "pytorch":
+        if reference:
+            raise DeployError("--reference is for the tensorrt runtime's CPU reference model", "drop --reference")
+        progress(f"writing the build context and manifests to {out}")
+        return write_deployment(
+            cell,
+            plan,
+            repository=None,
+            engine_key=key,
+            out=out,
+            options=options,
+            host_paths=(cache().root, spec.base_dir),
+        )
     if tokenizer is not None:
         tok = tokenizer
     else:
