@@ -92,17 +92,18 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 def stat_signature(st: os.stat_result) -> list[int]:
     """What must be unchanged for a digest computed earlier to still hold: size, mtime, ctime, inode,
-    device. ctime cannot be set from user space (``touch -d`` sets mtime and bumps ctime), and every
-    write, chmod, rename or link count change moves it."""
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+    device, link count. ctime cannot be set from user space (``touch -d``
+    sets mtime and bumps ctime), and every write, chmod, rename or link count change moves it."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_nlink]
 
 
 class StatCache:
     """Maps a file's path and stat signature to the digest read from it, so unchanged files are not
     re-read. An entry is only ever written right after the file was hashed, with the signature taken
-    before and checked again after the read (a file written meanwhile is not remembered)."""
+    before and checked again after the read (a file written meanwhile is not remembered).
+    """
 
-    SCHEMA = 2  # entries: [size, mtime_ns, ctime_ns, inode, device, digest]
+    SCHEMA = 3  # entries: [size, mtime_ns, ctime_ns, inode, device, nlink, digest]
 
     def __init__(self, path: Path | None, algo: str = ALGO) -> None:
         self.path = path
@@ -121,8 +122,7 @@ class StatCache:
     def lookup(self, file: Path, st: os.stat_result | None = None) -> str | None:
         """The remembered digest when the file's signature is unchanged, else None."""
         hit = self._data.get(self._key(file))
-        sig = stat_signature(st or file.stat())
-        if hit is not None and hit[:-1] == sig:
+        if hit is not None and hit[:-1] == stat_signature(st or file.stat()):
             return str(hit[-1])
         return None
 

@@ -118,6 +118,8 @@ class TritonTarget:
         for name, value in (("stream", self.stream), ("return_perf_metrics", True), ("return_num_output_tokens", True)):
             if name in self.inputs:
                 out.append(inp(name, np.array([[value]], dtype=bool), "BOOL"))
+        if req.num_draft_tokens:
+            out.append(inp("num_draft_tokens", np.array([[req.num_draft_tokens]], dtype=np.int32), "INT32"))
         return out
 
     async def one(self, req: Request, rec: RequestRecord) -> None:
@@ -430,6 +432,15 @@ def run_load(
         )
         try:
             await target.check()
+            if (
+                target_kind == "triton"
+                and any(r.num_draft_tokens for r in reqs)
+                and "num_draft_tokens" not in target.inputs
+            ):
+                raise BenchError(
+                    f"model {model!r} takes no num_draft_tokens",
+                    "benchmark tensorrt_llm_bls of a draft-target repository, or drop --num-draft-tokens",
+                )
             return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder, progress)
         finally:
             with contextlib.suppress(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ def make_config(
     seed: int,
     stop_on_error: bool,
     timeout: float,
+    num_draft_tokens: int | None = None,
 ) -> tuple[BenchConfig, Any]:
     from transformers import AutoTokenizer
 
@@ -132,6 +134,11 @@ def make_config(
             raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
     else:
         reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
+    if num_draft_tokens is not None:
+        if num_draft_tokens < 1:
+            raise UserInputError("--num-draft-tokens must be at least 1")
+        reqs = [replace(r, num_draft_tokens=num_draft_tokens) for r in reqs]
+        prov["workload"]["num_draft_tokens"] = num_draft_tokens
     cfg = BenchConfig(
         protocol=protocol.split("-")[0],
         url=url,

@@ -59,6 +59,7 @@ class Request:
     prompt_tokens: int
     max_tokens: int
     shared_prefix: bool | None = None
+    num_draft_tokens: int | None = None  # draft-target through the BLS model: drafts per verify step
 
 
 class PromptMaker:

@@ -57,6 +57,12 @@ def bench(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s)")] = 300.0,
+    num_draft_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--num-draft-tokens", help="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the result JSON here")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -98,6 +104,7 @@ def bench(
         seed=seed,
         stop_on_error=stop_on_error,
         timeout=timeout,
+        num_draft_tokens=num_draft_tokens,
     )
     result = run_bench(cfg, progress=Stages(quiet=json_out))
     if c is not None:
