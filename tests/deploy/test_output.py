@@ -164,6 +164,21 @@ def test_a_host_path_registry_needs_a_volume(tiny_spec_file: Path, tmp_path: Pat
     assert env["TOOLCHAIN_REGISTRY"] == "/registry"
 
 
+def test_no_tokenizer_names_the_deploy_option(cli, tmp_path: Path) -> None:
+    r = cli(
+        "deploy",
+        "engine_specs/llama-3.1-8b-fp8.yaml",
+        "--cell",
+        "h100-sxm-b64-s4096-i2048-tp1",
+        "--registry",
+        "s3://b/p",
+        "--out",
+        tmp_path / "o",
+    )
+    assert r.exit_code == 2 and "pass --tokenizer DIR" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli(cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     r = cli("deploy", "engine_specs/llama-3.3-70b-fp8-h100.yaml", "--dry-run", "--json")
     assert r.exit_code == 0, r.output

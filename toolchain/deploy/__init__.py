@@ -33,7 +33,7 @@ from toolchain.digest import staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
 
-__all__ = ["DeployOptions", "DeployResult", "Sizing", "size_cell", "write_deployment"]
+__all__ = ["DeployOptions", "DeployResult", "Sizing", "check_options", "size_cell", "write_deployment"]
 
 LATEST = re.compile(r"[:@](latest)\b")  # an image tag named latest
 FRONTENDS = ("openai", "kserve")
@@ -93,6 +93,15 @@ def _registry_in_pod(o: DeployOptions) -> str:
     return "/registry"
 
 
+def check_options(o: DeployOptions) -> None:
+    """Refuse options no deployment can be written with (before planning or emitting anything)."""
+    if o.frontend not in FRONTENDS:
+        raise DeployError(f"frontend '{o.frontend}' is not one of {', '.join(FRONTENDS)}", "use openai or kserve")
+    _registry_in_pod(o)
+    if o.image is not None:
+        pinned_image(o.image, "--image")
+
+
 def _yaml(obj: dict[str, Any], header: str) -> str:
     return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
 
@@ -113,8 +122,7 @@ def write_deployment(
     ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
     """
     o = options
-    if o.frontend not in FRONTENDS:
-        raise DeployError(f"frontend '{o.frontend}' is not one of {', '.join(FRONTENDS)}", "use openai or kserve")
+    check_options(o)
     if cell.spec.runtime != "tensorrt":
         raise DeployError(
             f"runtime {cell.spec.runtime}: `toolchain deploy` writes deployments for the tensorrt runtime only",
