@@ -30,8 +30,13 @@ def deploy(
     ] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace")] = None,
     frontend: Annotated[
-        Frontend, typer.Option("--frontend", help="openai: Triton's OpenAI frontend + KServe; kserve: tritonserver")
-    ] = Frontend.openai,
+        Frontend | None,
+        typer.Option(
+            "--frontend",
+            help="openai: Triton's OpenAI frontend + KServe (tensorrt default); kserve: tritonserver; "
+            "trtllm-serve (pytorch default)",
+        ),
+    ] = None,
     prometheus_url: Annotated[
         str, typer.Option("--prometheus-url", help="Prometheus the autoscaler queries")
     ] = "http://prometheus-operated.monitoring.svc:9090",
@@ -69,7 +74,7 @@ def deploy(
         registry_secret=registry_secret,
         registry_pvc=registry_pvc,
         namespace=namespace,
-        frontend=frontend.value,
+        frontend=frontend.value if frontend is not None else None,
         prometheus_url=prometheus_url,
         gpus_per_node=gpus_per_node,
         min_replicas=min_replicas,

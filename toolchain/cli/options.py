@@ -81,6 +81,7 @@ class Frontend(str, Enum):
 
     openai = "openai"
     kserve = "kserve"
+    trtllm_serve = "trtllm-serve"
 
 
 SpecArg = Annotated[Path, typer.Argument(help="Engine spec YAML (see engine_specs/)", show_default=False)]
