@@ -17,7 +17,7 @@ def plan(
 ) -> None:
     """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
 
-    Examples: toolchain plan engine_specs/llama-3.3-70b-fp8.yaml --explain
+    Examples: toolchain plan engine_specs/llama-3.3-70b-fp8-h200.yaml --explain
     """
     from rich.table import Table
 

@@ -118,7 +118,7 @@ def deploy_cell(
         except TritonRepoError as e:
             raise DeployError(
                 e.message, "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`"
-            ) from None
+            ) from e
     in_pod = f"{options.engines_root.rstrip('/')}/{key}"
     info = dataclasses.replace(
         EngineInfo.predicted(cell),
