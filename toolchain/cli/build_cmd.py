@@ -18,6 +18,14 @@ def register(app: typer.Typer) -> None:
         registry: RegistryOpt = None,
         dry_run: DryRunOpt = False,
         force: ForceOpt = False,
+        rehash: Annotated[
+            bool,
+            typer.Option(
+                "--rehash",
+                help="Read every file of the quantized checkpoint again instead of trusting"
+                " its verified stat signatures",
+            ),
+        ] = False,
         timeout: Annotated[float | None, typer.Option("--timeout", help="Kill a build after this many seconds")] = None,
         json_out: JsonOpt = False,
     ) -> None:
@@ -49,7 +57,9 @@ def register(app: typer.Typer) -> None:
         held = reg.existing(a.engine_key for a in arts if a.engine_key)  # one listing, not a request per cell
         for art in arts:
             try:  # draft-target: the draft engine first, then the cell's (compile.draft)
-                rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages, held=held)
+                rs = builds_for(
+                    art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages, held=held, rehash=rehash
+                )
             except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
                 if not json_out:
                     raise

@@ -42,6 +42,14 @@ def register(app: typer.Typer) -> None:
         gate: Annotated[str, typer.Option("--gate", help="auto|fakequant|dequant accuracy check")] = "auto",
         allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
         force: ForceOpt = False,
+        rehash: Annotated[
+            bool,
+            typer.Option(
+                "--rehash",
+                help="Reusing an existing output: read every file again instead of trusting"
+                " its verified stat signatures",
+            ),
+        ] = False,
         registry: Annotated[
             str | None, typer.Option("--registry", help="Also store the result in this registry (spec mode)")
         ] = None,
@@ -114,6 +122,7 @@ def register(app: typer.Typer) -> None:
                 accuracy_limits=limits,
                 gate_method=gate,
                 reuse=reuse,
+                rehash=rehash,
                 input_digest=digest,
                 progress=stages,
             )
