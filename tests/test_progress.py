@@ -62,3 +62,17 @@ def test_bench_reports_every_finished_request() -> None:
     asyncio.run(_run(_FakeTarget(0.0), _reqs(6), Load(concurrency=2), 1, 0, False, 3, {}, progress))
     assert [d for _, d, _ in seen] == [1, 2, 3, 4, 5] and {t for _, _, t in seen} == {5}
     assert seen[0][0] == "concurrency=2 requests"
+
+
+def test_terminal_bars_render_and_close(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.cli.render import Stages
+
+    st = Stages(tty=True)
+    st("downloading")
+    for i in range(1, 5):
+        st("pull abc", i * 1e6, 4e6, unit="B")
+    st("trtllm-build", 3.0, None, unit="s", message="[TRT] layer 7")
+    st("done")  # narration closes the bars
+    st.close()
+    err = capsys.readouterr().err
+    assert "downloading" in err and "pull abc" in err and "done" in err

@@ -116,3 +116,29 @@ def test_quantize_spec_also_quantizes_an_fp8_draft(
     d_art = draft_artifacts(for_cell(expand(spec)[0]))
     assert d_art is not None and (d_art.quantized_dir / "manifest.json").is_file()
     assert (for_cell(expand(spec)[0]).quantized_dir / "manifest.json").is_file()
+
+
+def test_medusa_heads_convert_with_the_base_and_key_the_engine(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    (heads / "medusa_lm_head.safetensors").write_bytes(b"heads v1")
+    block = {"mode": "medusa", "heads": {"source": str(heads), "count": 3}}
+    quant = {"weights": "bf16", "kv_cache": "auto", "calibration": {"samples": 8, "seq_len": 32}}
+    spec = load_spec(_spec(tmp_path, tiny_checkpoint, speculative=block, quantization=quant))
+    art = for_cell(expand(spec)[0])
+    reg = open_registry(str(tmp_path / "reg"))
+    (r,) = builds_for(art, reg)
+    assert r.status == "built"
+    assert any("examples/medusa/convert_checkpoint.py" in n and "--num_medusa_heads 3" in n for n in r.notes)
+    reg.get(r.key, tmp_path / "e")
+    cfg = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert cfg["pretrained_config"]["architecture"] == "MedusaForCausalLM"
+    assert cfg["build_config"]["max_draft_len"] == 63 and cfg["build_config"]["max_seq_len"] == 256 + 63
+    # other heads weights: another engine
+    (heads / "medusa_lm_head.safetensors").write_bytes(b"heads v2, retrained")
+    assert (
+        for_cell(
+            expand(load_spec(_spec(tmp_path, tiny_checkpoint, speculative=block, quantization=quant)))[0]
+        ).engine_key
+        != r.key
+    )

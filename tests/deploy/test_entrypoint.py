@@ -275,3 +275,72 @@ def test_group_worker_restores_the_engine_and_waits(group: tuple[Path, Path, str
     finally:
         _stop(proc)
     assert any((tmp_path / "engines").iterdir())
+
+
+def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
+    tiny_spec_file: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    d = yaml.safe_load(tiny_spec_file.read_text())
+    d["runtime"] = "pytorch"  # the LLM API runtime needs TensorRT-LLM >= 1.2 and a container that has it
+    d["target"].update(trtllm_version="1.2.1", container="nvcr.io/nvidia/tensorrt-llm/release:1.2.1")
+    d["matrix"]["tp"] = [2]
+    spec = tmp_path / "pt.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    artifact = tmp_path / "artifact"
+    (artifact / "hf").mkdir(parents=True)
+    for f in tiny_checkpoint.iterdir():
+        (artifact / "hf" / f.name).write_bytes(f.read_bytes())
+    (artifact / "extra_llm_api_options.yaml").write_text("kv_cache_config: {free_gpu_memory_fraction: 0.9}\n")
+    key = "c" * 64
+    registry = tmp_path / "registry"
+    open_registry(str(registry)).put(key, artifact, kind="llmapi")
+    out = tmp_path / "deploy"
+    deploy_cell(
+        load_spec(spec),
+        cell_id=None,
+        out=out,
+        engine=key,
+        options=DeployOptions(
+            registry=str(registry),
+            registry_pvc="engines",
+            image_root=str(out / "image"),
+            engines_root=str(tmp_path / "engines"),
+        ),
+    )
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "trtllm-serve").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$FAKE_LOG"\n')
+    (fake / "trtllm-serve").chmod(0o755)
+    log = tmp_path / "serve.log"
+    proc = _run(
+        out,
+        {
+            "TOOLCHAIN_REGISTRY": str(registry),
+            "PATH": f"{fake}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+            "FAKE_LOG": str(tmp_path / "argv"),
+        },
+        log,
+    )
+    try:
+        rc = proc.wait(120)
+    finally:
+        _stop(proc)
+    assert rc == 0, log.read_text()
+    dest = tmp_path / "engines" / key
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == [
+        str(dest / "hf"),
+        "--backend",
+        "pytorch",
+        "--tp_size",
+        "2",
+        "--pp_size",
+        "1",
+        "--extra_llm_api_options",
+        str(dest / "extra_llm_api_options.yaml"),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
+    assert (dest / "hf" / "config.json").is_file()

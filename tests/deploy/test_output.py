@@ -164,6 +164,21 @@ def test_a_host_path_registry_needs_a_volume(tiny_spec_file: Path, tmp_path: Pat
     assert env["TOOLCHAIN_REGISTRY"] == "/registry"
 
 
+def test_no_tokenizer_names_the_deploy_option(cli, tmp_path: Path) -> None:
+    r = cli(
+        "deploy",
+        "engine_specs/llama-3.1-8b-fp8.yaml",
+        "--cell",
+        "h100-sxm-b64-s4096-i2048-tp1",
+        "--registry",
+        "s3://b/p",
+        "--out",
+        tmp_path / "o",
+    )
+    assert r.exit_code == 2 and "pass --tokenizer DIR" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli(cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     r = cli("deploy", "engine_specs/llama-3.3-70b-fp8-h100.yaml", "--dry-run", "--json")
     assert r.exit_code == 0, r.output
@@ -180,3 +195,37 @@ def test_cli(cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     assert str(tmp_path / "o" / "k8s" / "deployment.yaml") in r.stdout
     r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "o")
     assert r.exit_code == 2 and "not empty" in r.stderr
+
+
+def test_pytorch_runtime_is_served_by_trtllm_serve(
+    tiny_spec_file: Path, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
+) -> None:
+    d = yaml.safe_load(tiny_spec_file.read_text())
+    d["runtime"] = "pytorch"  # the LLM API runtime needs TensorRT-LLM >= 1.2 and a container that has it
+    d["target"].update(trtllm_version="1.2.1", container="nvcr.io/nvidia/tensorrt-llm/release:1.2.1")
+    spec = tmp_path / "pt.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    res = deploy_cell(
+        load_spec(spec), cell_id=None, out=tmp_path / "o", engine="c" * 64, options=DeployOptions(registry="s3://b/p")
+    )
+    assert not (res.out / "image/model_repository").exists()
+    assert "COPY model_repository" not in (res.out / "image/Dockerfile").read_text()
+    resources = render_kustomization(res.out / "k8s")
+    assert [r["kind"] for r in resources] == ["Deployment", "Service", "PodDisruptionBudget"]
+    for r in resources:
+        validate_manifest(r)
+    dep = resources[0]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health" and c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert [p["name"] for p in c["ports"]] == ["http"]
+    assert dep["spec"]["replicas"] == res.sizing.max_replicas  # nothing to autoscale on: the planner's max
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["TOOLCHAIN_FRONTEND"] == "trtllm-serve"
+    with pytest.raises(DeployError, match="not served by frontend openai"):
+        deploy_cell(
+            load_spec(spec),
+            cell_id=None,
+            out=tmp_path / "o2",
+            engine="c" * 64,
+            options=DeployOptions(registry="s3://b/p", frontend="openai"),
+        )

@@ -32,6 +32,14 @@ class ArtifactStore(Protocol):
         """Restore an entry into ``dest`` (verified)."""
         ...
 
-    def put(self, key: str, src: Path, *, kind: str = "engine", provenance: dict[str, Any] | None = None) -> Any:
+    def put(
+        self,
+        key: str,
+        src: Path,
+        *,
+        kind: str = "engine",
+        provenance: dict[str, Any] | None = None,
+        force: bool = False,
+    ) -> Any:
         """Store every regular file under ``src`` as entry ``key``."""
         ...

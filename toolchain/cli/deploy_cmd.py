@@ -34,8 +34,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
         namespace: Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace")] = None,
         frontend: Annotated[
-            str, typer.Option("--frontend", help="openai: Triton's OpenAI frontend + KServe; kserve: tritonserver")
-        ] = "openai",
+            str | None,
+            typer.Option(
+                "--frontend",
+                help="openai: Triton's OpenAI frontend + KServe (tensorrt default); kserve: tritonserver; "
+                "trtllm-serve (pytorch default)",
+            ),
+        ] = None,
         prometheus_url: Annotated[
             str, typer.Option("--prometheus-url", help="Prometheus the autoscaler queries")
         ] = "http://prometheus-operated.monitoring.svc:9090",

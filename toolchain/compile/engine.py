@@ -295,11 +295,14 @@ def build_cell(
         if prov["container_image"] is None:
             prov["container_image"] = cell.spec.target.container
         prov |= provenance_extra or {}
-        registry.put(plan.key, out_dir, kind="engine", provenance=prov)
+        registry.put(plan.key, out_dir, kind="engine", provenance=prov, force=force)  # --force replaces it
         if tc_out.is_file():
             (work / "tcpush").mkdir()
             os.replace(tc_out, work / "tcpush" / "model.cache")
-            registry.put(tc_key, work / "tcpush", kind="timing-cache", provenance={"gpu": cell.gpu.nvml_name})
+            # each build refines the GPU's timing cache: the newest one replaces the entry
+            registry.put(
+                tc_key, work / "tcpush", kind="timing-cache", provenance={"gpu": cell.gpu.nvml_name}, force=True
+            )
         plan.status = "built"
         return plan
     finally:

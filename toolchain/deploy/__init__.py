@@ -16,6 +16,7 @@ and for an image tagged ``latest`` before the directory is renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -33,10 +34,10 @@ from toolchain.digest import staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
 
-__all__ = ["DeployOptions", "DeployResult", "Sizing", "size_cell", "write_deployment"]
+__all__ = ["DeployOptions", "DeployResult", "Sizing", "check_options", "size_cell", "write_deployment"]
 
 LATEST = re.compile(r"[:@](latest)\b")  # an image tag named latest
-FRONTENDS = ("openai", "kserve")
+FRONTENDS = ("openai", "kserve", "trtllm-serve")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class DeployOptions:
     registry_secret: str | None = None
     registry_pvc: str | None = None
     namespace: str | None = None
-    frontend: str = "openai"
+    frontend: str | None = None  # None: openai for runtime tensorrt, trtllm-serve for runtime pytorch
     engines_root: str = "/engines"
     image_root: str = "/opt/toolchain"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
@@ -93,6 +94,18 @@ def _registry_in_pod(o: DeployOptions) -> str:
     return "/registry"
 
 
+def check_options(o: DeployOptions) -> None:
+    """Refuse options no deployment can be written with (before planning or emitting anything)."""
+    if o.frontend is not None and o.frontend not in FRONTENDS:
+        raise DeployError(
+            f"frontend '{o.frontend}' is not one of {', '.join(FRONTENDS)}",
+            "use openai or kserve (trtllm-serve: pytorch)",
+        )
+    _registry_in_pod(o)
+    if o.image is not None:
+        pinned_image(o.image, "--image")
+
+
 def _yaml(obj: dict[str, Any], header: str) -> str:
     return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
 
@@ -101,7 +114,7 @@ def write_deployment(
     cell: Cell,
     plan: PlanLike,
     *,
-    repository: Path,
+    repository: Path | None,
     engine_key: str,
     out: Path,
     options: DeployOptions,
@@ -113,13 +126,17 @@ def write_deployment(
     ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
     """
     o = options
-    if o.frontend not in FRONTENDS:
-        raise DeployError(f"frontend '{o.frontend}' is not one of {', '.join(FRONTENDS)}", "use openai or kserve")
-    if cell.spec.runtime != "tensorrt":
+    check_options(o)
+    if o.frontend is None:
+        o = dataclasses.replace(o, frontend="trtllm-serve" if cell.spec.runtime == "pytorch" else "openai")
+    frontend = str(o.frontend)
+    if (cell.spec.runtime == "pytorch") != (o.frontend == "trtllm-serve"):
         raise DeployError(
-            f"runtime {cell.spec.runtime}: `toolchain deploy` writes deployments for the tensorrt runtime only",
-            "serve the LLM-API checkpoint with `trtllm-serve` (docs/deploy.md) or use runtime tensorrt",
+            f"runtime {cell.spec.runtime} is not served by frontend {o.frontend}",
+            "runtime pytorch is served by trtllm-serve; runtime tensorrt by openai or kserve",
         )
+    if (repository is None) != (o.frontend == "trtllm-serve"):
+        raise DeployError("a Triton model repository goes with the Triton frontends only", "report this as a bug")
     if not re.fullmatch(r"[0-9a-f]{64}", engine_key):
         raise DeployError(
             f"engine key '{engine_key}' is not a full 64-hex key", "resolve it with `toolchain cache show`"
@@ -133,6 +150,12 @@ def write_deployment(
     sizing = size_cell(
         cell, plan, gpus_per_node=o.gpus_per_node, min_replicas=o.min_replicas, max_replicas=o.max_replicas
     )
+    if sizing.multi_node and o.frontend == "trtllm-serve":
+        raise DeployError(
+            f"a pytorch-runtime replica of {sizing.ranks} GPUs spans {sizing.nodes_per_replica} nodes; "
+            "`toolchain deploy` runs trtllm-serve on one node",
+            "raise --gpus-per-node to the GPUs of your nodes, or lower TP x PP",
+        )
     app = app_name(cell)
     image = str(pinned_image(o.image or f"{app}:{engine_key[:12]}", "--image"))
     out = Path(out).resolve()
@@ -145,7 +168,7 @@ def write_deployment(
         registry=_registry_in_pod(o),
         registry_secret=o.registry_secret,
         registry_pvc=o.registry_pvc,
-        frontend=o.frontend,
+        frontend=frontend,
         engines_root=o.engines_root,
         model_repository=f"{o.image_root.rstrip('/')}/model_repository",
         queue_target_ms=o.queue_target_ms,
@@ -160,7 +183,8 @@ def write_deployment(
     with staged_dir(out) as tmp:
         ctx = tmp / "image"
         ctx.mkdir()
-        shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
+        if repository is not None:
+            shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
         for script in (ENTRYPOINT, KUBESSH):
             shutil.copyfile(script, ctx / script.name)
             os.chmod(ctx / script.name, 0o755)
@@ -171,6 +195,7 @@ def write_deployment(
                 trtllm_version=cell.spec.target.trtllm_version,
                 image_root=o.image_root,
                 engines_root=o.engines_root,
+                repository=repository is not None,
                 kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if sizing.multi_node else None,
             )
         )
@@ -202,7 +227,9 @@ def write_deployment(
         # image out on this machine to run the entrypoint)
         roots = (o.image_root, o.engines_root)
         leaks = [
-            p for p in (*host_paths, repository, tmp, out) if not any(r.startswith(str(p.resolve())) for r in roots)
+            p
+            for p in (*host_paths, *([repository] if repository else []), tmp, out)
+            if not any(r.startswith(str(p.resolve())) for r in roots)
         ]
         _refuse_leaks(tmp, tuple(leaks), skip=ctx / "src")
         files = sorted(

@@ -63,6 +63,7 @@ def dockerfile(
     trtllm_version: str,
     image_root: str,
     engines_root: str,
+    repository: bool = True,
     kubectl_minor: str | None = None,
 ) -> str:
     """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute).
@@ -89,7 +90,7 @@ def dockerfile(
         f"    && python3 -c {shlex.quote(check)} \\",
         "    && python3 -m toolchain.cli.main --help > /dev/null",
         "",
-        f"COPY model_repository {root}/model_repository",
+        *([f"COPY model_repository {root}/model_repository"] if repository else []),
         f"COPY entrypoint.sh kubessh {root}/",
         f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
         f"    TOOLCHAIN_TOKENIZER={root}/model_repository/preprocessing/tokenizer \\",

@@ -8,7 +8,8 @@
 #   ENGINE_KEY          the registry entry to serve (full key)
 #   ENGINES_ROOT        where engines are restored (an emptyDir); the repository points under it
 #   TOOLCHAIN_MODEL_REPOSITORY, TOOLCHAIN_TOKENIZER, TOOLCHAIN_WORLD_SIZE (TP x PP), READY_TIMEOUT (s)
-#   TOOLCHAIN_FRONTEND  openai: Triton's OpenAI frontend (+ KServe HTTP/gRPC) | kserve: tritonserver
+#   TOOLCHAIN_FRONTEND  openai: Triton's OpenAI frontend (+ KServe HTTP/gRPC) | kserve: tritonserver |
+#                       trtllm-serve: the LLM API's OpenAI server (runtime pytorch; TOOLCHAIN_TP, TOOLCHAIN_PP)
 #   SERVE_HOST, HTTP_PORT, GRPC_PORT, METRICS_PORT, OPENAI_PORT, TOOLCHAIN_PYTHON (default python3)
 #   leader of a LeaderWorkerSet group: GROUP_KEY, POD_NAMESPACE, TOOLCHAIN_NODES, TOOLCHAIN_GPUS_PER_NODE
 # Argument: the role — server (default), leader or worker.
@@ -39,13 +40,15 @@ say() { printf 'entrypoint: %s\n' "$*" >&2; }
 
 [ -n "${ENGINE_KEY:-}" ] || fail "ENGINE_KEY is not set — set it to the registry key the deployment serves"
 [ -n "${TOOLCHAIN_REGISTRY:-}" ] || fail "TOOLCHAIN_REGISTRY is not set — set it to s3://..., hf://... or a mounted directory"
-[ -f "$REPO/toolchain-repo.json" ] || fail "no model repository at $REPO — rebuild the image from \`toolchain deploy\` output"
-
-# 1. the repository must have been made for this engine
-made_for=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("engine_key") or "")' \
-    "$REPO/toolchain-repo.json") || fail "cannot read $REPO/toolchain-repo.json"
-[ "$made_for" = "$ENGINE_KEY" ] ||
-    fail "the model repository was made for engine ${made_for:-none}, not $ENGINE_KEY — redeploy with \`toolchain deploy\`"
+if [ "$FRONTEND" != trtllm-serve ]; then
+    [ -f "$REPO/toolchain-repo.json" ] ||
+        fail "no model repository at $REPO — rebuild the image from \`toolchain deploy\` output"
+    # 1. the repository must have been made for this engine
+    made_for=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("engine_key") or "")' \
+        "$REPO/toolchain-repo.json") || fail "cannot read $REPO/toolchain-repo.json"
+    [ "$made_for" = "$ENGINE_KEY" ] ||
+        fail "the model repository was made for engine ${made_for:-none}, not $ENGINE_KEY — redeploy with \`toolchain deploy\`"
+fi
 
 # 2. pull and verify (the registry checks every file's digest; a corrupt entry is refused)
 dest="$ROOT/$ENGINE_KEY"
@@ -54,6 +57,16 @@ mkdir -p "$ROOT"
 say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
 "$PY" -m toolchain.cli.main cache pull "$ENGINE_KEY" "$dest" --registry "$TOOLCHAIN_REGISTRY" ||
     fail "engine $ENGINE_KEY could not be pulled and verified from $TOOLCHAIN_REGISTRY; not serving"
+if [ "$FRONTEND" = trtllm-serve ]; then
+    # runtime pytorch: the artifact is the LLM-API checkpoint (hf/) and its options; trtllm-serve is the
+    # OpenAI server and starts its own workers for TP x PP on this node
+    [ -f "$dest/hf/config.json" ] && [ -f "$dest/extra_llm_api_options.yaml" ] ||
+        fail "entry $ENGINE_KEY is not an LLM-API artifact (hf/ + extra_llm_api_options.yaml); not serving"
+    set -- trtllm-serve "$dest/hf" --backend pytorch --tp_size "${TOOLCHAIN_TP:-1}" --pp_size "${TOOLCHAIN_PP:-1}" \
+        --extra_llm_api_options "$dest/extra_llm_api_options.yaml" --host "$HOST" --port "$HTTP_PORT"
+    say "starting: $*"
+    exec "$@"
+fi
 "$PY" -m toolchain.cli.main triton lint "$REPO" --world-size "$WORLD" ||
     fail "the model repository does not agree with engine $ENGINE_KEY; not serving"
 

@@ -87,6 +87,8 @@ def _env(t: Target, cell: Cell, s: Sizing) -> list[dict[str, Any]]:
         {"name": "ENGINES_ROOT", "value": t.engines_root},
         {"name": "TOOLCHAIN_MODEL_REPOSITORY", "value": t.model_repository},
         {"name": "TOOLCHAIN_WORLD_SIZE", "value": str(s.ranks)},
+        {"name": "TOOLCHAIN_TP", "value": str(cell.tp)},
+        {"name": "TOOLCHAIN_PP", "value": str(cell.pp)},
         {"name": "TOOLCHAIN_FRONTEND", "value": t.frontend},
         {"name": "READY_TIMEOUT", "value": str(s.startup_budget_s)},
         {"name": "SERVE_HOST", "value": "0.0.0.0"},
@@ -108,7 +110,10 @@ def _probe(path: str, period: int, failures: int, timeout: int = 5) -> dict[str,
 
 
 def container_ports(t: Target) -> list[dict[str, Any]]:
-    names = ["http", "grpc", "openai"] if t.frontend == "openai" else ["http", "grpc", "metrics"]
+    if t.frontend == "trtllm-serve":  # one port: OpenAI routes and /health
+        names = ["http"]
+    else:
+        names = ["http", "grpc", "openai"] if t.frontend == "openai" else ["http", "grpc", "metrics"]
     return [{"name": n, "containerPort": PORTS[n], "protocol": "TCP"} for n in names]
 
 
@@ -135,9 +140,13 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         ],
     }
     if role != "worker":
-        container["startupProbe"] = _probe("/v2/health/ready", s.startup_period_s, s.startup_failure_threshold)
-        container["readinessProbe"] = _probe("/v2/health/ready", 5, 3)
-        container["livenessProbe"] = _probe("/v2/health/live", 10, 3)
+        # trtllm-serve (runtime pytorch) has only /health; Triton has live and ready
+        ready, live = (
+            ("/health", "/health") if t.frontend == "trtllm-serve" else ("/v2/health/ready", "/v2/health/live")
+        )
+        container["startupProbe"] = _probe(ready, s.startup_period_s, s.startup_failure_threshold)
+        container["readinessProbe"] = _probe(ready, 5, 3)
+        container["livenessProbe"] = _probe(live, 10, 3)
     if t.registry_secret:
         container["envFrom"] = [{"secretRef": {"name": t.registry_secret, "optional": False}}]
     if s.multi_node:
@@ -330,6 +339,11 @@ def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
     """File name → resource, in apply order."""
     work = workload(t, cell, s)
     kind = "leaderworkerset" if s.multi_node else "deployment"
+    if t.frontend == "trtllm-serve":
+        # trtllm-serve's /metrics is JSON, not Prometheus, and has no queue time: nothing to scrape or scale on,
+        # so the fleet runs at the planner's max
+        work["spec"]["replicas"] = s.max_replicas
+        return {f"{kind}.yaml": work, "service.yaml": service(t, cell), "pdb.yaml": pdb(t, cell)}
     return {
         **(rbac(t, cell) if s.multi_node else {}),
         f"{kind}.yaml": work,

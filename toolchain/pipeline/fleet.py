@@ -16,8 +16,8 @@ from typing import Any
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.keys import profile_id
 from toolchain.artifacts.layout import cache
-from toolchain.deploy import DeployOptions, DeployResult, Sizing, size_cell, write_deployment
-from toolchain.errors import DeployError, PlanError
+from toolchain.deploy import DeployOptions, DeployResult, Sizing, check_options, size_cell, write_deployment
+from toolchain.errors import DeployError, PlanError, TritonRepoError
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 
@@ -91,12 +91,34 @@ def deploy_cell(
     """Plan, emit and write the deployment of one cell."""
     from toolchain.triton.emit import EngineInfo, emit_repository
 
+    check_options(options)  # before any work: a registry the pod cannot reach, an unknown frontend
     cell = _cell(spec, cell_id)
     progress(f"planning cell {cell.id}")
     plan = plan_for(cell)
     art = for_cell(cell)
     key = _engine_key(art, engine, options.registry, reference)
-    tok = tokenizer if tokenizer is not None else art.tokenizer_dir()
+    if spec.runtime == "pytorch":
+        if reference:
+            raise DeployError("--reference is for the tensorrt runtime's CPU reference model", "drop --reference")
+        progress(f"writing the build context and manifests to {out}")
+        return write_deployment(
+            cell,
+            plan,
+            repository=None,
+            engine_key=key,
+            out=out,
+            options=options,
+            host_paths=(cache().root, spec.base_dir),
+        )
+    if tokenizer is not None:
+        tok = tokenizer
+    else:
+        try:
+            tok = art.tokenizer_dir()
+        except TritonRepoError as e:
+            raise DeployError(
+                e.message, "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`"
+            ) from None
     in_pod = f"{options.engines_root.rstrip('/')}/{key}"
     info = dataclasses.replace(
         EngineInfo.predicted(cell),

@@ -227,7 +227,8 @@ class Registry:
                     rel = safe_relpath(p.relative_to(src).as_posix())
                 except ValueError as e:
                     raise UserInputError(
-                        f"{str(p)[:200]!r}: the file name cannot be stored ({e}); entries hold portable relative "
+                        f"'{_printable(str(p)[:200])}': the file name cannot be stored ({e}); entries hold portable "
+                        "relative "
                         "paths only",
                         "rename the file (no backslashes or control characters), then push again",
                     ) from e
@@ -407,6 +408,11 @@ class Registry:
 
 def open_registry(url: str | None) -> Registry:
     return Registry(open_backend(url))
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: control characters escaped, everything else (backslashes included) as is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def key_for_push(ref: str, dest: Registry) -> str:
