@@ -94,7 +94,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def side_by_side(a: list[str], b: list[str], runs: int, env: dict[str, str], log: Path) -> tuple[float, float, float]:
     """Median wall of A, of B and the median pair ratio A/B; A and B alternate."""
-    wa, wb = [], []
+    wa: list[float] = []
+    wb: list[float] = []
     for _ in range(runs):
         for cmd, into in ((a, wa), (b, wb)):
             r = run_measured(cmd, env=env, log=log)
@@ -145,7 +146,7 @@ def build_dry_run(work: Path, cells: int) -> tuple[int, int, float]:
         calls.append(root)
         return real(root, **kw)
 
-    keys.dir_digest = counting  # type: ignore[assignment]
+    keys.dir_digest = counting
     try:
         t = time.perf_counter()
         r = CliRunner().invoke(

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                 out = work / f"{side}-{i}"
                 shutil.rmtree(out, ignore_errors=True)
                 if side == "toolchain":
-                    cmd = [sys.executable, "-m", "toolchain.cli.main", "quantize", "--model", str(model)]
-                    cmd += ["--format", args.format, "--out", str(out), "--samples", str(samples)]
-                    cmd += ["--seq-len", str(seq_len), "--batch-size", str(batch)]
+                    cmd = [sys.executable, "-m", "toolchain.cli.main", "quantize", "--checkpoint", str(model)]
+                    cmd += ["--weights", args.format, "--out", str(out), "--calib-samples", str(samples)]
+                    cmd += ["--calib-seq-len", str(seq_len), "--calib-batch-size", str(batch)]
                 else:
                     cmd = [sys.executable, str(REPO / "benchmarks" / "plain_modelopt_quantize.py"), str(model)]
                     cmd += [str(out), args.format, str(samples), str(seq_len), str(batch)]

@@ -103,9 +103,9 @@ run curl -sf -X POST http://127.0.0.1:8000/v2/models/tensorrt_llm/generate \
 step "bench and diagnose"
 run "${TC[@]}" bench --url 127.0.0.1:8001 --repo "$OUT/repo" --spec "$SPEC" --cell "$CELL" \
   --concurrency 1,8,32 --requests 64 --input-tokens normal:1024:256 --output-tokens 256 \
-  --metrics-url http://127.0.0.1:8002/metrics --out "$OUT/bench.json"
+  --metrics-url http://127.0.0.1:8002/metrics --save "$OUT/bench.json"
 run "${TC[@]}" bench --url 127.0.0.1:8001 --repo "$OUT/repo" --shared-prefix 4:1024:0.8 --input-tokens 128 \
-  --output-tokens 64 --concurrency 8 --requests 64 --metrics-url http://127.0.0.1:8002/metrics --out "$OUT/prefix.json"
+  --output-tokens 64 --concurrency 8 --requests 64 --metrics-url http://127.0.0.1:8002/metrics --save "$OUT/prefix.json"
 run "${TC[@]}" diagnose --metrics-url http://127.0.0.1:8002/metrics --bench "$OUT/bench.json"
 run "${TC[@]}" bench report "$OUT/bench.json" "$OUT/prefix.json" --out "$OUT/report"
 stop

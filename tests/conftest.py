@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "engine_specs"
@@ -25,13 +26,19 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
         monkeypatch.delenv(var, raising=False)
 
 
+class Cli(Protocol):
+    """The ``cli`` fixture: run ``toolchain ARGS...`` in-process; arguments are str()-ed."""
+
+    def __call__(self, *args: object, input: str | None = None) -> Result: ...
+
+
 @pytest.fixture
-def cli():
+def cli() -> Cli:
     from toolchain.cli.main import app
 
     runner = CliRunner()
 
-    def invoke(*args: str, input: str | None = None):
+    def invoke(*args: object, input: str | None = None) -> Result:
         return runner.invoke(app, [str(a) for a in args], input=input)
 
     return invoke

@@ -60,7 +60,7 @@ def _result(tmp_path: Path) -> Path:
         (["bench", "--url", "127.0.0.1:1", "--tokenizer", "{tmp}"], "triton"),
         (["bench", "report", "{result}", "--out", "{tmp}/rep"], "report"),
         (["up", str(SPECS / "tiny.yaml")], "quantize,triton,report"),
-        (["quantize", "--model", "{ckpt}", "--format", "fp8", "--out", "{tmp}/q"], "quantize"),
+        (["quantize", "--checkpoint", "{ckpt}", "--weights", "fp8", "--out", "{tmp}/q"], "quantize"),
     ],
     ids=["triton-lint", "serve", "bench", "bench-report", "up", "quantize"],
 )

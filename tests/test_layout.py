@@ -49,3 +49,13 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     command = readme_test_command()
     assert re.search(r"^\s*" + re.escape(command) + r"\s*$", ci, re.MULTILINE), f".ci/run does not run `{command}`"
+
+
+def test_ci_checks_lint_format_and_types_before_the_tests() -> None:
+    lines = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
+    tests_at = lines.index(readme_test_command())
+    for check in (".venv/bin/ruff check .", ".venv/bin/ruff format --check .", ".venv/bin/mypy"):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(check))
+        assert at < tests_at, f"{check} runs after the tests"
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "strict = true" in pyproject and 'files = ["toolchain", "tests"]' in pyproject

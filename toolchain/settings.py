@@ -16,7 +16,8 @@ variable                       default                  meaning
 =============================  =======================  =====================================================
 
 Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
-them through untouched.
+them through untouched. It reads two of huggingface_hub's to decide, before a download, whether the Hub may be
+asked at all: ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``.
 """
 
 from __future__ import annotations
@@ -46,8 +47,20 @@ S3_ENDPOINT = Setting("TOOLCHAIN_S3_ENDPOINT_URL", None, "S3-compatible endpoint
 AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS SDKs' own variable)")
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
+HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
+HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
 
-ALL: tuple[Setting, ...] = (CACHE, REGISTRY, DEBUG, S3_ENDPOINT, AWS_ENDPOINT, CONTAINER_IMAGE, TRTLLM_ROOT)
+ALL: tuple[Setting, ...] = (
+    CACHE,
+    REGISTRY,
+    DEBUG,
+    S3_ENDPOINT,
+    AWS_ENDPOINT,
+    CONTAINER_IMAGE,
+    TRTLLM_ROOT,
+    HF_OFFLINE,
+    HF_ENDPOINT,
+)
 
 
 def cache_home() -> Path:
@@ -71,6 +84,16 @@ def s3_endpoint_url() -> str | None:
 
 def container_image() -> str | None:
     return CONTAINER_IMAGE.get()
+
+
+def hf_offline(default: bool) -> bool:
+    """``HF_HUB_OFFLINE`` as huggingface_hub reads it; ``default`` is the library's value when it is unset."""
+    value = os.environ.get(HF_OFFLINE.name)
+    return value.upper() in ("1", "ON", "YES", "TRUE") if value is not None else default
+
+
+def hf_endpoint(default: str) -> str:
+    return HF_ENDPOINT.get() or default
 
 
 def trtllm_root() -> Path:

@@ -11,6 +11,7 @@ import yaml
 
 import toolchain.artifacts
 from tests.conftest import SPECS
+from toolchain import digest
 from toolchain.artifacts import keys
 from toolchain.artifacts.cell import for_cell, for_cells
 from toolchain.artifacts.layout import CacheLayout, cache
@@ -79,7 +80,7 @@ def _local_spec(tmp_path: Path) -> Path:
     (ckpt / "model.safetensors").write_bytes(b"weights")
     d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
     d["model"]["source"] = str(ckpt)
-    d["matrix"]["max_batch_size"] = [4, 8]
+    d["matrix"]["max_batch_size"] = [8, 16]
     d["matrix"]["max_seq_len"] = [128, 256]
     p = tmp_path / "spec.yaml"
     p.write_text(yaml.safe_dump(d))
@@ -88,7 +89,7 @@ def _local_spec(tmp_path: Path) -> Path:
 
 def test_source_digest_is_computed_once_for_all_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    real = keys.dir_digest
+    real = digest.dir_digest
 
     def counting(path: Path, **kw: Any) -> str:
         calls.append(path)

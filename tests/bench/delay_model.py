@@ -7,13 +7,14 @@ every fail_every-th request fails.
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, Any]) -> None:
         cfg = json.loads(args["model_config"])
         p = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
         self.first = float(p.get("first_delay_ms", "50")) / 1000
@@ -22,7 +23,7 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
         self.n = 0
 
-    def _out(self, text, count):
+    def _out(self, text: str, count: int) -> Any:
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("text_output", np.array([[text]], dtype=object)),
@@ -30,7 +31,7 @@ class TritonPythonModel:
             ]
         )
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         if not self.decoupled:
             return [self._out("x", 1) for _ in requests]
         for req in requests:

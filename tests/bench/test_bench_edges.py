@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.bench.sse_server import sse_server
-from tests.conftest import REPO
+from tests.conftest import REPO, Cli
 from toolchain.bench.loadgen import Load, _run, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.bench.run import assess, client_health
@@ -128,7 +128,7 @@ def _bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:
         "6",
         "--warmup",
         "0",
-        "--out",
+        "--save",
         str(out),
         *extra,
     ]
@@ -179,7 +179,7 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint
     assert "Traceback" not in stderr
 
 
-def test_infer_streams_the_answer_to_stdout(cli) -> None:  # type: ignore[no-untyped-def]
+def test_infer_streams_the_answer_to_stdout(cli: Cli) -> None:
     with sse_server(first_s=0.01, gap_s=0.001) as (url, _):
         r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m", "--max-tokens", "3")
         assert r.exit_code == 0, r.output

@@ -8,10 +8,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.conftest import Cli
 from toolchain.bench.loadgen import Load, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate, summarize
 from toolchain.bench.workload import Dist, PromptMaker, Request, arrivals, shared_prefix
@@ -73,15 +75,15 @@ def test_dist_parsing_and_bad_forms() -> None:
 
 
 class _SSE(BaseHTTPRequestHandler):
-    def log_message(self, *a):  # quiet
+    def log_message(self, *a: Any) -> None:  # quiet
         pass
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b'{"data": []}')
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -144,7 +146,7 @@ def test_healthy_metrics_are_silent() -> None:
     assert diagnose(Observations()) == []
 
 
-def test_report_and_diagnose_cli(cli, tmp_path: Path) -> None:
+def test_report_and_diagnose_cli(cli: Cli, tmp_path: Path) -> None:
     recs = [
         RequestRecord(i, 8, 4, sent=0.0, chunk_times=[0.1 + i * 0.01, 0.12 + i * 0.01, 0.2 + i * 0.01], output_tokens=3)
         for i in range(20)

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import Cli
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.diagnose.rules import diagnose, observations_from
 
@@ -69,7 +70,7 @@ def _result(server: dict[str, Any] | None, shared: bool | None) -> dict[str, Any
     }
 
 
-def test_diagnose_after_a_bench_uses_the_bench_window_not_the_idle_server(cli, tmp_path: Path) -> None:
+def test_diagnose_after_a_bench_uses_the_bench_window_not_the_idle_server(cli: Cli, tmp_path: Path) -> None:
     busy = {"gpu_util_mean": 0.93, "kv_usage_max": 0.4, "queue_ms_mean": 3.0, "kv_reused_blocks": 12}
     p = tmp_path / "run.json"
     p.write_text(json.dumps(_result(busy, shared=True)))

@@ -15,7 +15,7 @@ import pytest
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.bench.report import load_results, parse_labelled, render
 
-SLO = {"ttft_ms": 400.0, "tpot_ms": 40.0}
+SLO: dict[str, float | None] = {"ttft_ms": 400.0, "tpot_ms": 40.0}
 
 
 def _run(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from toolchain.bench.metrics import RequestRecord
@@ -12,7 +14,7 @@ class _Result:
     def __init__(self, **outputs: int) -> None:
         self.outputs = outputs
 
-    def as_numpy(self, name: str) -> np.ndarray | None:
+    def as_numpy(self, name: str) -> np.ndarray[Any, Any] | None:
         v = self.outputs.get(name)
         return None if v is None else np.array([[v]], dtype=np.int32)
 

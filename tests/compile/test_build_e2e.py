@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.artifacts.cell import for_cell
 from toolchain.artifacts.recipe import recipe_from_spec
+from toolchain.artifacts.source import source_dir
 from toolchain.compile.engine import build_cell
 from toolchain.errors import BuildDriftError, CheckpointError, EngineBuildError, NeedsGPUError
 from toolchain.quantize.run import quantize
 from toolchain.registry import open_registry
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import expand
+from toolchain.specs.matrix import Cell, expand
 
 pytestmark = pytest.mark.slow
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -29,7 +31,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(FAKES / "py"))
 
 
-def _spec(tmp_path: Path, ckpt: Path, **changes) -> Path:
+def _spec(tmp_path: Path, ckpt: Path, **changes: Any) -> Path:
     d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)
@@ -39,21 +41,23 @@ def _spec(tmp_path: Path, ckpt: Path, **changes) -> Path:
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
-    p = tmp_path / f"spec-{abs(hash(json.dumps(changes, sort_keys=True)))}.yaml"
-    p.write_text(yaml.safe_dump(d))
-    return p
+    out = tmp_path / f"spec-{abs(hash(json.dumps(changes, sort_keys=True)))}.yaml"
+    out.write_text(yaml.safe_dump(d))
+    return out
 
 
-def _quantized_cell(spec_path: Path):
+def _quantized_cell(spec_path: Path) -> Cell:
     spec = load_spec(spec_path)
     cell = expand(spec)[0]
     out = for_cell(cell).quantized_dir
     if not out.exists():
-        quantize(spec.local_source(), recipe_from_spec(spec), out, reuse=True)
+        quantize(source_dir(spec), recipe_from_spec(spec), out, reuse=True)
     return cell
 
 
-def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_built_once_cached_then_rebuilt_only_for_build_fields(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     first = build_cell(for_cell(cell), reg)
@@ -76,7 +80,9 @@ def test_built_once_cached_then_rebuilt_only_for_build_fields(stand_in, tiny_che
     assert build_cell(for_cell(cell), reg, force=True).status == "built"
 
 
-def test_failed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+def test_failed_build_publishes_nothing(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_FAIL", "1")
@@ -87,7 +93,9 @@ def test_failed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, mon
     assert reg.keys() == []
 
 
-def test_killed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+def test_killed_build_publishes_nothing(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "30")
@@ -96,7 +104,7 @@ def test_killed_build_publishes_nothing(stand_in, tiny_checkpoint, tmp_path, mon
     assert reg.keys() == []
 
 
-def test_drift_is_loud(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+def test_drift_is_loud(stand_in: None, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     monkeypatch.setenv("FAKE_TRTLLM_DRIFT", "1")
@@ -105,7 +113,7 @@ def test_drift_is_loud(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None
     assert reg.keys() == []
 
 
-def test_checkpoint_that_does_not_match_the_spec(stand_in, tiny_checkpoint, tmp_path) -> None:
+def test_checkpoint_that_does_not_match_the_spec(stand_in: None, tiny_checkpoint: Path, tmp_path: Path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     cfg_path = for_cell(cell).quantized_dir / "trtllm" / "config.json"
@@ -120,7 +128,7 @@ def test_checkpoint_that_does_not_match_the_spec(stand_in, tiny_checkpoint, tmp_
         check_checkpoint(cell, cfg_path.parent)
 
 
-def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path, cli) -> None:
+def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint: Path, tmp_path: Path, cli: Cli) -> None:
     spec = _spec(tmp_path, tiny_checkpoint)
     _quantized_cell(spec)
     r = cli("build", spec, "--all", "--registry", tmp_path / "reg")
@@ -136,7 +144,9 @@ def test_without_trtllm_says_so_and_prints_the_command(tiny_checkpoint, tmp_path
     assert cells[0]["status"] == "needs-gpu" and "trtllm-build is not installed" in cells[0]["error"]
 
 
-def test_build_reports_log_path_elapsed_and_last_line(stand_in, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+def test_build_reports_log_path_elapsed_and_last_line(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_TRTLLM_SLEEP", "2.5")
     cell = _quantized_cell(_spec(tmp_path, tiny_checkpoint))
     seen: list[tuple[str, float | None, str, str | None]] = []
@@ -152,7 +162,7 @@ def test_build_reports_log_path_elapsed_and_last_line(stand_in, tiny_checkpoint,
     assert beats[0][3] is not None and beats[0][3].startswith("$ trtllm-build")  # the latest log line
 
 
-def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> None:
+def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint: Path, tmp_path: Path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(
         _spec(
@@ -168,7 +178,9 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint, tmp_path) -> 
     assert opts["max_batch_size"] == 8 and opts["kv_cache_config"]["enable_block_reuse"] is True
 
 
-def test_unquantized_checkpoint_goes_through_convert_checkpoint(stand_in, tiny_checkpoint, tmp_path, monkeypatch):
+def test_unquantized_checkpoint_goes_through_convert_checkpoint(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRTLLM_ROOT", str(FAKES / "trtllm_root"))
     spec = _spec(tmp_path, tiny_checkpoint, **{"quantization.weights": "bf16", "quantization.kv_cache": "auto"})
     cell = expand(load_spec(spec))[0]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain import digest as dg
 from toolchain.artifacts import keys
 from toolchain.registry import open_registry
@@ -32,7 +32,7 @@ def many_cells(tmp_path: Path, ckpt: Path) -> Path:
 
 
 def test_dry_run_digests_once_and_lists_once(
-    cli, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = many_cells(tmp_path, tiny_checkpoint)
     reg_dir = tmp_path / "reg"
@@ -46,8 +46,17 @@ def test_dry_run_digests_once_and_lists_once(
     monkeypatch.setattr(keys, "dir_digest", counting_digest)
     asked: list[str] = []
     real_exists, real_list = LocalBackend.exists, LocalBackend.list
-    monkeypatch.setattr(LocalBackend, "exists", lambda self, p: asked.append(f"exists {p}") or real_exists(self, p))
-    monkeypatch.setattr(LocalBackend, "list", lambda self, p: asked.append(f"list {p}") or real_list(self, p))
+
+    def exists(self: LocalBackend, p: str) -> bool:
+        asked.append(f"exists {p}")
+        return real_exists(self, p)
+
+    def listing(self: LocalBackend, p: str) -> Any:
+        asked.append(f"list {p}")
+        return real_list(self, p)
+
+    monkeypatch.setattr(LocalBackend, "exists", exists)
+    monkeypatch.setattr(LocalBackend, "list", listing)
 
     r = cli("build", spec, "--all", "--dry-run", "--registry", reg_dir, "--json")
     assert r.exit_code == 0, r.output

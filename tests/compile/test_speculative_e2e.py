@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.artifacts.cell import for_cell
 from toolchain.artifacts.recipe import recipe_from_spec
+from toolchain.artifacts.source import source_dir
 from toolchain.compile.draft import builds_for, draft_artifacts
 from toolchain.quantize.run import quantize
 from toolchain.registry import open_registry
@@ -50,13 +51,13 @@ def _spec(tmp_path: Path, ckpt: Path, **blocks: object) -> Path:
 
 
 def test_draft_target_builds_two_engines(
-    stand_in, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
+    stand_in: None, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
 ) -> None:
     block = {"mode": "draft_target", "max_draft_len": 4, "draft": {"source": str(draft_checkpoint)}}
     spec = load_spec(_spec(tmp_path, tiny_checkpoint, speculative=block))
     cell = expand(spec)[0]
     art = for_cell(cell)
-    quantize(spec.local_source(), recipe_from_spec(spec), art.quantized_dir, reuse=True)
+    quantize(source_dir(spec), recipe_from_spec(spec), art.quantized_dir, reuse=True)
     reg = open_registry(str(tmp_path / "reg"))
     draft, target = builds_for(art, reg)
     assert (draft.status, target.status) == ("built", "built")
@@ -93,10 +94,10 @@ def test_draft_target_builds_two_engines(
     assert o_art.engine_key == target.key and o_draft is not None and o_draft.engine_key != draft.key
 
 
-def test_lora_engine_records_the_plugin(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_lora_engine_records_the_plugin(stand_in: None, tiny_checkpoint: Path, tmp_path: Path) -> None:
     spec = load_spec(_spec(tmp_path, tiny_checkpoint, lora={"max_rank": 8, "target_modules": ["attn_q", "attn_v"]}))
     art = for_cell(expand(spec)[0])
-    quantize(spec.local_source(), recipe_from_spec(spec), art.quantized_dir, reuse=True)
+    quantize(source_dir(spec), recipe_from_spec(spec), art.quantized_dir, reuse=True)
     reg = open_registry(str(tmp_path / "reg"))
     (r,) = builds_for(art, reg)
     assert r.status == "built"
@@ -106,7 +107,7 @@ def test_lora_engine_records_the_plugin(stand_in, tiny_checkpoint: Path, tmp_pat
 
 
 def test_quantize_spec_also_quantizes_an_fp8_draft(
-    cli, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
+    cli: Cli, tiny_checkpoint: Path, draft_checkpoint: Path, tmp_path: Path
 ) -> None:
     block = {"mode": "draft_target", "max_draft_len": 3, "draft": {"source": str(draft_checkpoint), "weights": "fp8"}}
     path = _spec(tmp_path, tiny_checkpoint, speculative=block)
@@ -118,7 +119,9 @@ def test_quantize_spec_also_quantizes_an_fp8_draft(
     assert (for_cell(expand(spec)[0]).quantized_dir / "manifest.json").is_file()
 
 
-def test_medusa_heads_convert_with_the_base_and_key_the_engine(stand_in, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_medusa_heads_convert_with_the_base_and_key_the_engine(
+    stand_in: None, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
     heads = tmp_path / "heads"
     heads.mkdir()
     (heads / "medusa_lm_head.safetensors").write_bytes(b"heads v1")

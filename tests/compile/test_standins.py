@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.conftest import SPECS
 from toolchain.compile import flags as F
 from toolchain.compile.synth import convert_checkpoint_args, trtllm_build_args
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import expand
+from toolchain.specs.matrix import Cell, expand
 
 TESTS = Path(__file__).resolve().parents[1]
 BUILD = TESTS / "fakes" / "bin" / "trtllm-build"
@@ -34,7 +35,7 @@ def _standin() -> types.ModuleType:
     return mod
 
 
-def _cells() -> list:
+def _cells() -> list[Cell]:
     out = []
     for p in SPEC_FILES:
         spec = load_spec(p)
@@ -73,7 +74,7 @@ def test_product_flag_table_agrees_with_upstream_argparse() -> None:
 
 
 @pytest.mark.parametrize("cell", _cells(), ids=lambda c: f"{c.spec.name}:{c.id}")
-def test_every_synthesised_command_parses_with_upstream_argparse(cell, tmp_path: Path) -> None:
+def test_every_synthesised_command_parses_with_upstream_argparse(cell: Cell, tmp_path: Path) -> None:
     args = trtllm_build_args(cell, tmp_path / "ckpt", tmp_path / "engine", timing_cache_out=tmp_path / "t")
     ns = _standin().parser_from_reference().parse_args(args[1:])
     assert ns.max_batch_size == cell.max_batch_size and ns.max_seq_len == cell.max_seq_len
@@ -95,7 +96,9 @@ def _run_standin(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]
         (lambda a: [*a, "--use_paged_context_fmha"], "expected one argument"),  # bool plugin flags take a value
     ],
 )
-def test_a_wrong_product_flag_now_fails(monkeypatch, tmp_path: Path, edit, message) -> None:
+def test_a_wrong_product_flag_now_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: Any, message: str
+) -> None:
     """The product's own check would pass these once its table is wrong the same way; the stand-in does not."""
     cell = _cells()[0]
     args = edit(trtllm_build_args(cell, tmp_path / "ckpt", tmp_path / "engine")[1:])

@@ -1,6 +1,9 @@
-"""Synthesised trtllm-build argument lists, for every precision x GPU class, against the facts."""
+"""Synthesised trtllm-build argument lists, for every precision x GPU class, against docs/trtllm-build.md."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -9,7 +12,7 @@ from toolchain.compile.flags import FLAGS, REMOVED, check_args
 from toolchain.compile.synth import expected_build_config, trtllm_build_args
 from toolchain.specs.llmapi import llmapi_options, validate_options
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import expand
+from toolchain.specs.matrix import Cell, expand
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.resolve import resolve
 
@@ -28,7 +31,7 @@ CASES = [  # (weights, kv, gpu)
 ]
 
 
-def _cell(weights: str, kv: str, gpu: str, **serving):
+def _cell(weights: str, kv: str, gpu: str, **serving: Any) -> Cell:
     d = BASE.model_dump(mode="json")
     d["quantization"].update(weights=weights, kv_cache=kv)
     d["matrix"]["gpu"] = [gpu]
@@ -41,7 +44,7 @@ def _flag(args: list[str], name: str) -> str:
 
 
 @pytest.mark.parametrize(("weights", "kv", "gpu"), CASES)
-def test_args_valid_against_flag_table(weights: str, kv: str, gpu: str, tmp_path) -> None:
+def test_args_valid_against_flag_table(weights: str, kv: str, gpu: str, tmp_path: Path) -> None:
     cell = _cell(weights, kv, gpu)
     args = trtllm_build_args(cell, tmp_path / "ckpt", tmp_path / "out")
     assert args[0] == "trtllm-build" and check_args(args[1:]) == []
@@ -60,7 +63,7 @@ def test_args_valid_against_flag_table(weights: str, kv: str, gpu: str, tmp_path
     assert _flag(args, "--use_paged_context_fmha") == "enable"
 
 
-def test_paged_context_off_predicted_for_int8_kv_without_prefix_caching(tmp_path) -> None:
+def test_paged_context_off_predicted_for_int8_kv_without_prefix_caching(tmp_path: Path) -> None:
     cell = _cell("int8_sq", "int8", "A100-80GB-SXM", enable_prefix_caching=False, enable_chunked_prefill=False)
     args = trtllm_build_args(cell, tmp_path, tmp_path)
     assert _flag(args, "--use_paged_context_fmha") == "disable"

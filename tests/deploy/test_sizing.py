@@ -16,7 +16,7 @@ from toolchain.hardware.catalog import CATALOG
 from toolchain.planning.plan import plan_cell
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
-from toolchain.specs.matrix import expand
+from toolchain.specs.matrix import Cell, expand
 
 
 def _target(app: str = "app") -> Target:
@@ -39,7 +39,7 @@ CELLS = [(spec, cell) for spec in SHIPPED for cell in expand(load_spec(spec))]
 
 
 @pytest.mark.parametrize(("spec", "cell"), CELLS, ids=[f"{s.stem}:{c.id}" for s, c in CELLS])
-def test_pods_and_fleet_follow_the_planner(spec: Path, cell) -> None:
+def test_pods_and_fleet_follow_the_planner(spec: Path, cell: Cell) -> None:
     plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
     s = size_cell(cell, plan)
     fleet = plan.fleet

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import Cli
 from tests.hardening.fuzzing import BASE, LAUGHS
 
 SPEC_COMMANDS = [["spec", "validate"], ["spec", "expand"], ["plan"], ["matrix", "--offline"]]
@@ -38,10 +39,10 @@ def _one_line_error(r: Any) -> str:
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
     lines = [ln for ln in r.output.splitlines() if ln.startswith("Error: ")]
     assert lines, r.output
-    return lines[-1]
+    return str(lines[-1])
 
 
-def test_base_spec_is_valid(cli, tmp_path: Path) -> None:
+def test_base_spec_is_valid(cli: Cli, tmp_path: Path) -> None:
     p = _write(tmp_path, BASE)
     for cmd in SPEC_COMMANDS:
         r = cli(*cmd, p)
@@ -61,7 +62,7 @@ def test_base_spec_is_valid(cli, tmp_path: Path) -> None:
         ("a: [" + "1, " * 6_000 + "1]\n", "nodes"),
     ],
 )
-def test_yaml_bombs_are_refused_fast(cli, tmp_path: Path, text: str, what: str) -> None:
+def test_yaml_bombs_are_refused_fast(cli: Cli, tmp_path: Path, text: str, what: str) -> None:
     p = _write(tmp_path, text)
     for cmd in SPEC_COMMANDS:
         t0 = time.monotonic()
@@ -96,7 +97,7 @@ NUMERIC_FIELDS = [
 
 
 @pytest.mark.parametrize("field", NUMERIC_FIELDS)
-def test_numbers_beyond_what_the_target_accepts_are_refused(cli, tmp_path: Path, field: str) -> None:
+def test_numbers_beyond_what_the_target_accepts_are_refused(cli: Cli, tmp_path: Path, field: str) -> None:
     for value in NUMBERS:
         v: Any = [value] if field.startswith("matrix.") or field.endswith("batch_sizes") else value
         if isinstance(value, float) and v != [value] and value != value:  # nan as a scalar
@@ -108,14 +109,14 @@ def test_numbers_beyond_what_the_target_accepts_are_refused(cli, tmp_path: Path,
             _one_line_error(r)
 
 
-def test_denormal_and_tiny_rates_do_not_crash_plan(cli, tmp_path: Path) -> None:
+def test_denormal_and_tiny_rates_do_not_crash_plan(cli: Cli, tmp_path: Path) -> None:
     for value in (5e-324, 1e-300):
         r = cli("plan", _write(tmp_path, _with("traffic.peak_rps", value)))
         assert r.exit_code == 2, r.output
         _one_line_error(r)
 
 
-def test_plan_and_matrix_apply_the_compatibility_rules(cli, tmp_path: Path) -> None:
+def test_plan_and_matrix_apply_the_compatibility_rules(cli: Cli, tmp_path: Path) -> None:
     d = _with("matrix.max_input_len", [8192])  # > max_seq_len 4096
     p = _write(tmp_path, d)
     for cmd in [*SPEC_COMMANDS, ["build", "--all", "--dry-run"], ["deploy", "--dry-run"]]:
@@ -135,13 +136,13 @@ def test_plan_and_matrix_apply_the_compatibility_rules(cli, tmp_path: Path) -> N
         ("model.source", "hf://org/mödel"),
     ],
 )
-def test_patterns_are_anchored_and_ascii(cli, tmp_path: Path, field: str, value: str) -> None:
+def test_patterns_are_anchored_and_ascii(cli: Cli, tmp_path: Path, field: str, value: str) -> None:
     r = cli("spec", "validate", _write(tmp_path, _with(field, value)))
     assert r.exit_code == 2, r.output
     assert "\n" not in _one_line_error(r)[:-1]
 
 
-def test_matrix_size_is_capped_with_a_clear_error(cli, tmp_path: Path) -> None:
+def test_matrix_size_is_capped_with_a_clear_error(cli: Cli, tmp_path: Path) -> None:
     d = _with("matrix.max_batch_size", list(range(1, 65)))
     d = _with("matrix.max_seq_len", list(range(4096, 4096 + 64)), d)
     d = _with("matrix.max_input_len", list(range(1, 65)), d)
@@ -171,7 +172,7 @@ def test_matrix_size_is_capped_with_a_clear_error(cli, tmp_path: Path) -> None:
         ("target.container", "c" * 1000),
     ],
 )
-def test_long_and_odd_strings_are_one_line_errors(cli, tmp_path: Path, field: str, value: Any) -> None:
+def test_long_and_odd_strings_are_one_line_errors(cli: Cli, tmp_path: Path, field: str, value: Any) -> None:
     p = _write(tmp_path, _with(field, value))
     for cmd in SPEC_COMMANDS:
         r = cli(*cmd, p)
@@ -180,7 +181,7 @@ def test_long_and_odd_strings_are_one_line_errors(cli, tmp_path: Path, field: st
         assert len(line) < 600 and "\x00" not in line
 
 
-def test_odd_spec_paths_are_one_line_errors(cli, tmp_path: Path) -> None:
+def test_odd_spec_paths_are_one_line_errors(cli: Cli, tmp_path: Path) -> None:
     for p in [tmp_path / ("n" * 300 + ".yaml"), tmp_path / "x\nnewline.yaml", tmp_path]:
         r = cli("spec", "validate", str(p))
         assert r.exit_code == 2
@@ -239,7 +240,7 @@ BROKEN = [
 
 
 @pytest.mark.parametrize(("what", "config", "weights"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_broken_checkpoints_are_refused_by_plan(cli, tmp_path: Path, what: str, config: Any, weights: Any) -> None:
+def test_broken_checkpoints_are_refused_by_plan(cli: Cli, tmp_path: Path, what: str, config: Any, weights: Any) -> None:
     ck = _checkpoint(tmp_path, config, weights)
     d = _with("model.source", str(ck))
     d["model"].pop("architecture")
@@ -250,9 +251,11 @@ def test_broken_checkpoints_are_refused_by_plan(cli, tmp_path: Path, what: str, 
 
 
 @pytest.mark.parametrize(("what", "config", "weights"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_broken_checkpoints_are_refused_by_quantize(cli, tmp_path: Path, what: str, config: Any, weights: Any) -> None:
+def test_broken_checkpoints_are_refused_by_quantize(
+    cli: Cli, tmp_path: Path, what: str, config: Any, weights: Any
+) -> None:
     ck = _checkpoint(tmp_path, config, weights)
-    r = cli("quantize", "--model", ck, "--format", "fp8", "--out", tmp_path / "out")
+    r = cli("quantize", "--checkpoint", ck, "--weights", "fp8", "--out", tmp_path / "out")
     assert r.exit_code == 2, (what, r.output)
     _one_line_error(r)
     assert not (tmp_path / "out").exists()
@@ -274,7 +277,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_offline_plan_of_a_hub_spec_fails_fast(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_plan_of_a_hub_spec_fails_fast(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("huggingface_hub")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
@@ -319,7 +322,7 @@ def html_server() -> Any:
     srv.server_close()
 
 
-def test_diagnose_refuses_file_urls_and_non_prometheus_bodies(cli, html_server: str, tmp_path: Path) -> None:
+def test_diagnose_refuses_file_urls_and_non_prometheus_bodies(cli: Cli, html_server: str, tmp_path: Path) -> None:
     (tmp_path / "m.txt").write_text("nv_inference_request_success 1\n")
     for url in (f"file://{tmp_path / 'm.txt'}", "ftp://127.0.0.1/x", "http://[::1", "garbage", html_server):
         r = cli("diagnose", "--metrics-url", url, "--samples", "1")
@@ -342,7 +345,7 @@ def test_diagnose_refuses_file_urls_and_non_prometheus_bodies(cli, html_server: 
         json.dumps({"kind": "toolchain.bench-result", "runs": [{"label": 1}]}).encode(),
     ],
 )
-def test_bench_report_and_diagnose_refuse_damaged_results(cli, tmp_path: Path, content: bytes) -> None:
+def test_bench_report_and_diagnose_refuse_damaged_results(cli: Cli, tmp_path: Path, content: bytes) -> None:
     (tmp_path / "r.json").write_bytes(content)
     for args in (
         ["bench", "report", tmp_path / "r.json", "--out", tmp_path / "rep"],
@@ -355,7 +358,7 @@ def test_bench_report_and_diagnose_refuse_damaged_results(cli, tmp_path: Path, c
 
 
 @pytest.mark.parametrize("meta", [b"\x00\xff binary", b"[1]", b'{"engine": 5}', b'{"engine": {"world_size": 1e9}}'])
-def test_serve_refuses_a_damaged_repository_marker(cli, tmp_path: Path, meta: bytes) -> None:
+def test_serve_refuses_a_damaged_repository_marker(cli: Cli, tmp_path: Path, meta: bytes) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "toolchain-repo.json").write_bytes(meta)

@@ -8,9 +8,11 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import Cli
 from toolchain.errors import CorruptArtifactError, ManifestError, RegistryError, UserInputError
 from toolchain.registry import open_registry
 from toolchain.registry.store import blob_path, manifest_path
@@ -67,7 +69,9 @@ def test_pulled_files_are_independent_copies_with_the_executable_bit(tmp_path: P
     assert (tmp_path / "again" / "rank0.engine").read_bytes() == (engine / "rank0.engine").read_bytes()
 
 
-def test_different_content_under_an_existing_key_is_refused_unless_forced(cli, tmp_path: Path, engine: Path) -> None:
+def test_different_content_under_an_existing_key_is_refused_unless_forced(
+    cli: Cli, tmp_path: Path, engine: Path
+) -> None:
     reg = str(tmp_path / "reg")
     r = open_registry(reg)
     r.put(K1, engine)
@@ -85,14 +89,18 @@ def test_different_content_under_an_existing_key_is_refused_unless_forced(cli, t
     assert set(r.show(K1).files) == {"rank0.engine"}
 
 
-def test_gc_waits_for_a_push_in_progress_and_never_breaks_it(tmp_path: Path, engine: Path, monkeypatch) -> None:
+def test_gc_waits_for_a_push_in_progress_and_never_breaks_it(
+    tmp_path: Path, engine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = open_registry(str(tmp_path / "reg"))
     backend = type(r.backend)
     blobs_written = threading.Event()
     release = threading.Event()
     real = backend.write_bytes
 
-    def slow_manifest(self, path, data):  # the push has stored its blobs and not yet its manifest
+    def slow_manifest(
+        self: Any, path: str, data: bytes
+    ) -> Any:  # the push has stored its blobs and not yet its manifest
         if path.startswith("manifests/"):
             blobs_written.set()
             release.wait(30)
@@ -126,7 +134,7 @@ def test_gc_keeps_young_blobs_and_removes_what_killed_pushes_left(tmp_path: Path
     r = open_registry(str(tmp_path / "reg"))
     r.put(K1, engine)
     r.backend.delete(manifest_path(K1))  # a push killed before its manifest
-    (r.backend.root / "tmp" / ".rank0.engine.abc.tmp").write_bytes(b"x" * 5000)  # and its half-written blob
+    (Path(r.backend.url) / "tmp" / ".rank0.engine.abc.tmp").write_bytes(b"x" * 5000)  # and its half-written blob
     assert r.gc_plan().blobs == []  # inside the grace period
     r.gc(r.gc_plan())
     assert list(r.backend.list("tmp/")) == []  # no push holds the store: every temp file is garbage
@@ -135,7 +143,7 @@ def test_gc_keeps_young_blobs_and_removes_what_killed_pushes_left(tmp_path: Path
 
 
 @pytest.mark.parametrize("name", ["a\\b.bin", "new\nline.bin", "tab\there", "del\x7f"])
-def test_odd_file_names_in_push_are_one_line_errors(cli, tmp_path: Path, name: str) -> None:
+def test_odd_file_names_in_push_are_one_line_errors(cli: Cli, tmp_path: Path, name: str) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / name).write_bytes(b"x")
@@ -154,7 +162,7 @@ def test_odd_file_names_in_push_are_one_line_errors(cli, tmp_path: Path, name: s
         {"x\ny": None},
     ],
 )
-def test_hostile_pulled_manifests_are_refused(cli, tmp_path: Path, engine: Path, files: dict[str, None]) -> None:
+def test_hostile_pulled_manifests_are_refused(cli: Cli, tmp_path: Path, engine: Path, files: dict[str, None]) -> None:
     reg = str(tmp_path / "reg")
     r = open_registry(reg)
     m = r.put(K1, engine)
@@ -169,11 +177,11 @@ def test_hostile_pulled_manifests_are_refused(cli, tmp_path: Path, engine: Path,
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
 
 
-def test_keys_and_tags_with_a_trailing_newline_are_not_keys_or_tags(cli, tmp_path: Path, engine: Path) -> None:
+def test_keys_and_tags_with_a_trailing_newline_are_not_keys_or_tags(cli: Cli, tmp_path: Path, engine: Path) -> None:
     reg = str(tmp_path / "reg")
     r = open_registry(reg)
     m = r.put(K1, engine)
-    (r.backend.root / "manifests" / f"{K2}\n.json").write_text(m.model_dump_json().replace(K1, K2))
+    (Path(r.backend.url) / "manifests" / f"{K2}\n.json").write_text(m.model_dump_json().replace(K1, K2))
     assert r.keys() == [K1]
     with pytest.raises(UserInputError):
         r.tag(K1, "prod\n")

@@ -6,21 +6,22 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, SPECS
+from tests.conftest import REPO, SPECS, Cli
 from toolchain.registry import open_registry
 
 ALL = sorted(SPECS.glob("*.yaml"))
 
 
-def _builds(m: dict) -> list[dict]:
+def _builds(m: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for i in range(4) for b in m[f"build_{i}"]["include"]]
 
 
-def test_github_matrix_gives_no_job_to_cached_cells(cli, tmp_path: Path) -> None:
+def test_github_matrix_gives_no_job_to_cached_cells(cli: Cli, tmp_path: Path) -> None:
     r = cli("matrix", *ALL, "--format", "github", "--registry", tmp_path / "reg")
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)
@@ -42,7 +43,7 @@ def test_github_matrix_gives_no_job_to_cached_cells(cli, tmp_path: Path) -> None
     assert len(q8) == 1
 
 
-def _synthetic(n: int, cached: int = 0) -> dict:
+def _synthetic(n: int, cached: int = 0) -> dict[str, Any]:
     q = [{"id": "q-0", "spec": "s.yaml", "runner": "gpu-h100"}]
     b = [
         {
@@ -78,12 +79,12 @@ def test_github_matrices_respect_256_jobs_and_1_mb() -> None:
     assert everything_cached["quantize_count"] == 0 and everything_cached["build_0_count"] == 0
 
 
-def test_empty_registry_is_refused(cli) -> None:
+def test_empty_registry_is_refused(cli: Cli) -> None:
     r = cli("matrix", *ALL, "--format", "github", "--registry", "")
     assert r.exit_code == 2 and "TOOLCHAIN_REGISTRY" in r.output
 
 
-def test_gitlab_child_pipeline_structure(cli, tmp_path: Path) -> None:
+def test_gitlab_child_pipeline_structure(cli: Cli, tmp_path: Path) -> None:
     r = cli("matrix", *ALL, "--format", "gitlab", "--offline")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout)
@@ -105,7 +106,7 @@ def test_gitlab_child_pipeline_structure(cli, tmp_path: Path) -> None:
     assert "tags" not in done["nothing-to-build"]  # no GPU runner
 
 
-def test_runner_map_is_configurable_and_checked(cli, tmp_path: Path) -> None:
+def test_runner_map_is_configurable_and_checked(cli: Cli, tmp_path: Path) -> None:
     mp = tmp_path / "runners.yaml"
     mp.write_text("H100-SXM: big-h100\n")
     m = json.loads(cli("matrix", SPECS / "llama-3.1-8b-fp8.yaml", "--runner-map", mp, "--offline").stdout)
@@ -115,10 +116,10 @@ def test_runner_map_is_configurable_and_checked(cli, tmp_path: Path) -> None:
     assert r.exit_code == 2
 
 
-def _github_jobs(path: Path) -> dict:
+def _github_jobs(path: Path) -> dict[str, Any]:
     doc = yaml.safe_load(path.read_text())
     assert True in doc or "on" in doc  # YAML 1.1 reads `on:` as a boolean key
-    return doc["jobs"]
+    return dict(doc["jobs"])
 
 
 def test_github_workflow_structure() -> None:

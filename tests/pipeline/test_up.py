@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.specs.loader import load_spec
 
 pytestmark = pytest.mark.slow
@@ -22,14 +23,16 @@ def _spec(tmp_path: Path) -> Path:
     return p
 
 
-def test_interrupted_up_resumes_then_finishes_with_a_benchmark(tmp_path: Path, monkeypatch, cli) -> None:
+def test_interrupted_up_resumes_then_finishes_with_a_benchmark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
     from toolchain.pipeline import up
     from toolchain.triton import server as S
 
     spec = _spec(tmp_path)
     real_start = S.start
 
-    def interrupted(*a, **k):
+    def interrupted(*a: Any, **k: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(S, "start", interrupted)

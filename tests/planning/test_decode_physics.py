@@ -7,12 +7,12 @@ import json
 import re
 from dataclasses import replace
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.planning import bytes as B
 from toolchain.specs.arch import CATALOG
 
 
-def test_llama_3_1_8b_fp8_h100_floor_is_2_4_ms_not_2_74(cli) -> None:
+def test_llama_3_1_8b_fp8_h100_floor_is_2_4_ms_not_2_74(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.1-8b-fp8.yaml", "--json")
     assert r.exit_code == 0, r.output
     h100 = [c for c in json.loads(r.output)["cells"] if c["gpu"] == "H100-SXM"]
@@ -33,7 +33,7 @@ def test_untied_table_is_read_row_by_row_tied_table_in_full() -> None:
     assert B.decode_weight_bytes(tied, "fp8", batch=64) == B.weight_bytes(tied, "fp8")
 
 
-def test_explain_fleet_line_gives_instances_and_gpus(cli) -> None:
+def test_explain_fleet_line_gives_instances_and_gpus(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.3-70b-fp8-h100.yaml", "--explain")
     assert r.exit_code == 0, r.output
     line = next(ln for ln in r.output.splitlines() if "fleet:" in ln)

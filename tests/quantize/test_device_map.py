@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolchain.quantize.run import Recipe, quantize
+from tests.conftest import Cli
+from toolchain.artifacts.recipe import Recipe
+from toolchain.quantize.run import quantize
 
 pytestmark = pytest.mark.slow
-FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}
+FAST: dict[str, Any] = {"samples": 8, "seq_len": 32, "batch_size": 4}
 SPREAD = {
     "model.embed_tokens": "cpu",
     "model.layers": "cpu",
@@ -32,8 +35,10 @@ def test_device_map_gives_the_same_checkpoint(tiny_checkpoint: Path, tmp_path: P
     assert hf_cfg["quantization"]["quant_algo"] == "W4A16_AWQ"
 
 
-def test_device_map_needs_cuda_and_a_known_strategy(cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
-    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--out", tmp_path / "o", "--device-map", "auto")
+def test_device_map_needs_cuda_and_a_known_strategy(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    r = cli(
+        "quantize", "--checkpoint", tiny_checkpoint, "--weights", "fp8", "--out", tmp_path / "o", "--device-map", "auto"
+    )
     assert r.exit_code == 2 and "--device cuda" in r.output and not (tmp_path / "o").exists()
     from toolchain.errors import UserInputError
 

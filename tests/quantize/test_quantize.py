@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.conftest import Cli
 from toolchain.artifacts.quantized import QUANT_ALGO, verify_output
 from toolchain.artifacts.recipe import Recipe
 from toolchain.errors import (
@@ -20,7 +22,7 @@ from toolchain.errors import (
 from toolchain.quantize.run import quantize
 
 pytestmark = pytest.mark.slow
-FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}
+FAST: dict[str, Any] = {"samples": 8, "seq_len": 32, "batch_size": 4}
 
 
 @pytest.mark.parametrize("kv", ["none", "fp8"])
@@ -128,15 +130,17 @@ def test_awq_names_the_layer_that_does_not_divide(tmp_path: Path) -> None:
     cfg = LlamaConfig.from_pretrained(src)
     cfg.intermediate_size = 192  # down_proj input 192 is not a multiple of 128
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(src)
+    LlamaForCausalLM(cfg).save_pretrained(src)  # type: ignore[no-untyped-call]
     with pytest.raises(UserInputError, match="down_proj has input dimension 192"):
         quantize(src, Recipe("int4_awq", **FAST), tmp_path / "o")
 
 
-def test_interrupt_mid_export_leaves_nothing(tiny_checkpoint: Path, tmp_path: Path, monkeypatch) -> None:
+def test_interrupt_mid_export_leaves_nothing(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import modelopt.torch.export as mexport
 
-    def boom(*a, **k):
+    def boom(*a: Any, **k: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(mexport, "export_tensorrt_llm_checkpoint", boom)
@@ -145,31 +149,31 @@ def test_interrupt_mid_export_leaves_nothing(tiny_checkpoint: Path, tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_from_flags_json_and_existing_output(cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_cli_from_flags_json_and_existing_output(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "q"
     r = cli(
         "quantize",
-        "--model",
+        "--checkpoint",
         tiny_checkpoint,
-        "--format",
+        "--weights",
         "fp8",
         "--kv-cache",
         "fp8",
         "--out",
         out,
-        "--samples",
+        "--calib-samples",
         "8",
-        "--seq-len",
+        "--calib-seq-len",
         "32",
         "--json",
     )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["manifest"]["recipe"]["weights"] == "fp8"
-    r = cli("quantize", "--model", tiny_checkpoint, "--format", "fp8", "--out", out)
+    r = cli("quantize", "--checkpoint", tiny_checkpoint, "--weights", "fp8", "--out", out)
     assert r.exit_code == 2 and "already exists" in r.output and "--force" in r.output
-    r = cli("quantize", "--model", tiny_checkpoint, "--format", "int3", "--out", tmp_path / "x")
-    assert r.exit_code == 2 and "unknown format 'int3'" in r.output
+    r = cli("quantize", "--checkpoint", tiny_checkpoint, "--weights", "int3", "--out", tmp_path / "x")
+    assert r.exit_code == 2 and "'int3' is not one of" in r.output and "nvfp4" in r.output
 
 
 def test_calibration_sources(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -202,8 +206,9 @@ def test_cli_prints_the_result_on_stdout_and_calibration_progress_on_stderr(
 
     from tests.conftest import REPO
 
-    cmd = [sys.executable, "-m", "toolchain.cli.main", "quantize", "--model", str(tiny_checkpoint)]
-    cmd += ["--format", "fp8", "--out", str(tmp_path / "q"), "--samples", "8", "--seq-len", "32", "--batch-size", "4"]
+    cmd = [sys.executable, "-m", "toolchain.cli.main", "quantize", "--checkpoint", str(tiny_checkpoint)]
+    cmd += ["--weights", "fp8", "--out", str(tmp_path / "q")]
+    cmd += ["--calib-samples", "8", "--calib-seq-len", "32", "--calib-batch-size", "4"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=dict(os.environ))
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"wrote {tmp_path / 'q'} (fp8") and "rel logit err" in p.stdout

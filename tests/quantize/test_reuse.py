@@ -11,10 +11,11 @@ import pytest
 
 from toolchain import digest as dg
 from toolchain.artifacts import quantized
+from toolchain.artifacts.recipe import Recipe
 from toolchain.quantize import run as qrun
 
 pytestmark = pytest.mark.slow
-FAST = {"samples": 8, "seq_len": 32, "batch_size": 4}
+FAST: dict[str, Any] = {"samples": 8, "seq_len": 32, "batch_size": 4}
 
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -34,12 +35,12 @@ def test_reuse_reads_nothing_until_a_file_changes(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "q"
-    recipe = qrun.Recipe("fp8", **FAST)
+    recipe = Recipe("fp8", **FAST)
     made = qrun.quantize(tiny_checkpoint, recipe, out)
     reads = count_reads(monkeypatch)
     again = qrun.quantize(tiny_checkpoint, recipe, out, reuse=True)
     assert again.reused and again.manifest == made.manifest
-    assert qrun.verify_output(out) == made.manifest
+    assert quantized.verify_output(out) == made.manifest
     assert reads == []  # neither the input checkpoint nor the outputs were read again
     assert qrun.quantize(tiny_checkpoint, recipe, out, reuse=True, rehash=True).reused
     assert {out / rel for rel in made.manifest["files"]} <= set(reads)  # on request: every file read
@@ -53,12 +54,12 @@ def test_reuse_reads_nothing_until_a_file_changes(
         f.seek(st.st_size - 1)
         f.write(bytes([last[0] ^ 0xFF]))
     os.utime(st_file, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert qrun.verify_output(out) is None  # ctime moved: re-read, and the digest no longer matches
+    assert quantized.verify_output(out) is None  # ctime moved: re-read, and the digest no longer matches
     assert st_file in reads
 
     with open(st_file, "r+b") as f:  # put it back; a full re-hash on request reads every file
         f.seek(st.st_size - 1)
         f.write(last)
     reads.clear()
-    assert qrun.verify_output(out, rehash=True) == made.manifest
+    assert quantized.verify_output(out, rehash=True) == made.manifest
     assert sorted(reads) == sorted(out / rel for rel in made.manifest["files"])

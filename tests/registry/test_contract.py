@@ -6,6 +6,7 @@ import json
 import multiprocessing as mp
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,9 @@ def test_manifest_with_escaping_path_is_refused(registry_url: str, engine_dir: P
     assert not (tmp_path.parent / "evil").exists()
 
 
-def test_existing_destination_and_disk_full(registry_url: str, engine_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_existing_destination_and_disk_full(
+    registry_url: str, engine_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = open_registry(registry_url)
     r.put(K1, engine_dir)
     (tmp_path / "busy").mkdir()
@@ -120,7 +123,7 @@ def test_existing_destination_and_disk_full(registry_url: str, engine_dir: Path,
     method = "restore" if r.backend.local_path("x") is not None else "get_file"  # how each backend writes
     real = getattr(type(r.backend), method)
 
-    def full(self, *args, **kw):
+    def full(self: Any, *args: Any, **kw: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(28, "No space left on device")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toolchain.registry as registry_pkg
+from tests.conftest import Cli
 from toolchain.errors import RegistryUnavailableError, RegistryURLError
 from toolchain.registry import open_registry
+from toolchain.registry.backends import LocalBackend
 
 K1 = "a" * 64
 
@@ -36,15 +39,18 @@ def test_local_restore_copies_by_default_and_links_only_when_asked(tmp_path: Pat
 
     r = open_registry(str(tmp_path / "reg"))
     m = r.put(K1, engine_dir)
-    blob = r.backend.local_path(blob_path(m.files["rank0.engine"].digest))
+    backend = r.backend
+    assert isinstance(backend, LocalBackend)
+    blob = backend.local_path(blob_path(m.files["rank0.engine"].digest))
+    assert blob is not None
     r.get(K1, tmp_path / "o")
-    assert r.backend.restore_methods <= {"reflink", "copy"} and r.backend.restore_methods
+    assert backend.restore_methods <= {"reflink", "copy"} and backend.restore_methods
     restored = tmp_path / "o" / "rank0.engine"
     assert not os.path.samefile(restored, blob)
     restored.write_bytes(b"edited after pull")  # a pulled engine is the user's own file
     assert r.verify().corrupt == {}
     r.get(K1, tmp_path / "linked", link=True)
-    assert r.backend.restore_methods >= {"hardlink"}
+    assert backend.restore_methods >= {"hardlink"}
     linked = tmp_path / "linked" / "rank0.engine"
     assert os.path.samefile(linked, blob)
     assert not (linked.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
@@ -57,7 +63,7 @@ def test_unknown_scheme_and_bad_hf_url() -> None:
         open_registry("hf://just-one-part")
 
 
-def test_unreachable_s3_endpoint_fails_fast(monkeypatch, tmp_path: Path) -> None:
+def test_unreachable_s3_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import time
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
@@ -84,13 +90,13 @@ def test_hf_backend_boundary(tmp_path: Path, engine_dir: Path) -> None:
 
     class FakeApi:
         def __init__(self) -> None:
-            self.commits: list[list] = []
+            self.commits: list[list[Any]] = []
             self.files: dict[str, bytes] = {}
 
-        def file_exists(self, repo, path):
+        def file_exists(self, repo: str, path: str) -> bool:
             return path in self.files
 
-        def create_commit(self, repo, operations, commit_message):
+        def create_commit(self, repo: str, operations: list[Any], commit_message: str) -> None:
             self.commits.append(operations)
             for op in operations:
                 src = op.path_or_fileobj
@@ -104,7 +110,7 @@ def test_hf_backend_boundary(tmp_path: Path, engine_dir: Path) -> None:
     assert paths[-1] == f"manifests/{K1}.json" and len(paths) == 4  # 3 unique blobs, manifest last
 
 
-def test_cache_cli(cli, tmp_path: Path, engine_dir: Path) -> None:
+def test_cache_cli(cli: Cli, tmp_path: Path, engine_dir: Path) -> None:
     reg = str(tmp_path / "reg")
     r = cli("cache", "push", engine_dir, "--key", K1, "--registry", reg)
     assert r.exit_code == 0, r.output
@@ -124,7 +130,9 @@ def test_cache_cli(cli, tmp_path: Path, engine_dir: Path) -> None:
     assert r.exit_code == 2 and "unknown registry scheme" in r.output
 
 
-def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(cli, tmp_path: Path, engine_dir: Path) -> None:
+def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(
+    cli: Cli, tmp_path: Path, engine_dir: Path
+) -> None:
     r = cli("cache", "push", engine_dir, "--key", K1)  # into the local default registry (as `build` publishes)
     assert r.exit_code == 0, r.output
     other = str(tmp_path / "other")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ import yaml
 from tests.conftest import SPECS
 
 
-def write_tiny_spec(dest: Path, ckpt: Path, **serving) -> Path:
+def write_tiny_spec(dest: Path, ckpt: Path, **serving: Any) -> Path:
     d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)

@@ -7,11 +7,13 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tests.conftest import Cli
 from tests.serving.test_emit_lint import _engine_dir
 from toolchain.artifacts.cell import for_cell
 from toolchain.settings import cache_home
@@ -90,7 +92,7 @@ def test_guided_decoding_stays_off_by_default(engine_repo: Path) -> None:
     assert p["guided_decoding_backend"] == "" and p["xgrammar_tokenizer_info_path"] == ""
 
 
-def _upstream(name: str) -> dict:
+def _upstream(name: str) -> dict[str, Any]:
     return next(i for i in TEMPLATE["inputs"] if i["name"] == name)
 
 
@@ -171,7 +173,7 @@ def test_lint_flags_a_path_that_does_not_exist_where_it_runs(engine_repo: Path, 
     assert any(f.field == "parameters.gpt_model_path" and "does not exist here" in f.message for f in errors)
 
 
-def test_engines_root_must_be_absolute(tiny_spec: Path, tmp_path: Path, cli) -> None:
+def test_engines_root_must_be_absolute(tiny_spec: Path, tmp_path: Path, cli: Cli) -> None:
     eng = _engine_dir(tmp_path / "engine")
     r = cli("triton", "emit", tiny_spec, "--engine", eng, "--out", tmp_path / "r", "--engines-root", "engines")
     assert r.exit_code == 2 and "not an absolute path" in r.output

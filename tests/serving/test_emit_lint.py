@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tests.conftest import Cli
 from tests.serving.conftest import write_tiny_spec
 from toolchain.artifacts.cell import for_cell
 from toolchain.errors import OutputExistsError, TritonRepoError
@@ -21,7 +24,7 @@ from toolchain.triton.lint import lint_repository
 from toolchain.triton.repository import emit_for_cell
 
 
-def _cfg(repo: Path, model: str):
+def _cfg(repo: Path, model: str) -> Any:
     return text_format.Parse((repo / model / "config.pbtxt").read_text(), pb.ModelConfig())
 
 
@@ -34,7 +37,7 @@ def test_every_config_parses_back_with_no_placeholder(reference_repo: Path) -> N
         assert _cfg(reference_repo, n).name == n
 
 
-def test_tensorrt_llm_parameters_and_tensors_follow_the_facts(reference_repo: Path) -> None:
+def test_tensorrt_llm_parameters_and_tensors_follow_the_backend_templates(reference_repo: Path) -> None:
     llm = _cfg(reference_repo, "tensorrt_llm")
     p = {k: v.string_value for k, v in llm.parameters.items()}
     assert p["gpt_model_type"] == "inflight_fused_batching"
@@ -66,7 +69,7 @@ def test_good_repository_lints_clean(reference_repo: Path) -> None:
     assert [f for f in lint_repository(reference_repo) if f.severity == "error"] == []
 
 
-def _broken(reference_repo: Path, tmp_path: Path, model: str, edit) -> Path:
+def _broken(reference_repo: Path, tmp_path: Path, model: str, edit: Callable[[str], str]) -> Path:
     repo = tmp_path / "broken"
     shutil.copytree(reference_repo, repo)
     p = repo / model / "config.pbtxt"
@@ -110,13 +113,15 @@ def _broken(reference_repo: Path, tmp_path: Path, model: str, edit) -> Path:
         ("postprocessing", lambda t: t.replace("name:", "nmae:", 1), "does not parse"),
     ],
 )
-def test_lint_catches_broken_repositories(reference_repo, tmp_path, model, edit, expected) -> None:
+def test_lint_catches_broken_repositories(
+    reference_repo: Path, tmp_path: Path, model: str, edit: Callable[[str], str], expected: str
+) -> None:
     repo = _broken(reference_repo, tmp_path, model, edit)
     lines = [f.line() for f in lint_repository(repo) if f.severity == "error"]
     assert any(expected in ln for ln in lines), lines
 
 
-def test_kv_reuse_on_engine_without_paged_context_fmha(reference_repo, tmp_path) -> None:
+def test_kv_reuse_on_engine_without_paged_context_fmha(reference_repo: Path, tmp_path: Path) -> None:
     repo = tmp_path / "r"
     shutil.copytree(reference_repo, repo)
     meta = json.loads((repo / "toolchain-repo.json").read_text())
@@ -131,7 +136,9 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     info = EngineInfo.predicted(cell)
     no_paged = EngineInfo(**{**info.__dict__, "paged_context_fmha": False})
     with pytest.raises(TritonRepoError, match="built without paged context FMHA") as e:
-        emit_repository(cell, no_paged, cell.spec.local_source(), tmp_path / "a", identity={}, reference=True)
+        src = cell.spec.local_source()
+        assert src is not None
+        emit_repository(cell, no_paged, src, tmp_path / "a", identity={}, reference=True)
     assert "trtllm-build --use_paged_context_fmha enable" in e.value.hint
     with pytest.raises(TritonRepoError, match="no tokenizer"):
         emit_repository(cell, info, tmp_path, tmp_path / "b", identity={}, reference=True)
@@ -143,7 +150,9 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     emit_for_cell(for_cell(cell), "reference", tmp_path / "c")  # same identity: re-emitting is fine
 
 
-def _engine_dir(d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int = 256, beam: int = 1, **plugin) -> Path:
+def _engine_dir(
+    d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int = 256, beam: int = 1, **plugin: Any
+) -> Path:
     d.mkdir()
     (d / "config.json").write_text(
         json.dumps(
@@ -197,7 +206,9 @@ def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None
         ({"tokens_per_block": 64}, "plugin_config.tokens_per_block: cell 32, engine 64"),
     ],
 )
-def test_emit_refuses_an_engine_of_another_cell(tiny_spec: Path, tmp_path: Path, engine, expected) -> None:
+def test_emit_refuses_an_engine_of_another_cell(
+    tiny_spec: Path, tmp_path: Path, engine: dict[str, Any], expected: str
+) -> None:
     cell = expand(load_spec(tiny_spec))[0]
     eng = _engine_dir(tmp_path / "engine", **engine)
     with pytest.raises(TritonRepoError, match="was not built for cell") as e:
@@ -206,7 +217,7 @@ def test_emit_refuses_an_engine_of_another_cell(tiny_spec: Path, tmp_path: Path,
     assert not (tmp_path / "repo").exists()
 
 
-def _pytorch_spec(tmp_path: Path, ckpt: Path, **quant) -> Path:
+def _pytorch_spec(tmp_path: Path, ckpt: Path, **quant: Any) -> Path:
     import yaml
 
     spec = write_tiny_spec(tmp_path / "s.yaml", ckpt)
@@ -255,7 +266,7 @@ def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoin
         emit_for_cell(for_cell(expand(load_spec(quantized))[0]), "reference", tmp_path / "repo2")
 
 
-def test_cli_lint_exit_codes(cli, reference_repo, tmp_path) -> None:
+def test_cli_lint_exit_codes(cli: Cli, reference_repo: Path, tmp_path: Path) -> None:
     r = cli("triton", "lint", reference_repo)
     assert r.exit_code == 0, r.output
     repo = _broken(reference_repo, tmp_path, "tensorrt_llm", lambda t: t.replace('"inflight_fused_batching"', '"x"'))

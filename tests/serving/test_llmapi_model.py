@@ -139,7 +139,7 @@ def _model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, decoupled: bool, see
     return m
 
 
-def test_initialize_resolves_the_checkpoint_and_passes_options(monkeypatch, tmp_path: Path) -> None:
+def test_initialize_resolves_the_checkpoint_and_passes_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: dict[str, Any] = {}
     m = _model(monkeypatch, tmp_path, False, seen)
     assert seen["llm"]["model"] == str(tmp_path / "tensorrt_llm" / "1" / "model")
@@ -148,7 +148,7 @@ def test_initialize_resolves_the_checkpoint_and_passes_options(monkeypatch, tmp_
     assert seen["shutdown"]
 
 
-def test_non_decoupled_request_gets_one_response(monkeypatch, tmp_path: Path) -> None:
+def test_non_decoupled_request_gets_one_response(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: dict[str, Any] = {}
     m = _model(monkeypatch, tmp_path, False, seen)
     req = _Request(text_input=np.array([b"hello"], dtype=object), sampling_param_max_tokens=np.array([4]))
@@ -161,7 +161,7 @@ def test_non_decoupled_request_gets_one_response(monkeypatch, tmp_path: Path) ->
     m.finalize()
 
 
-def test_decoupled_streaming_sends_each_chunk_then_final(monkeypatch, tmp_path: Path) -> None:
+def test_decoupled_streaming_sends_each_chunk_then_final(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: dict[str, Any] = {}
     m = _model(monkeypatch, tmp_path, True, seen)
     req = _Request(

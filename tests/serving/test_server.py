@@ -6,8 +6,9 @@ import glob
 import shutil
 import socket
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,23 +32,23 @@ def served(reference_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
-def greedy(tiny_checkpoint: Path):
+def greedy(tiny_checkpoint: Path) -> tuple[Any, Callable[[str, int], list[int]]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
 
     def run(prompt: str, n: int) -> list[int]:
         ids = tok(prompt, return_tensors="pt").input_ids
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=tok.eos_token_id)
-        return out[0, ids.shape[1] :].tolist()
+        return list(out[0, ids.shape[1] :].tolist())
 
     return tok, run
 
 
-def test_streaming_through_ensemble_matches_transformers(served: S.Server, greedy) -> None:
+def test_streaming_through_ensemble_matches_transformers(served: S.Server, greedy: Any) -> None:
     tok, run = greedy
     want = run(PROMPT, 12)
     res = stream_generate(served.grpc_url, "ensemble", PROMPT, 12, stream=True)
@@ -58,7 +59,7 @@ def test_streaming_through_ensemble_matches_transformers(served: S.Server, greed
     assert all(b >= a for a, b in zip(res.times, res.times[1:], strict=False))
 
 
-def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy) -> None:
+def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy: Any) -> None:
     tok, run = greedy
     want = run(PROMPT, 10)
     res = stream_generate(served.grpc_url, "tensorrt_llm_bls", PROMPT, 10, stream=False)
@@ -90,7 +91,7 @@ def test_ports_in_use_are_named(reference_repo: Path) -> None:
             S.start(reference_repo, ports=S.Ports(S.free_port(), busy, S.free_port()))
 
 
-def test_missing_stub_is_detected_before_starting(tmp_path: Path, monkeypatch) -> None:
+def test_missing_stub_is_detected_before_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "tritonserver"
     (fake / "python_backend_stubs").mkdir(parents=True)
     with pytest.raises(ServerError, match="no Python backend stub for Python"):
@@ -112,7 +113,7 @@ def test_failed_model_is_named_with_log_tail(reference_repo: Path, tmp_path: Pat
 
 
 def test_non_decoupled_repository_moved_elsewhere_lints_clean_and_serves(
-    tiny_checkpoint: Path, tmp_path: Path, greedy
+    tiny_checkpoint: Path, tmp_path: Path, greedy: Any
 ) -> None:
     """serving: {streaming: false, decoupled: false} (NVIDIA's templates allow it), emitted in one place and
     served from another: relative tokenizer and reference-model paths, no path of the first place."""

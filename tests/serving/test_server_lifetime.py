@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def _descendants(root: int) -> dict[int, str]:
     return out
 
 
-def _wait(cond, timeout: float) -> bool:
+def _wait(cond: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -88,14 +89,14 @@ def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Pop
         proc.wait(10)
 
 
-def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve) -> None:
+def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve: Any) -> None:
     proc, _log, tree = serve
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
 
 
-def test_sigkill_of_tritonserver_takes_its_stubs_and_serve_fails(serve) -> None:
+def test_sigkill_of_tritonserver_takes_its_stubs_and_serve_fails(serve: Any) -> None:
     proc, log, tree = serve
     triton = next(p for p, n in tree.items() if n == "tritonserver")
     os.kill(triton, signal.SIGKILL)

@@ -105,6 +105,7 @@ def test_predicted_build_config_lints_its_own_repository() -> None:
     from toolchain.specs.speculative import draft_cell
     from toolchain.triton.speculative import predicted_build_config
 
+    blocks: dict[str, Any]
     for blocks in (
         {"speculative": DRAFT},
         {"speculative": {"mode": "lookahead"}},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,10 +67,10 @@ def served(draft_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     srv.stop()
 
 
-def _infer(url: str, model: str, n: int, draft_tokens: int | None) -> dict[str, np.ndarray]:
+def _infer(url: str, model: str, n: int, draft_tokens: int | None) -> dict[str, np.ndarray[Any, Any]]:
     import tritonclient.grpc as g
 
-    def inp(name: str, arr: np.ndarray, dt: str) -> g.InferInput:
+    def inp(name: str, arr: np.ndarray[Any, Any], dt: str) -> g.InferInput:
         i = g.InferInput(name, list(arr.shape), dt)
         i.set_data_from_numpy(arr)
         return i
@@ -100,7 +101,7 @@ def test_bls_drafts_and_verifies_to_the_targets_greedy_text(served: S.Server, ti
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
     ids = tok(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=tok.eos_token_id)[0, ids.shape[1] :]
@@ -122,7 +123,7 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
     from toolchain.bench.run import run_bench
     from toolchain.bench.setup import make_config
 
-    common = {
+    common: dict[str, Any] = {
         "url": served.grpc_url,
         "protocol": "triton",
         "concurrency": "1",

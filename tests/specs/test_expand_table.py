@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 from benchmarks.matrix_bench import make_spec
+from tests.conftest import Cli
 
 
-def test_table_has_the_json_rows_and_costs_about_the_same(cli, tmp_path: Path) -> None:
+def test_table_has_the_json_rows_and_costs_about_the_same(cli: Cli, tmp_path: Path) -> None:
     spec = make_spec(tmp_path / "spec.yaml", 2000)
     cli("spec", "expand", spec, "--json")  # warm: imports, spec parsing caches
     t = time.perf_counter()

@@ -30,11 +30,12 @@ def _set(d: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _get(d: dict[str, Any], path: str) -> Any:
+    node: Any = d
     for p in path.split("."):
-        if d is None:
+        if node is None:
             return None
-        d = d.get(p)
-    return d
+        node = node.get(p)
+    return node
 
 
 def _candidates(path: str, current: Any) -> list[Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,7 +41,7 @@ specs = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), values, max
 
 @settings(max_examples=300, deadline=None)
 @given(specs)
-def test_structured_garbage(d) -> None:
+def test_structured_garbage(d: dict[str, Any]) -> None:
     text = yaml.safe_dump(d)
     try:
         parse_spec_text(text, "fuzz.yaml")

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, SPECS
+from tests.conftest import REPO, SPECS, Cli
 from toolchain.hardware.catalog import CATALOG
 from toolchain.specs.models import schema
 
@@ -27,7 +27,7 @@ def test_every_shipped_spec_points_at_the_committed_schema_and_passes_it(spec: P
     jsonschema.validate(yaml.safe_load(spec.read_text()), json.loads(target.read_text()))
 
 
-def test_committed_schema_is_what_spec_schema_prints(cli) -> None:  # type: ignore[no-untyped-def]
+def test_committed_schema_is_what_spec_schema_prints(cli: Cli) -> None:
     r = cli("spec", "schema")
     assert r.exit_code == 0
     assert json.loads(r.stdout) == json.loads((REPO / "engine-spec.schema.json").read_text()), (

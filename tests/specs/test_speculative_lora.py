@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, Cli
 from toolchain.errors import SpecError
 from toolchain.specs.loader import parse_spec_text
 from toolchain.specs.models import EngineSpec
@@ -185,7 +185,7 @@ def test_absent_blocks_leave_existing_keys_alone() -> None:
         ("bad-lora-module.yaml", "bad-lora-module.yaml:5 lora.target_modules[1]"),
     ],
 )
-def test_cli_reports_one_line(cli, fixture: str, expected: str) -> None:  # type: ignore[no-untyped-def]
+def test_cli_reports_one_line(cli: Cli, fixture: str, expected: str) -> None:
     r = cli("spec", "validate", FIXTURES / fixture)
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, SPECS
+from tests.conftest import FIXTURES, SPECS, Cli
 
 SHIPPED = sorted(SPECS.glob("*.yaml"))
 
 
-def test_every_shipped_spec_validates(cli) -> None:
+def test_every_shipped_spec_validates(cli: Cli) -> None:
     assert len(SHIPPED) >= 5
     r = cli("spec", "validate", *SHIPPED)
     assert r.exit_code == 0, r.output
@@ -40,7 +41,7 @@ def test_every_shipped_spec_validates(cli) -> None:
         ("bad-duplicate.yaml", "key 'name' appears twice"),
     ],
 )
-def test_bad_spec_gives_one_line_and_exit_2(cli, fixture: str, expected: str) -> None:
+def test_bad_spec_gives_one_line_and_exit_2(cli: Cli, fixture: str, expected: str) -> None:
     r = cli("spec", "validate", FIXTURES / fixture)
     assert r.exit_code == 2, r.output
     assert expected in r.output
@@ -49,14 +50,14 @@ def test_bad_spec_gives_one_line_and_exit_2(cli, fixture: str, expected: str) ->
     assert "Traceback" not in r.output
 
 
-def test_directory_and_missing_file(cli, tmp_path) -> None:
+def test_directory_and_missing_file(cli: Cli, tmp_path: Path) -> None:
     r = cli("spec", "validate", tmp_path)
     assert r.exit_code == 2 and "is a directory" in r.output
     r = cli("spec", "validate", tmp_path / "nope.yaml")
     assert r.exit_code == 2 and "no such file" in r.output
 
 
-def test_expand_8b_lists_2x2x2_cells(cli) -> None:
+def test_expand_8b_lists_2x2x2_cells(cli: Cli) -> None:
     r = cli("spec", "expand", SPECS / "llama-3.1-8b-fp8.yaml", "--json")
     assert r.exit_code == 0, r.output
     cells = json.loads(r.output)["cells"]
@@ -68,7 +69,7 @@ def test_expand_8b_lists_2x2x2_cells(cli) -> None:
     assert all(len(c["engine_key"]) == 64 and len(c["profile_id"]) == 64 for c in cells)
 
 
-def test_schema_is_json_schema_with_descriptions(cli) -> None:
+def test_schema_is_json_schema_with_descriptions(cli: Cli) -> None:
     r = cli("spec", "schema")
     assert r.exit_code == 0
     s = json.loads(r.output)

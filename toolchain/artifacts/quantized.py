@@ -17,7 +17,7 @@ from typing import Any
 from toolchain.artifacts.layout import cache
 from toolchain.digest import hash_file, shared_stat_cache
 
-# TRT-LLM checkpoint quant_algo per format (facts §2.2; ModelOpt's exporter writes these).
+# TRT-LLM checkpoint quant_algo per format (docs/trtllm-build.md, "Checkpoints"; ModelOpt's exporter writes these).
 QUANT_ALGO = {
     "fp8": "FP8",
     "int4_awq": "W4A16_AWQ",

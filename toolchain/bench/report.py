@@ -25,7 +25,7 @@ def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dic
     """Read result files; each gets ``label`` (given, else the file name without .json)."""
     out = []
     for i, p in enumerate(paths):
-        hint = "pass files written by `toolchain bench --out`"
+        hint = "pass files written by `toolchain bench --save`"
         try:
             d = json.loads(p.read_bytes())
         except OSError as e:

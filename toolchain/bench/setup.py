@@ -25,6 +25,9 @@ def dist_text(d: Any) -> str:
     return f"uniform:{d.min}:{d.max}"
 
 
+PROTOCOLS = ("triton", "openai", "openai-chat")
+
+
 def parse_list(text: str | None, kind: type) -> list[Any]:
     if not text:
         return []
@@ -83,6 +86,9 @@ def make_config(
     num_draft_tokens: int | None = None,
 ) -> tuple[BenchConfig, Any]:
     from transformers import AutoTokenizer
+
+    if protocol not in PROTOCOLS:
+        raise UserInputError(f"unknown protocol {protocol!r}", f"use one of {', '.join(PROTOCOLS)}")
 
     conc, rates = parse_list(concurrency, int), parse_list(rate, float)
     if conc and rates:

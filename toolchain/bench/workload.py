@@ -85,13 +85,13 @@ class PromptMaker:
 
     def make(self, n: int) -> str:
         for _ in range(20):  # decode/encode is not a bijection; trim or pad until exactly n
-            text = self.tok.decode([self.rng.choice(self.pool) for _ in range(n)])
+            text = str(self.tok.decode([self.rng.choice(self.pool) for _ in range(n)]))
             for _ in range(6):
                 got = self.tok.encode(text, add_special_tokens=False)
                 if len(got) == n:
                     return text
                 if len(got) > n:
-                    text = self.tok.decode(got[:n])
+                    text = str(self.tok.decode(got[:n]))
                 else:
                     text = text + self.tok.decode([self.rng.choice(self.pool) for _ in range(n - len(got))])
         raise UserInputError(

@@ -8,7 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from toolchain.cli.options import CellOpt, JsonOpt
+from toolchain.cli.options import (
+    BenchProtocol,
+    CellOpt,
+    JsonOpt,
+    MetricsUrlOpt,
+    RequestsOpt,
+    ServedModelOpt,
+    TokenizerOpt,
+    out_dir_opt,
+    timeout_opt,
+)
 
 app = typer.Typer(
     help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
@@ -22,14 +32,16 @@ def bench(
     url: Annotated[
         str | None, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")
     ] = None,
-    protocol: Annotated[str, typer.Option("--protocol", help="triton | openai | openai-chat")] = "triton",
-    model: Annotated[str, typer.Option("--model", help="Model name (ensemble, tensorrt_llm_bls, ...)")] = "ensemble",
+    protocol: Annotated[
+        BenchProtocol, typer.Option("--protocol", help="Triton gRPC streaming, or the OpenAI API")
+    ] = BenchProtocol.triton,
+    model: ServedModelOpt = "ensemble",
     concurrency: Annotated[
         str | None, typer.Option("--concurrency", help="Fixed concurrency sweep, e.g. 1,8,64")
     ] = None,
     rate: Annotated[str | None, typer.Option("--rate", help="Request-rate sweep (req/s), e.g. 1,2,4")] = None,
     poisson: Annotated[bool, typer.Option("--poisson", help="Poisson arrivals (seeded) instead of constant")] = False,
-    requests: Annotated[int, typer.Option("--requests", help="Measured requests per load point")] = 32,
+    requests: RequestsOpt = 32,
     duration: Annotated[float | None, typer.Option("--duration", help="Stop a load point after N seconds")] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first and excluded")] = 2,
     input_tokens: Annotated[
@@ -45,45 +57,45 @@ def bench(
     shared_prefix: Annotated[
         str | None, typer.Option("--shared-prefix", help="K:P:FRACTION shared system prompts")
     ] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help='JSONL of {"prompt": ...}')] = None,
-    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="Tokenizer directory")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help='Prompts to send: JSONL of {"prompt": ...}')] = None,
+    tokenizer: TokenizerOpt = None,
     repo: Annotated[Path | None, typer.Option("--repo", help="Emitted repository (tokenizer + provenance)")] = None,
     spec: Annotated[Path | None, typer.Option("--spec", help="Spec for SLOs, provenance and the planner floor")] = None,
     cell: CellOpt = None,
-    metrics_url: Annotated[
-        str | None, typer.Option("--metrics-url", help="Prometheus URL, e.g. http://127.0.0.1:8002/metrics")
-    ] = None,
+    metrics_url: MetricsUrlOpt = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s)")] = 300.0,
+    timeout: Annotated[float, timeout_opt("a request")] = 300.0,
     num_draft_tokens: Annotated[
         int | None,
         typer.Option(
             "--num-draft-tokens", help="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
         ),
     ] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the result JSON here")] = None,
+    save: Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a load test; print a table and write one JSON document with raw timings and provenance.
 
     Examples:
-      toolchain bench --url 127.0.0.1:8001 --repo ./repo --concurrency 1,4 --requests 32 --out run.json
+      toolchain bench --url 127.0.0.1:8001 --repo ./repo --concurrency 1,4 --requests 32 --save run.json
       toolchain bench --url http://127.0.0.1:8000 --protocol openai --model llama --rate 2,4 --poisson --tokenizer ./tok
     """
     if ctx.invoked_subcommand is not None:
         return
-    from toolchain.bench.run import assess, run_bench, save, without_records
-    from toolchain.bench.setup import make_config
+    from toolchain.bench.run import assess, without_records
     from toolchain.cli.render import Stages, err, print_json
     from toolchain.errors import UserInputError
+    from toolchain.pipeline.bench import run_benchmark
 
     if not url:
         raise UserInputError("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC")
-    cfg, c = make_config(
+    result = run_benchmark(
+        save_to=save,
+        progress=Stages(quiet=json_out),
         url=url,
-        protocol=protocol,
+        protocol=protocol.value,
         model=model,
         concurrency=concurrency,
         rate=rate,
@@ -106,26 +118,15 @@ def bench(
         timeout=timeout,
         num_draft_tokens=num_draft_tokens,
     )
-    result = run_bench(cfg, progress=Stages(quiet=json_out))
-    if c is not None:
-        from toolchain.planning.plan import plan_cell
-        from toolchain.specs.arch import arch_for_spec
-
-        result["planner"] = {
-            "tpot_floor_b1_ms": plan_cell(c, arch_for_spec(c.spec)).tpot_floor_b1_ms,
-            "gpu": c.gpu.name,
-        }
-    if out:
-        save(result, out)
     if json_out:
         print_json(without_records(result))
     else:
         print_table(result)
-        if out:
-            err.print(f"result: {out}", highlight=False)
+        if save:
+            err.print(f"result: {save}", highlight=False)
     code, reason = assess(result)
     if code:
-        kept = f"the partial results are in {out}" if out else "pass --out FILE to keep partial results"
+        kept = f"the partial results are in {save}" if save else "pass --save FILE to keep partial results"
         sys.stderr.write(f"Error: the benchmark did not measure what was asked: {reason} — {kept}\n")
         raise typer.Exit(code)
 
@@ -176,9 +177,9 @@ def print_table(result: dict[str, Any]) -> None:
 @app.command()
 def report(
     results: Annotated[
-        list[str], typer.Argument(help="Result JSON files from `toolchain bench --out`, each PATH or LABEL=PATH")
+        list[str], typer.Argument(help="Result JSON files from `toolchain bench --save`, each PATH or LABEL=PATH")
     ],
-    out: Annotated[Path, typer.Option("--out", help="Directory for report.html, report.md, report.csv and plots")],
+    out: Annotated[Path, out_dir_opt("report.html, report.md, report.csv and plots")],
 ) -> None:
     """Render HTML and Markdown reports, a CSV and plots; several results are compared side by side.
 
@@ -193,3 +194,7 @@ def report(
     files = render(load_results(paths, labels), out)
     for name, p in files.items():
         out_console.print(f"{name}: {p}", highlight=False, markup=False)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="bench")

@@ -189,3 +189,7 @@ def tag(ref: RefArg, name: Annotated[str, typer.Argument(help="Tag name")], regi
 
     key = open_registry(registry).tag(ref, name)
     err.print(f"{name} -> {key}")
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="cache")

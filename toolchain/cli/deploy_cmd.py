@@ -7,132 +7,132 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg
+from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, Frontend, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
+
+
+def deploy(
+    spec: SpecArg,
+    cell: CellOpt = None,
+    out: Annotated[Path | None, out_dir_opt("image/, k8s/, deploy.json")] = None,
+    registry: RegistryOpt = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Registry key or tag to serve (default: the cell's engine key)")
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Image to build and run, repository:tag (default <app>:<key>)")
+    ] = None,
+    registry_secret: Annotated[
+        str | None,
+        typer.Option("--registry-secret", help="Secret (by name) with the registry credentials: AWS_* or HF_TOKEN"),
+    ] = None,
+    registry_pvc: Annotated[
+        str | None, typer.Option("--registry-pvc", help="PersistentVolumeClaim holding a directory registry")
+    ] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace")] = None,
+    frontend: Annotated[
+        Frontend | None,
+        typer.Option(
+            "--frontend",
+            help="openai: Triton's OpenAI frontend + KServe (tensorrt default); kserve: tritonserver; "
+            "trtllm-serve (pytorch default)",
+        ),
+    ] = None,
+    prometheus_url: Annotated[
+        str, typer.Option("--prometheus-url", help="Prometheus the autoscaler queries")
+    ] = "http://prometheus-operated.monitoring.svc:9090",
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node")] = 8,
+    min_replicas: Annotated[int | None, typer.Option("--min-replicas", help="Override the planner's floor")] = None,
+    max_replicas: Annotated[int | None, typer.Option("--max-replicas", help="Override the planner's max")] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option("--tokenizer", help="Tokenizer directory (default: the quantized checkpoint's)")
+    ] = None,
+    reference: Annotated[
+        bool, typer.Option("--reference", help="Serve the CPU reference model from a checkpoint KEY (tests, demos)")
+    ] = False,
+    dry_run: DryRunOpt = False,
+    force: ForceOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a container build context and Kubernetes manifests (kustomize) that serve one cell.
+
+    Examples:
+      toolchain deploy engine_specs/llama-3.3-70b-fp8-h100.yaml --dry-run
+      toolchain deploy engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
+        --registry s3://engines/prod --registry-secret engine-registry --image registry.example.com/llm:8b-v1 \
+        --out ./deploy/llama8b
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import out as stdout
+    from toolchain.deploy import DeployOptions
+    from toolchain.errors import UserInputError
+    from toolchain.specs.loader import load_spec
+
+    s = load_spec(spec)
+    opts = DeployOptions(
+        registry=registry or "",
+        image=image,
+        registry_secret=registry_secret,
+        registry_pvc=registry_pvc,
+        namespace=namespace,
+        frontend=frontend.value if frontend is not None else None,
+        prometheus_url=prometheus_url,
+        gpus_per_node=gpus_per_node,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        force=force,
+    )
+    if dry_run:
+        from toolchain.pipeline.fleet import size_only
+
+        c, sizing = size_only(s, cell, opts)
+        if json_out:
+            print_json({"spec": s.name, "cell": c.id, "sizing": sizing.to_json()})
+        else:
+            kind = "LeaderWorkerSet" if sizing.multi_node else "Deployment"
+            stdout.print(f"cell {c.id}: {kind}, {sizing.gpus_per_replica} GPU(s) per replica", highlight=False)
+            for line in sizing.explain():
+                stdout.print("  " + line, highlight=False, markup=False)
+        return
+    if out is None:
+        raise UserInputError("--out is required to write a deployment", "pass --out DIR, or --dry-run to size only")
+    if not registry:
+        raise UserInputError(
+            "--registry is required: the pod pulls the engine from it at start",
+            "pass --registry s3://bucket/prefix or hf://org/repo (or set TOOLCHAIN_REGISTRY)",
+        )
+    from toolchain.cli.render import Stages
+    from toolchain.pipeline.fleet import deploy_cell
+
+    res = deploy_cell(
+        s,
+        cell_id=cell,
+        out=out,
+        options=opts,
+        engine=engine,
+        tokenizer=tokenizer,
+        reference=reference,
+        progress=Stages(quiet=json_out),
+    )
+    if json_out:
+        print_json(res.to_json())
+        return
+    sz = res.sizing
+    for f in res.files:
+        stdout.print(f"{out / f}", highlight=False, markup=False)
+    err.print(
+        f"wrote {out} for {res.app}: {sz.min_replicas}..{sz.max_replicas} replica(s) × "
+        f"{sz.gpus_per_replica} GPU(s), /dev/shm {sz.shm_bytes / 2**30:.0f} GiB, startup budget "
+        f"{sz.startup_budget_s} s",
+        highlight=False,
+        markup=False,
+    )
+    err.print(
+        f"next: docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
+        f"kubectl apply -k {out / 'k8s'}",
+        highlight=False,
+        markup=False,
+    )
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def deploy(
-        spec: SpecArg,
-        cell: CellOpt = None,
-        out: Annotated[
-            Path | None, typer.Option("--out", help="Directory to write (image/, k8s/, deploy.json)")
-        ] = None,
-        registry: RegistryOpt = None,
-        engine: Annotated[
-            str | None, typer.Option("--engine", help="Registry key or tag to serve (default: the cell's engine key)")
-        ] = None,
-        image: Annotated[
-            str | None, typer.Option("--image", help="Image to build and run, repository:tag (default <app>:<key>)")
-        ] = None,
-        registry_secret: Annotated[
-            str | None,
-            typer.Option("--registry-secret", help="Secret (by name) with the registry credentials: AWS_* or HF_TOKEN"),
-        ] = None,
-        registry_pvc: Annotated[
-            str | None, typer.Option("--registry-pvc", help="PersistentVolumeClaim holding a directory registry")
-        ] = None,
-        namespace: Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace")] = None,
-        frontend: Annotated[
-            str | None,
-            typer.Option(
-                "--frontend",
-                help="openai: Triton's OpenAI frontend + KServe (tensorrt default); kserve: tritonserver; "
-                "trtllm-serve (pytorch default)",
-            ),
-        ] = None,
-        prometheus_url: Annotated[
-            str, typer.Option("--prometheus-url", help="Prometheus the autoscaler queries")
-        ] = "http://prometheus-operated.monitoring.svc:9090",
-        gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs in one node")] = 8,
-        min_replicas: Annotated[int | None, typer.Option("--min-replicas", help="Override the planner's floor")] = None,
-        max_replicas: Annotated[int | None, typer.Option("--max-replicas", help="Override the planner's max")] = None,
-        tokenizer: Annotated[
-            Path | None, typer.Option("--tokenizer", help="Tokenizer directory (default: the quantized checkpoint's)")
-        ] = None,
-        reference: Annotated[
-            bool, typer.Option("--reference", help="Serve the CPU reference model from a checkpoint KEY (tests, demos)")
-        ] = False,
-        dry_run: DryRunOpt = False,
-        force: ForceOpt = False,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Write a container build context and Kubernetes manifests (kustomize) that serve one cell.
-
-        Examples:
-          toolchain deploy engine_specs/llama-3.3-70b-fp8-h100.yaml --dry-run
-          toolchain deploy engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
-            --registry s3://engines/prod --registry-secret engine-registry --image registry.example.com/llm:8b-v1 \
-            --out ./deploy/llama8b
-        """
-        from toolchain.cli.render import err, print_json
-        from toolchain.cli.render import out as stdout
-        from toolchain.deploy import DeployOptions
-        from toolchain.errors import UserInputError
-        from toolchain.specs.loader import load_spec
-
-        s = load_spec(spec)
-        opts = DeployOptions(
-            registry=registry or "",
-            image=image,
-            registry_secret=registry_secret,
-            registry_pvc=registry_pvc,
-            namespace=namespace,
-            frontend=frontend,
-            prometheus_url=prometheus_url,
-            gpus_per_node=gpus_per_node,
-            min_replicas=min_replicas,
-            max_replicas=max_replicas,
-            force=force,
-        )
-        if dry_run:
-            from toolchain.pipeline.fleet import size_only
-
-            c, sizing = size_only(s, cell, opts)
-            if json_out:
-                print_json({"spec": s.name, "cell": c.id, "sizing": sizing.to_json()})
-            else:
-                kind = "LeaderWorkerSet" if sizing.multi_node else "Deployment"
-                stdout.print(f"cell {c.id}: {kind}, {sizing.gpus_per_replica} GPU(s) per replica", highlight=False)
-                for line in sizing.explain():
-                    stdout.print("  " + line, highlight=False, markup=False)
-            return
-        if out is None:
-            raise UserInputError("--out is required to write a deployment", "pass --out DIR, or --dry-run to size only")
-        if not registry:
-            raise UserInputError(
-                "--registry is required: the pod pulls the engine from it at start",
-                "pass --registry s3://bucket/prefix or hf://org/repo (or set TOOLCHAIN_REGISTRY)",
-            )
-        from toolchain.cli.render import Stages
-        from toolchain.pipeline.fleet import deploy_cell
-
-        res = deploy_cell(
-            s,
-            cell_id=cell,
-            out=out,
-            options=opts,
-            engine=engine,
-            tokenizer=tokenizer,
-            reference=reference,
-            progress=Stages(quiet=json_out),
-        )
-        if json_out:
-            print_json(res.to_json())
-            return
-        sz = res.sizing
-        for f in res.files:
-            stdout.print(f"{out / f}", highlight=False, markup=False)
-        err.print(
-            f"wrote {out} for {res.app}: {sz.min_replicas}..{sz.max_replicas} replica(s) × "
-            f"{sz.gpus_per_replica} GPU(s), /dev/shm {sz.shm_bytes / 2**30:.0f} GiB, startup budget "
-            f"{sz.startup_budget_s} s",
-            highlight=False,
-            markup=False,
-        )
-        err.print(
-            f"next: docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
-            f"kubectl apply -k {out / 'k8s'}",
-            highlight=False,
-            markup=False,
-        )
+    app.command()(deploy)

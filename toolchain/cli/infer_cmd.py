@@ -6,50 +6,52 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import JsonOpt
+from toolchain.cli.options import BenchProtocol, JsonOpt, ServedModelOpt, timeout_opt
+
+
+def infer(
+    prompt: Annotated[str, typer.Argument(help="The prompt text")],
+    url: Annotated[
+        str, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")
+    ] = "127.0.0.1:8001",
+    protocol: Annotated[
+        BenchProtocol, typer.Option("--protocol", help="Triton gRPC streaming, or the OpenAI API")
+    ] = BenchProtocol.triton,
+    model: ServedModelOpt = "ensemble",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens to generate")] = 64,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
+    timeout: Annotated[float, timeout_opt("the answer")] = 120.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Send one prompt and print the answer as it streams; timing on stderr.
+
+    Examples:
+      toolchain infer "What is TensorRT-LLM?" --url 127.0.0.1:18001
+      toolchain infer "Hello" --url http://127.0.0.1:8000 --protocol openai-chat --model llama
+    """
+    import sys
+    from dataclasses import asdict
+
+    from toolchain.bench.infer import infer as run_infer
+    from toolchain.cli.render import err, print_json
+
+    def show(piece: str) -> None:
+        if not json_out:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+    res = run_infer(
+        protocol.value, url, model, prompt, max_tokens=max_tokens, stream=stream, timeout=timeout, on_text=show
+    )
+    if json_out:
+        print_json(asdict(res))
+        return
+    sys.stdout.write("\n")
+    ttft = "-" if res.ttft_ms is None else f"{res.ttft_ms:.1f}"
+    e2e = "-" if res.e2e_ms is None else f"{res.e2e_ms:.1f}"
+    tokens = res.output_tokens if res.output_tokens is not None else f"? ({res.token_source})"
+    err.print(f"TTFT {ttft} ms, E2E {e2e} ms, {tokens} output tokens", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def infer(
-        prompt: Annotated[str, typer.Argument(help="The prompt text")],
-        url: Annotated[
-            str, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")
-        ] = "127.0.0.1:8001",
-        protocol: Annotated[str, typer.Option("--protocol", help="triton | openai | openai-chat")] = "triton",
-        model: Annotated[
-            str, typer.Option("--model", help="Model name (ensemble, tensorrt_llm_bls, ...)")
-        ] = "ensemble",
-        max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens to generate")] = 64,
-        stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
-        timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the answer")] = 120.0,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Send one prompt and print the answer as it streams; timing on stderr.
-
-        Examples:
-          toolchain infer "What is TensorRT-LLM?" --url 127.0.0.1:18001
-          toolchain infer "Hello" --url http://127.0.0.1:8000 --protocol openai-chat --model llama
-        """
-        import sys
-        from dataclasses import asdict
-
-        from toolchain.bench.infer import infer as run_infer
-        from toolchain.cli.render import err, print_json
-
-        def show(piece: str) -> None:
-            if not json_out:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-
-        res = run_infer(
-            protocol, url, model, prompt, max_tokens=max_tokens, stream=stream, timeout=timeout, on_text=show
-        )
-        if json_out:
-            print_json(asdict(res))
-            return
-        sys.stdout.write("\n")
-        ttft = "-" if res.ttft_ms is None else f"{res.ttft_ms:.1f}"
-        e2e = "-" if res.e2e_ms is None else f"{res.e2e_ms:.1f}"
-        tokens = res.output_tokens if res.output_tokens is not None else f"? ({res.token_source})"
-        err.print(f"TTFT {ttft} ms, E2E {e2e} ms, {tokens} output tokens", highlight=False, markup=False)
+    app.command()(infer)

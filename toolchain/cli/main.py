@@ -105,11 +105,12 @@ def _main(
     """TensorRT-LLM toolchain: spec → plan → quantize → build → registry → Triton → serve → bench → diagnose."""
 
 
-app.add_typer(spec_cmd.app, name="spec")
-app.add_typer(cache_cmd.app, name="cache")
-app.add_typer(triton_cmd.app, name="triton")
-app.add_typer(bench_cmd.app, name="bench")
-for mod in (
+# One registration style: every command module has register(app), for a command or a command group.
+COMMANDS = (
+    spec_cmd,
+    cache_cmd,
+    triton_cmd,
+    bench_cmd,
     up_cmd,
     gpus_cmd,
     plan_cmd,
@@ -120,8 +121,9 @@ for mod in (
     deploy_cmd,
     diagnose_cmd,
     matrix_cmd,
-):
-    mod.register(app)
+)
+for _module in COMMANDS:
+    _module.register(app)
 
 
 def run() -> None:

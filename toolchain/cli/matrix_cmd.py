@@ -7,48 +7,48 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import RegistryOpt, SpecsArg
+from toolchain.cli.options import MatrixFormat, RegistryOpt, SpecsArg
+
+
+def matrix(
+    specs: SpecsArg,
+    fmt: Annotated[MatrixFormat, typer.Option("--format", help="What to print")] = MatrixFormat.json,
+    registry: RegistryOpt = None,
+    runner_map: Annotated[Path | None, typer.Option("--runner-map", help="YAML: GPU name -> runner label")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Do not ask the registry what is cached")] = False,
+) -> None:
+    """Jobs per cell (runner label, engine key, cached or not) and per quantization group.
+
+    Examples:
+      toolchain matrix engine_specs/*.yaml --format github --registry s3://engines/prod
+      toolchain matrix engine_specs/*.yaml --format gitlab > child-pipeline.yml
+    """
+    import yaml
+
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import UserInputError
+    from toolchain.pipeline.matrix import build_matrix, github, gitlab, load_runner_map
+    from toolchain.registry import open_registry
+
+    if registry is not None and not registry.strip():
+        raise UserInputError(
+            "--registry is empty (is TOOLCHAIN_REGISTRY set in this CI job?)",
+            "set it to the shared registry, or pass --offline to list every cell as not cached",
+        )
+    reg = None if offline else open_registry(registry)
+    m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))
+    if fmt is MatrixFormat.github:
+        print_json(github(m))
+    elif fmt is MatrixFormat.gitlab:
+        typer.echo(yaml.safe_dump(gitlab(m), sort_keys=False))
+    else:
+        print_json(m)
+    cached = sum(b["cached"] for b in m["build"])
+    err.print(
+        f"{len(m['build'])} cells ({cached} already in the registry, no job for them), "
+        f"{len(m['quantize'])} quantize groups"
+    )
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def matrix(
-        specs: SpecsArg,
-        fmt: Annotated[str, typer.Option("--format", help="github | gitlab | json")] = "json",
-        registry: RegistryOpt = None,
-        runner_map: Annotated[Path | None, typer.Option("--runner-map", help="YAML: GPU name -> runner label")] = None,
-        offline: Annotated[bool, typer.Option("--offline", help="Do not ask the registry what is cached")] = False,
-    ) -> None:
-        """Jobs per cell (runner label, engine key, cached or not) and per quantization group.
-
-        Examples:
-          toolchain matrix engine_specs/*.yaml --format github --registry s3://engines/prod
-          toolchain matrix engine_specs/*.yaml --format gitlab > child-pipeline.yml
-        """
-        import yaml
-
-        from toolchain.cli.render import err, print_json
-        from toolchain.errors import UserInputError
-        from toolchain.pipeline.matrix import build_matrix, github, gitlab, load_runner_map
-        from toolchain.registry import open_registry
-
-        if fmt not in ("github", "gitlab", "json"):
-            raise UserInputError(f"unknown --format {fmt!r}", "use github, gitlab or json")
-        if registry is not None and not registry.strip():
-            raise UserInputError(
-                "--registry is empty (is TOOLCHAIN_REGISTRY set in this CI job?)",
-                "set it to the shared registry, or pass --offline to list every cell as not cached",
-            )
-        reg = None if offline else open_registry(registry)
-        m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))
-        if fmt == "github":
-            print_json(github(m))
-        elif fmt == "gitlab":
-            typer.echo(yaml.safe_dump(gitlab(m), sort_keys=False))
-        else:
-            print_json(m)
-        cached = sum(b["cached"] for b in m["build"])
-        err.print(
-            f"{len(m['build'])} cells ({cached} already in the registry, no job for them), "
-            f"{len(m['quantize'])} quantize groups"
-        )
+    app.command()(matrix)

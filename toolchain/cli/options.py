@@ -1,11 +1,88 @@
-"""Option aliases shared by every command group."""
+"""Option aliases shared by every command, and the closed sets they accept.
+
+One option name has one meaning in every command that takes it:
+
+- ``--format``  the format of what the command prints (``matrix``: github, gitlab, json)
+- ``--model``   the name of a served model (``bench``, ``diagnose``); a checkpoint directory is ``--checkpoint``
+- ``--out``     the directory the command writes (``quantize``, ``triton emit``, ``bench report``, ``deploy``);
+                a single result file is ``--save``
+- ``--dataset`` a file of prompts to send (``bench``); calibration data is ``--calib-dataset``
+- ``--samples`` how many times a live server's metrics are sampled (``diagnose``); calibration is ``--calib-samples``
+- ``--timeout`` seconds before one unit of work is abandoned: a build (``build``), a request (``bench``)
+
+Every closed set is an Enum, so an unknown value is refused by the parser with the list of choices. The
+values are the library's own (a test holds each Enum equal to the library's set); they are written out here so
+that ``toolchain --help`` imports nothing heavy.
+"""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+
+class MatrixFormat(str, Enum):
+    github = "github"
+    gitlab = "gitlab"
+    json = "json"
+
+
+class BenchProtocol(str, Enum):
+    triton = "triton"
+    openai = "openai"
+    openai_chat = "openai-chat"
+
+
+class WeightFormat(str, Enum):
+    """Formats ``toolchain quantize`` writes (``toolchain.quantize.run.FORMATS``)."""
+
+    fp8 = "fp8"
+    int4_awq = "int4_awq"
+    w4a8_awq = "w4a8_awq"
+    int8_sq = "int8_sq"
+    int8_wo = "int8_wo"
+    nvfp4 = "nvfp4"
+
+
+class KVCacheFormat(str, Enum):
+    """KV-cache formats ModelOpt calibrates (``toolchain.quantize.run.KV_FORMATS``)."""
+
+    none = "none"
+    fp8 = "fp8"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DeviceMap(str, Enum):
+    """How a model larger than one GPU is spread over the visible GPUs (``toolchain.quantize.run.DEVICE_MAPS``)."""
+
+    auto = "auto"
+    balanced = "balanced"
+    balanced_low_0 = "balanced_low_0"
+    sequential = "sequential"
+
+
+class AccuracyGate(str, Enum):
+    """How the accuracy of a quantized model is measured (``toolchain.quantize.run.GATES``)."""
+
+    auto = "auto"
+    fakequant = "fakequant"
+    dequant = "dequant"
+
+
+class Frontend(str, Enum):
+    """What serves a deployment (``toolchain.deploy.FRONTENDS``)."""
+
+    openai = "openai"
+    kserve = "kserve"
+    trtllm_serve = "trtllm-serve"
+
 
 SpecArg = Annotated[Path, typer.Argument(help="Engine spec YAML (see engine_specs/)", show_default=False)]
 SpecsArg = Annotated[list[Path], typer.Argument(help="One or more engine spec YAML files", show_default=False)]
@@ -22,3 +99,23 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happ
 CellOpt = Annotated[str | None, typer.Option("--cell", help="One matrix cell id (see `toolchain spec expand`)")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing output / rebuild")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
+ServedModelOpt = Annotated[str, typer.Option("--model", help="Name of the served model")]
+CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Hugging Face checkpoint directory")]
+WorldSizeOpt = Annotated[
+    int | None, typer.Option("--world-size", help="Ranks (default: the engine's)", min=1, max=1024)
+]
+MetricsUrlOpt = Annotated[
+    str | None, typer.Option("--metrics-url", help="Prometheus URL, e.g. http://127.0.0.1:8002/metrics")
+]
+TokenizerOpt = Annotated[Path | None, typer.Option("--tokenizer", help="Tokenizer directory")]
+RequestsOpt = Annotated[int, typer.Option("--requests", help="Measured requests per load point", min=1)]
+
+
+def out_dir_opt(what: str) -> Any:
+    """``--out DIR``: the directory a command writes; ``what`` says what goes in it."""
+    return typer.Option("--out", help=f"Directory to write: {what}")
+
+
+def timeout_opt(what: str) -> Any:
+    """``--timeout SECONDS``: when one unit of work (``what``) is abandoned."""
+    return typer.Option("--timeout", help=f"Seconds before {what} is abandoned", min=0.001)

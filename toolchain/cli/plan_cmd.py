@@ -9,91 +9,81 @@ import typer
 from toolchain.cli.options import CellOpt, JsonOpt, SpecArg
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def plan(
-        spec: SpecArg,
-        cell: CellOpt = None,
-        explain: Annotated[bool, typer.Option("--explain", help="Print the formulas with the numbers")] = False,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
+def plan(
+    spec: SpecArg,
+    cell: CellOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the formulas with the numbers")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
 
-        Examples: toolchain plan engine_specs/llama-3.3-70b-fp8-h200.yaml --explain
-        """
-        from rich.table import Table
+    Examples: toolchain plan engine_specs/llama-3.3-70b-fp8.yaml --explain
+    """
+    from rich.table import Table
 
-        from toolchain.cli.render import err, fmt_bytes, out, print_json
-        from toolchain.errors import PlanError
-        from toolchain.planning.plan import explain as explain_plan
-        from toolchain.planning.plan import plan_cell
-        from toolchain.specs.arch import arch_for_spec
-        from toolchain.specs.loader import load_spec
-        from toolchain.specs.matrix import expand, find_cell
-        from toolchain.specs.rules import require_compatible
+    from toolchain.cli.render import err, fmt_bytes, out, print_json
+    from toolchain.errors import PlanError
+    from toolchain.planning.plan import explain as explain_plan
+    from toolchain.planning.spec_plan import plan_spec
+    from toolchain.specs.loader import load_spec
 
-        s = load_spec(spec)
-        cells = [find_cell(s, cell)] if cell else expand(s)
-        require_compatible(s, cells)
-        arch = arch_for_spec(s)
-        local = s.local_source()
-        if local is not None and (local / "config.json").is_file():
-            import json as _json
-
-            from toolchain.specs.arch import unknown_fields
-
-            extra = unknown_fields(_json.loads((local / "config.json").read_text()))
-            if extra:
-                err.print(f"note: config.json fields the planner does not use: {', '.join(extra)}", highlight=False)
-        plans = [plan_cell(c, arch) for c in cells]
-        if json_out:
-            print_json(
-                {"spec": s.name, "model": arch.name, "params": arch.params, "cells": [p.to_json() for p in plans]}
-            )
-        else:
-            t = Table(title=f"plan: {s.name} ({arch.name}, {arch.params / 1e9:.2f} B params)")
-            for col in (
-                "cell",
-                "weights/GPU",
-                "KV budget",
-                "KV/token",
-                "max conc @max_seq",
-                "@avg ctx",
-                "TPOT floor b=1",
-                "TPOT floor @KV batch",
-                "prefill avg",
-                "fleet GPUs",
-            ):
-                t.add_column(col)
-            for p in plans:
-                fleet = str(p.fleet["total_gpus"]) if p.fleet else "-"
-                t.add_row(
-                    p.cell_id,
-                    fmt_bytes(p.weight_bytes_per_gpu),
-                    fmt_bytes(p.kv_budget_bytes),
-                    f"{p.kv_bytes_per_token / 1e3:.1f} KB",
-                    str(p.max_concurrency_at_max_seq),
-                    str(p.max_concurrency_at_avg),
-                    f"{p.tpot_floor_b1_ms:.2f} ms",
-                    f"{p.tpot_floor_kv_batch_ms:.2f} ms (b={p.kv_batch})",
-                    f"{p.prefill_ms_avg_input:.1f} ms",
-                    fleet,
-                )
-            out.print(t)
-            err.print(
-                f"assumptions: MFU {plans[0].mfu:.0%} for prefill; weights read once per decode step; "
-                "memory = marketed decimal GB; see --explain for every formula",
-                highlight=False,
-            )
-            if explain:
-                for p in plans:
-                    out.print(explain_plan(p, arch), markup=False, highlight=False)
+    sp = plan_spec(load_spec(spec), cell)
+    s, arch, plans = sp.spec, sp.arch, sp.plans
+    if sp.unused_config_fields:
+        err.print(
+            f"note: config.json fields the planner does not use: {', '.join(sp.unused_config_fields)}",
+            highlight=False,
+        )
+    if json_out:
+        print_json(sp.to_json())
+    else:
+        t = Table(title=f"plan: {s.name} ({arch.name}, {arch.params / 1e9:.2f} B params)")
+        for col in (
+            "cell",
+            "weights/GPU",
+            "KV budget",
+            "KV/token",
+            "max conc @max_seq",
+            "@avg ctx",
+            "TPOT floor b=1",
+            "TPOT floor @KV batch",
+            "prefill avg",
+            "fleet GPUs",
+        ):
+            t.add_column(col)
         for p in plans:
-            for w in p.warnings:
-                err.print(f"warning: cell {p.cell_id}: {w}", markup=False, highlight=False)
-        errors = [(p.cell_id, e) for p in plans for e in p.errors]
-        if errors:
-            for cid, e in errors[:-1]:
-                err.print(f"Error: cell {cid}: {e}", markup=False, highlight=False)
-            cid, e = errors[-1]
-            raise PlanError(f"cell {cid}: {e}")
+            fleet = str(p.fleet["total_gpus"]) if p.fleet else "-"
+            t.add_row(
+                p.cell_id,
+                fmt_bytes(p.weight_bytes_per_gpu),
+                fmt_bytes(p.kv_budget_bytes),
+                f"{p.kv_bytes_per_token / 1e3:.1f} KB",
+                str(p.max_concurrency_at_max_seq),
+                str(p.max_concurrency_at_avg),
+                f"{p.tpot_floor_b1_ms:.2f} ms",
+                f"{p.tpot_floor_kv_batch_ms:.2f} ms (b={p.kv_batch})",
+                f"{p.prefill_ms_avg_input:.1f} ms",
+                fleet,
+            )
+        out.print(t)
+        err.print(
+            f"assumptions: MFU {plans[0].mfu:.0%} for prefill; weights read once per decode step; "
+            "memory = marketed decimal GB; see --explain for every formula",
+            highlight=False,
+        )
+        if explain:
+            for p in plans:
+                out.print(explain_plan(p, arch), markup=False, highlight=False)
+    for p in plans:
+        for w in p.warnings:
+            err.print(f"warning: cell {p.cell_id}: {w}", markup=False, highlight=False)
+    errors = sp.errors
+    if errors:
+        for cid, e in errors[:-1]:
+            err.print(f"Error: cell {cid}: {e}", markup=False, highlight=False)
+        cid, e = errors[-1]
+        raise PlanError(f"cell {cid}: {e}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(plan)

@@ -18,22 +18,14 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     Examples: toolchain spec validate engine_specs/*.yaml
     """
     from toolchain.cli.render import err, print_json
-    from toolchain.errors import CompatibilityError, ToolchainError
-    from toolchain.specs.loader import load_spec
-    from toolchain.specs.matrix import expand
-    from toolchain.specs.rules import all_problems
+    from toolchain.errors import ToolchainError
+    from toolchain.specs.rules import validate_spec_file
 
     results: list[dict[str, Any]] = []
     failures: list[tuple[str, ToolchainError]] = []
     for path in specs:
         try:
-            spec = load_spec(path)
-            cells = expand(spec)
-            problems = all_problems(spec)
-            if problems:
-                first = problems[0]
-                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-                raise CompatibilityError(f"{path}: {first.message}{more}", first.fix)
+            spec, cells = validate_spec_file(path)
             results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells)})
             if not json_out:
                 err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
@@ -94,3 +86,7 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     ]
     columns = ["cell", "gpu", "batch", "seq", "input", "tp", "engine key", "profile id"]
     print_table(f"{s.name}: {len(ids)} cells", columns, rows)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="spec")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg
+from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
 
 app = typer.Typer(help="Emit and lint Triton TensorRT-LLM model repositories.", no_args_is_help=True)
 
@@ -16,7 +16,7 @@ app = typer.Typer(help="Emit and lint Triton TensorRT-LLM model repositories.", 
 def emit(
     spec: SpecArg,
     engine: Annotated[str, typer.Option("--engine", help="Registry key/tag, an engine directory, or 'reference'")],
-    out: Annotated[Path, typer.Option("--out", help="Repository directory to write")],
+    out: Annotated[Path, out_dir_opt("the model repository")],
     cell: CellOpt = None,
     registry: RegistryOpt = None,
     force: ForceOpt = False,
@@ -66,7 +66,7 @@ def lint(
     world_size: Annotated[int | None, typer.Option("--world-size", help="Ranks you will launch with")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check a repository against its engine and the TensorRT-LLM backend facts; exit 2 on errors.
+    """Check a repository against its engine and the TensorRT-LLM backend rules; exit 2 on errors.
 
     Examples: toolchain triton lint ./repo
     """
@@ -90,3 +90,7 @@ def lint(
         )
     if not json_out:
         err.print(f"ok: {repo} ({len(findings)} warning(s))")
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="triton")

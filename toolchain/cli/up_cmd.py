@@ -9,54 +9,56 @@ import typer
 from toolchain.cli.options import CellOpt, JsonOpt, RegistryOpt, SpecArg
 
 
+def up(
+    spec: SpecArg,
+    cell: CellOpt = None,
+    registry: RegistryOpt = None,
+    requests: Annotated[int, typer.Option("--requests", help="Measured requests per load point")] = 8,
+    json_out: JsonOpt = False,
+) -> None:
+    """Quantize, plan, build or fetch, emit, serve, benchmark and report one cell (default: the first).
+
+    Examples: toolchain up engine_specs/tiny.yaml
+    """
+    from rich.table import Table
+
+    from toolchain.cli.bench_cmd import print_table
+    from toolchain.cli.render import Stages, err, out, print_json
+    from toolchain.pipeline.up import run_up
+    from toolchain.specs.loader import load_spec
+
+    s = load_spec(spec)
+    res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=Stages(quiet=False))
+    if json_out:
+        from dataclasses import asdict
+
+        from toolchain.bench.run import without_records
+
+        d = asdict(res)
+        if d["bench"]:
+            d["bench"] = without_records(d["bench"])
+        print_json(d)
+        return
+    if res.bench:
+        print_table(res.bench)
+    t = Table(title=f"toolchain up {res.spec} / {res.cell}", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("engine key", res.engine_key or "-")
+    t.add_row("profile id", res.profile_id or "-")
+    t.add_row("served by", res.served_by)
+    for k, v in res.stages.items():
+        t.add_row(f"stage: {k}", v)
+    for k, v in res.artifacts.items():
+        t.add_row(k, v)
+    out.print(t)
+    for f in res.findings:
+        err.print(
+            f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}",
+            highlight=False,
+            markup=False,
+        )
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def up(
-        spec: SpecArg,
-        cell: CellOpt = None,
-        registry: RegistryOpt = None,
-        requests: Annotated[int, typer.Option("--requests", help="Measured requests per load point")] = 8,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Quantize, plan, build or fetch, emit, serve, benchmark and report one cell (default: the first).
-
-        Examples: toolchain up engine_specs/tiny.yaml
-        """
-        from rich.table import Table
-
-        from toolchain.cli.bench_cmd import print_table
-        from toolchain.cli.render import Stages, err, out, print_json
-        from toolchain.pipeline.up import run_up
-        from toolchain.specs.loader import load_spec
-
-        s = load_spec(spec)
-        res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=Stages(quiet=False))
-        if json_out:
-            from dataclasses import asdict
-
-            from toolchain.bench.run import without_records
-
-            d = asdict(res)
-            if d["bench"]:
-                d["bench"] = without_records(d["bench"])
-            print_json(d)
-            return
-        if res.bench:
-            print_table(res.bench)
-        t = Table(title=f"toolchain up {res.spec} / {res.cell}", show_header=False)
-        t.add_column("what")
-        t.add_column("value")
-        t.add_row("engine key", res.engine_key or "-")
-        t.add_row("profile id", res.profile_id or "-")
-        t.add_row("served by", res.served_by)
-        for k, v in res.stages.items():
-            t.add_row(f"stage: {k}", v)
-        for k, v in res.artifacts.items():
-            t.add_row(k, v)
-        out.print(t)
-        for f in res.findings:
-            err.print(
-                f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}",
-                highlight=False,
-                markup=False,
-            )
+    app.command()(up)

@@ -1,6 +1,7 @@
 """What a built artifact was built with: GPU, driver, CUDA, TensorRT, TensorRT-LLM, container.
 
-The engine's own config.json records none of this (facts §3), so it goes into the registry manifest.
+The engine's own config.json records none of this (docs/trtllm-build.md, "The built engine"), so it
+goes into the registry manifest.
 """
 
 from __future__ import annotations

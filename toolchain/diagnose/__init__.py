@@ -1,1 +1,1 @@
-"""Rules from the P99-TTFT cookbook: metrics and bench results -> findings with evidence and actions."""
+"""Diagnosis rules (docs/diagnose.md): metrics and bench results -> findings with evidence and actions."""

@@ -1,6 +1,6 @@
-"""The P99-TTFT cookbook as rules. Each finding carries evidence, a severity and an action.
+"""The diagnosis rules of docs/diagnose.md. Each finding carries evidence, a severity and an action.
 
-Thresholds: TTFT P99/P50 > 5 with queue time < 200 ms means prefill-decode
+Thresholds (docs/diagnose.md): TTFT P99/P50 > 5 with queue time < 200 ms means prefill-decode
 interference; queue P99 > 200 ms means too little capacity; KV usage > 80% means preemption risk;
 GPU utilisation < 70% at peak means a scheduling/admission problem; a large TPOT P99/P50 means
 prefill spikes stall decode; prefix caching configured but no reused blocks means it is not working.

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from toolchain.errors import UnknownGPUError
 
-# Weight precisions TensorRT-LLM can build per architecture (facts §8: support matrix,
-# builder.py SM 100-119 rejections of INT8/INT4 weight-only and SmoothQuant).
+# Weight precisions TensorRT-LLM can build per architecture (docs/trtllm-build.md, "What each GPU can
+# build": support matrix, builder.py SM 100-119 rejections of INT8/INT4 weight-only and SmoothQuant).
 _AMPERE = ("bf16", "fp16", "int8_sq", "int8_wo", "int4_awq")
 _ADA_HOPPER = ("bf16", "fp16", "fp8", "int8_sq", "int8_wo", "int4_awq", "w4a8_awq")
 _BLACKWELL = ("bf16", "fp16", "fp8", "nvfp4")

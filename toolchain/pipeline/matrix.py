@@ -24,6 +24,7 @@ from toolchain.errors import CompatibilityError, UserInputError
 from toolchain.specs.loader import load_spec, safe_yaml
 from toolchain.specs.rules import require_compatible
 
+FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",

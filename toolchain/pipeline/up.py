@@ -12,13 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolchain.artifacts.cell import for_cell
+from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
-from toolchain.errors import SpecError
+from toolchain.errors import NeedsGPUError, SpecError
+from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.progress import Progress, prefixed, silent
+from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.rules import require_compatible
+
+REFERENCE = "reference"
 
 
 @dataclass
@@ -57,69 +62,73 @@ def run_up(
     concurrency: tuple[int, ...] = (1, 2),
     progress: Progress = silent,
 ) -> UpResult:
+    """Run every stage for one cell (default: the first), in order; each stage records what it did in the result."""
     from toolchain._deps import need_extras
 
     need_extras("quantize", "triton", "report")
-    from toolchain.bench.loadgen import Load
-    from toolchain.bench.run import BenchConfig, run_bench, save
-    from toolchain.bench.workload import Dist, synthetic
-    from toolchain.compile.draft import builds_for
-    from toolchain.diagnose.rules import diagnose, observations_from
-    from toolchain.errors import NeedsGPUError
-    from toolchain.pipeline.emit import emit_cell
-    from toolchain.planning.plan import plan_cell
-    from toolchain.quantize.run import quantize
-    from toolchain.registry import open_registry
-    from toolchain.specs.arch import arch_for_spec
-    from toolchain.specs.rules import require_compatible
-    from toolchain.triton import server as S
-
     cell: Cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
-    res = UpResult(spec.name, cell.id, None, None)
-
-    res.stages["checkpoint"] = _ensure_checkpoint(spec, progress)
-    art = for_cell(cell)  # the source checkpoint's digest, computed once for the whole run
-    source = art.require_source()
-    res.engine_key, res.profile_id = art.engine_key, art.profile_id
-
-    qout = art.quantized_dir
     if is_unquantized(spec):
         raise SpecError(
             f"spec {spec.name} asks for no quantization; `up` runs the ModelOpt pipeline",
             hint="set quantization.weights (e.g. fp8), or use `toolchain build` directly",
         )
+    res = UpResult(spec.name, cell.id, None, None)
+    res.stages["checkpoint"] = _ensure_checkpoint(spec, progress)
+    art = for_cell(cell)  # the source checkpoint's digest, computed once for the whole run
+    art.require_source()
+    res.engine_key, res.profile_id = art.engine_key, art.profile_id
+
+    _quantize(art, res, progress)
+    plan = _plan(cell, res, progress)
+    engine = _build(art, registry, res, progress)
+    work = cache().up_work(spec.name, cell.id)
+    repo = _emit(art, engine, registry, work, res, progress)
+    _serve_and_bench(art, plan, repo, work, engine, requests, concurrency, res, progress)
+    return res
+
+
+def _quantize(art: CellArtifacts, res: UpResult, progress: Progress) -> None:
+    from toolchain.quantize.run import quantize
+
+    spec = art.spec
     progress(f"quantize ({spec.quantization.weights}, KV {spec.quantization.kv_cache}) with ModelOpt")
     q = quantize(
         spec.local_source() or Path(),
         art.recipe,
-        qout,
+        art.quantized_dir,
         reuse=True,
-        input_digest=source.get("digest"),
+        input_digest=art.require_source().get("digest"),
         accuracy_limits=spec.quantization.accuracy,
         progress=prefixed(progress, "  "),
     )
     res.stages["quantize"] = "reused" if q.reused else "done"
-    res.artifacts["quantized checkpoint"] = str(qout)
-    acc = q.manifest["accuracy"][q.manifest["accuracy"]["gate"]]
-    res.stages["accuracy"] = (
-        f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f} "
-        f"({q.manifest['accuracy']['gate']})"
-    )
+    res.artifacts["quantized checkpoint"] = str(art.quantized_dir)
+    gate = q.manifest["accuracy"]["gate"]
+    acc = q.manifest["accuracy"][gate]
+    res.stages["accuracy"] = f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f} ({gate})"
 
+
+def _plan(cell: Cell, res: UpResult, progress: Progress) -> CellPlan:
     progress("plan")
-    plan = plan_cell(cell, arch_for_spec(spec))
+    plan = plan_cell(cell, arch_for_spec(cell.spec))
     res.tpot_floor_ms = plan.tpot_floor_b1_ms
     res.stages["plan"] = (
         f"KV budget {plan.kv_budget_bytes / 1e9:.1f} GB, {plan.max_concurrency_at_max_seq} "
         f"requests at max_seq_len, TPOT floor {plan.tpot_floor_b1_ms:.3f} ms on {cell.gpu.name}"
     )
+    return plan
+
+
+def _build(art: CellArtifacts, registry: str | None, res: UpResult, progress: Progress) -> str:
+    """The engine key built or found in the registry, or ``reference`` where TensorRT-LLM cannot run."""
+    from toolchain.compile.draft import builds_for
+    from toolchain.registry import open_registry
 
     progress("build (or fetch from the registry)")
-    reg = open_registry(registry)
-    engine = "reference"
+    engine = REFERENCE
     try:
-        b = builds_for(art, reg, progress=prefixed(progress, "  "))[-1]  # draft-target: the draft first
+        b = builds_for(art, open_registry(registry), progress=prefixed(progress, "  "))[-1]  # draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
     except NeedsGPUError as e:
@@ -127,21 +136,39 @@ def run_up(
         progress(f"  {e.message.split(';')[0]}; serving the CPU reference model instead")
     res.served_by = (
         "CPU reference model (PyTorch + transformers), not TensorRT-LLM"
-        if engine == "reference"
+        if engine == REFERENCE
         else f"tensorrtllm backend, engine {engine[:16]}"
     )
+    return engine
 
-    work = cache().up_work(spec.name, cell.id)
+
+def _emit(art: CellArtifacts, engine: str, registry: str | None, work: Path, res: UpResult, progress: Progress) -> Path:
+    from toolchain.pipeline.emit import emit_cell
+
     repo = work / "repo"
-    progress(f"emit Triton repository ({'CPU reference model' if engine == 'reference' else 'tensorrtllm'})")
+    progress(f"emit Triton repository ({'CPU reference model' if engine == REFERENCE else 'tensorrtllm'})")
     emit_cell(art, engine, repo, registry=registry, force=True)
     res.artifacts["triton repository"] = str(repo)
+    return repo
+
+
+def _serve_and_bench(
+    art: CellArtifacts,
+    plan: CellPlan,
+    repo: Path,
+    work: Path,
+    engine: str,
+    requests: int,
+    concurrency: tuple[int, ...],
+    res: UpResult,
+    progress: Progress,
+) -> None:
+    from toolchain.triton import server as S
 
     progress("serve (tritonserver on 127.0.0.1)")
-    ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
     srv = S.start(
         repo,
-        ports=ports,
+        ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
         log_path=work / "tritonserver.log",
         ready_timeout=300,
         extra_args=["--metrics-config=summary_latencies=true"],
@@ -150,46 +177,66 @@ def run_up(
     res.artifacts["server log"] = str(srv.log_path)
     try:
         progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(art.tokenizer_dir())
-        t = spec.traffic
-        inp = Dist.parse(str(t.input_tokens.mean if t else 32))
-        outd = Dist.parse(str(t.output_tokens.mean if t else 16))
-        reqs = synthetic(tok, requests + 1, inp, outd, seed=0)
-        slo = {"ttft_ms": spec.slo.ttft_ms.p99, "tpot_ms": spec.slo.tpot_ms.p99}
-        cfg = BenchConfig(
-            "triton",
-            srv.grpc_url,
-            "ensemble",
-            [Load(concurrency=c) for c in concurrency],
-            reqs,
-            warmup=1,
-            metrics_url=srv.metrics_url,
-            slo=slo,
-            provenance={
-                "spec": spec.name,
-                "cell": cell.id,
-                "engine_key": res.engine_key,
-                "profile_id": res.profile_id,
-                "gpu": cell.gpu.name,
-                "reference": res.served_by if engine == "reference" else None,
-            },
-        )
-        result = run_bench(cfg, progress=prefixed(progress, "  "))
-        result["planner"] = {"tpot_floor_b1_ms": plan.tpot_floor_b1_ms, "gpu": cell.gpu.name}
-        save(result, work / "bench.json")
-        res.bench = result
-        res.artifacts["bench result"] = str(work / "bench.json")
-        from toolchain.bench.report import render
-
-        files = render([result], work / "report", floor_ms=plan.tpot_floor_b1_ms)
-        res.artifacts["report"] = str(files["markdown"])
-        res.findings = [
-            f.to_json() for f in diagnose(observations_from(result, None, spec.serving.enable_prefix_caching))
-        ]
+        result = _bench(art, plan, srv.grpc_url, srv.metrics_url, engine, requests, concurrency, res, progress)
+        _report(art, plan, result, work, res)
         res.stages["bench"] = "done"
     finally:
         progress("stop the server")
         srv.stop()
-    return res
+
+
+def _bench(
+    art: CellArtifacts,
+    plan: CellPlan,
+    grpc_url: str,
+    metrics_url: str,
+    engine: str,
+    requests: int,
+    concurrency: tuple[int, ...],
+    res: UpResult,
+    progress: Progress,
+) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from toolchain.bench.loadgen import Load
+    from toolchain.bench.run import BenchConfig, run_bench
+    from toolchain.bench.workload import Dist, synthetic
+    from toolchain.pipeline.bench import planner_floor
+
+    spec, cell = art.spec, art.cell
+    tok = AutoTokenizer.from_pretrained(art.tokenizer_dir())
+    t = spec.traffic
+    inp = Dist.parse(str(t.input_tokens.mean if t else 32))
+    outd = Dist.parse(str(t.output_tokens.mean if t else 16))
+    cfg = BenchConfig(
+        "triton",
+        grpc_url,
+        "ensemble",
+        [Load(concurrency=c) for c in concurrency],
+        synthetic(tok, requests + 1, inp, outd, seed=0),
+        warmup=1,
+        metrics_url=metrics_url,
+        slo={"ttft_ms": spec.slo.ttft_ms.p99, "tpot_ms": spec.slo.tpot_ms.p99},
+        provenance={
+            **art.identity(),
+            "gpu": cell.gpu.name,
+            "reference": res.served_by if engine == REFERENCE else None,
+        },
+    )
+    result = run_bench(cfg, progress=prefixed(progress, "  "))
+    result["planner"] = planner_floor(cell, plan)
+    return result
+
+
+def _report(art: CellArtifacts, plan: CellPlan, result: dict[str, Any], work: Path, res: UpResult) -> None:
+    from toolchain.bench.report import render
+    from toolchain.bench.run import save
+    from toolchain.diagnose.rules import diagnose, observations_from
+
+    save(result, work / "bench.json")
+    res.bench = result
+    res.artifacts["bench result"] = str(work / "bench.json")
+    files = render([result], work / "report", floor_ms=plan.tpot_floor_b1_ms)
+    res.artifacts["report"] = str(files["markdown"])
+    observations = observations_from(result, None, art.spec.serving.enable_prefix_caching)
+    res.findings = [f.to_json() for f in diagnose(observations)]

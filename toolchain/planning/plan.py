@@ -91,7 +91,8 @@ class CellPlan:
 
 
 def _target(p: Any) -> float | None:
-    return p.p99 or p.p90 or p.p50
+    value: float | None = p.p99 or p.p90 or p.p50
+    return value
 
 
 def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:

@@ -6,7 +6,7 @@ Two ways to get the quantized logits:
   original architecture (weights only). This is the only way on CPU for NVFP4, whose fake-quant
   forward needs CUDA, and it checks the bytes that were actually written.
 
-Packing (facts/modelopt-on-cpu.md §4a): FP8 ``w·s``; INT8 ``w·s[:,None]``; INT4/W4A8 AWQ uint8
+Packing (docs/modelopt.md, "Dequantizing the HF export"): FP8 ``w·s``; INT8 ``w·s[:,None]``; INT4/W4A8 AWQ uint8
 [out/2, in], low nibble row 2i, high nibble row 2i+1, signed, ``q·repeat(s, group)``; NVFP4 uint8
 [out, in/2], low nibble col 2j, E2M1 values, ``q·repeat(s,16)·s2``; then ``·pre_quant_scale`` per column.
 """
@@ -192,7 +192,7 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
 
     cfg = AutoConfig.from_pretrained(model_dir)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)  # type: ignore[no-untyped-call]
     model.eval()
     for mod in model.modules():
         for bname, buf in list(mod._buffers.items()):

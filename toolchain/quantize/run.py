@@ -34,6 +34,8 @@ from toolchain.specs.checkpoint import config_dims, read_config_json, safetensor
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
+DEVICES = ("cpu", "cuda")
+GATES = ("auto", "fakequant", "dequant")  # how accuracy is measured: fake-quant forward, dequantized export
 _CFG = {
     "fp8": "FP8_DEFAULT_CFG",
     "int4_awq": "INT4_AWQ_CFG",
@@ -148,13 +150,7 @@ def quantize(
     ``input_digest`` is ``model_dir``'s content digest when the caller already has it (it is computed otherwise).
     """
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
-    if recipe.weights not in FORMATS:
-        raise UserInputError(f"unknown format '{recipe.weights}'", f"use one of {', '.join(FORMATS)}")
-    if recipe.kv_cache not in KV_FORMATS:
-        raise UserInputError(
-            f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
-            "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
-        )
+    _check_request(recipe, device, device_map, gate_method)
     cfg = check_checkpoint(model_dir, allow_pickle)
     input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
@@ -167,146 +163,197 @@ def quantize(
             return QuantizeResult(out, existing, reused=True)
         if not force:
             raise OutputExistsError(f"{out} already exists")
-    if device == "cuda":
-        torch = require("torch", "quantize")
-        if not torch.cuda.is_available():
-            raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
-    elif device != "cpu":
+    if device == "cuda" and not require("torch", "quantize").cuda.is_available():
+        raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
+    progress("importing torch, transformers and ModelOpt")
+    run = _Run(model_dir, recipe, device, device_map, progress)
+    calibrated = run.calibrate(gate_method)
+    with staged_dir(out) as tmp:
+        run.export(calibrated, DECODER_TYPE[cfg["architectures"][0]], tmp)
+        progress("checking accuracy")
+        dq = run.acc.check_export(model_dir, tmp / "hf", calibrated.first)
+        primary = calibrated.fake if calibrated.fake is not None else dq
+        files, hashed = file_digests(tmp)
+        manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
+        if accuracy_limits is not None:
+            run.acc.gate(primary, accuracy_limits)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        _fsync_tree(tmp)
+    remember_digests(out, files, hashed)  # the next reuse need not read the files again
+    return QuantizeResult(out, manifest, notes=calibrated.notes)
+
+
+def _check_request(recipe: Recipe, device: str, device_map: str | dict[str, Any] | None, gate_method: str) -> None:
+    """Refuse what this quantizer cannot do, before any file is read."""
+    if recipe.weights not in FORMATS:
+        raise UserInputError(f"unknown format '{recipe.weights}'", f"use one of {', '.join(FORMATS)}")
+    if recipe.kv_cache not in KV_FORMATS:
+        raise UserInputError(
+            f"KV-cache format '{recipe.kv_cache}' is not supported by this quantizer",
+            "use --kv-cache fp8 or none (INT8 KV needs the engine path's converter)",
+        )
+    if gate_method not in GATES:
+        raise UserInputError(f"unknown accuracy gate '{gate_method}'", f"use one of {', '.join(GATES)}")
+    if device not in DEVICES:
         raise UserInputError(f"unknown device '{device}'", "use --device cpu or --device cuda")
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise UserInputError(f"unknown device map '{device_map}'", f"use one of {', '.join(DEVICE_MAPS)}")
 
-    progress("importing torch, transformers and ModelOpt")
-    torch = require("torch", "quantize")
-    transformers = require("transformers", "quantize")
-    mtq = require("modelopt.torch.quantization", "quantize")
-    mto = require("modelopt.torch.opt", "quantize")
-    mexport = require("modelopt.torch.export", "quantize")
-    from toolchain.quantize import accuracy as acc_mod
-    from toolchain.quantize.calib import load_texts, tokenize
 
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    t0 = time.time()
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}[recipe.dtype]
-    torch.manual_seed(recipe.seed)
-    notes: list[str] = []
+@dataclass
+class _Calibrated:
+    model: Any
+    first: str  # the device of the input embedding: where inputs go
+    calib_digest: str
+    fake: Any  # the fake-quant accuracy check, or None when it cannot run here
+    notes: list[str]
 
-    def fresh() -> Any:
-        auto = transformers.AutoModelForCausalLM
-        if device_map is not None:
-            return auto.from_pretrained(model_dir, dtype=dtype, device_map=device_map).eval()
-        if device == "cuda":  # straight onto the GPU, never a full copy in host memory first
-            return auto.from_pretrained(model_dir, dtype=dtype, device_map={"": 0}).eval()
-        return auto.from_pretrained(model_dir, dtype=dtype).eval()
 
-    progress("loading checkpoint")
-    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = fresh()
-    # Inputs go where the embedding lies; with a device map the model moves activations onward itself.
-    first = str(model.get_input_embeddings().weight.device)
-    if recipe.weights in AWQ_FORMATS:
-        check_awq_dims(model, recipe.awq_group_size)
+class _Run:
+    """One quantization: the libraries, the checkpoint and the recipe, shared by its steps."""
 
-    with _quiet():
-        quant_cfg = _config(mtq, recipe)
+    def __init__(
+        self,
+        model_dir: Path,
+        recipe: Recipe,
+        device: str,
+        device_map: str | dict[str, Any] | None,
+        progress: Progress,
+    ) -> None:
+        self.torch = require("torch", "quantize")
+        self.transformers = require("transformers", "quantize")
+        self.mtq = require("modelopt.torch.quantization", "quantize")
+        self.mto = require("modelopt.torch.opt", "quantize")
+        self.mexport = require("modelopt.torch.export", "quantize")
+        from toolchain.quantize import accuracy
 
-    texts = load_texts(recipe.dataset, Path.cwd(), recipe.seed, recipe.samples)
-    batches, calib_digest = tokenize(tok, texts, recipe.seq_len, recipe.batch_size)
+        self.acc = accuracy
+        self.transformers.utils.logging.disable_progress_bar()
+        self.transformers.utils.logging.set_verbosity_error()
+        self.t0 = time.time()
+        self.model_dir, self.recipe, self.device, self.device_map = model_dir, recipe, device, device_map
+        self.progress = progress
+        self.dtype = {"bfloat16": self.torch.bfloat16, "float16": self.torch.float16}[recipe.dtype]
+        self.torch.manual_seed(recipe.seed)
+        progress("loading checkpoint")
+        self.tok = self.transformers.AutoTokenizer.from_pretrained(model_dir)
+        if self.tok.pad_token is None:
+            self.tok.pad_token = self.tok.eos_token
 
-    def forward_loop(m: Any) -> None:
-        with torch.no_grad():
-            for i, b in enumerate(batches):
-                m(input_ids=b.input_ids.to(first), attention_mask=b.attention_mask.to(first))
-                progress("calibration", i + 1, len(batches), unit="batch")
+    def fresh(self) -> Any:
+        auto = self.transformers.AutoModelForCausalLM
+        if self.device_map is not None:
+            return auto.from_pretrained(self.model_dir, dtype=self.dtype, device_map=self.device_map).eval()
+        if self.device == "cuda":  # straight onto the GPU, never a full copy in host memory first
+            return auto.from_pretrained(self.model_dir, dtype=self.dtype, device_map={"": 0}).eval()
+        return auto.from_pretrained(self.model_dir, dtype=self.dtype).eval()
 
-    eval_batch = acc_mod.held_out_batch(tok)
-    on_first = {k: v.to(first) for k, v in eval_batch.items()}
-    ref_logits = acc_mod.logits_of(model, on_first).cpu()
+    def calibrate(self, gate_method: str) -> _Calibrated:
+        """Load, calibrate with ModelOpt, and measure the fake-quantized model where it can run."""
+        from toolchain.quantize.calib import load_texts, tokenize
 
-    progress(f"calibrating {recipe.weights} (kv {recipe.kv_cache}) on {recipe.samples} samples")
-    with _quiet():
-        try:
-            model = mtq.quantize(model, quant_cfg, forward_loop)
-        except AssertionError as e:
-            raise NeedsGPUError(
-                f"ModelOpt could not calibrate {recipe.weights} on {device}: {e}", "run on a GPU host (--device cuda)"
-            ) from e
-
-    fake: Any = None
-    use_fake = gate_method in ("auto", "fakequant") and not (recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu")
-    if gate_method == "fakequant" and not use_fake:
-        raise NeedsGPUError(
-            f"the {recipe.weights} fake-quant forward needs a GPU", "use --gate dequant (the default falls back to it)"
-        )
-    if recipe.weights in NEEDS_CUDA_FORWARD and device == "cpu":
-        notes.append(f"{recipe.weights} fake-quant evaluation needs a GPU; checked the dequantized export instead")
-    if use_fake:
-        progress("evaluating fake-quantized model")
+        recipe, torch, progress = self.recipe, self.torch, self.progress
+        model = self.fresh()
+        # Inputs go where the embedding lies; with a device map the model moves activations onward itself.
+        first = str(model.get_input_embeddings().weight.device)
+        if recipe.weights in AWQ_FORMATS:
+            check_awq_dims(model, recipe.awq_group_size)
         with _quiet():
-            q_logits = acc_mod.logits_of(model, on_first).cpu()
-        fake = acc_mod.compare(ref_logits, q_logits, eval_batch, "fakequant")
+            quant_cfg = _config(self.mtq, recipe)
+        texts = load_texts(recipe.dataset, Path.cwd(), recipe.seed, recipe.samples)
+        batches, calib_digest = tokenize(self.tok, texts, recipe.seq_len, recipe.batch_size)
 
-    with staged_dir(out) as tmp:
-        # Each exporter changes the model it reads (scales are merged, weights replaced by their
-        # quantized form), so the second export reads a copy restored from the saved quantizer state.
+        def forward_loop(m: Any) -> None:
+            with torch.no_grad():
+                for i, b in enumerate(batches):
+                    m(input_ids=b.input_ids.to(first), attention_mask=b.attention_mask.to(first))
+                    progress("calibration", i + 1, len(batches), unit="batch")
+
+        eval_batch = self.acc.held_out_batch(self.tok)
+        on_first = {k: v.to(first) for k, v in eval_batch.items()}
+        ref_logits = self.acc.logits_of(model, on_first).cpu()
+        progress(f"calibrating {recipe.weights} (kv {recipe.kv_cache}) on {recipe.samples} samples")
+        with _quiet():
+            try:
+                model = self.mtq.quantize(model, quant_cfg, forward_loop)
+            except AssertionError as e:
+                raise NeedsGPUError(
+                    f"ModelOpt could not calibrate {recipe.weights} on {self.device}: {e}",
+                    "run on a GPU host (--device cuda)",
+                ) from e
+        notes: list[str] = []
+        cpu_only = recipe.weights in NEEDS_CUDA_FORWARD and self.device == "cpu"
+        use_fake = gate_method in ("auto", "fakequant") and not cpu_only
+        if gate_method == "fakequant" and not use_fake:
+            raise NeedsGPUError(
+                f"the {recipe.weights} fake-quant forward needs a GPU",
+                "use --gate dequant (the default falls back to it)",
+            )
+        if cpu_only:
+            notes.append(f"{recipe.weights} fake-quant evaluation needs a GPU; checked the dequantized export instead")
+        fake: Any = None
+        if use_fake:
+            progress("evaluating fake-quantized model")
+            with _quiet():
+                q_logits = self.acc.logits_of(model, on_first).cpu()
+            fake = self.acc.compare(ref_logits, q_logits, eval_batch, "fakequant")
+        return _Calibrated(model, first, calib_digest, fake, notes)
+
+    def export(self, calibrated: _Calibrated, decoder: str, tmp: Path) -> None:
+        """Both checkpoints into ``tmp``: TensorRT-LLM's from the calibrated model, the unified HF one from a copy.
+
+        Each exporter changes the model it reads (scales are merged, weights replaced by their quantized form),
+        so the second export reads a copy restored from the saved quantizer state."""
+        recipe, torch, mexport = self.recipe, self.torch, self.mexport
         state = tmp / "modelopt_state.pth"
         with _quiet():
-            mto.save(model, str(state))
-        progress(f"exporting TensorRT-LLM checkpoint (tp={recipe.tp}, pp={recipe.pp})")
-        decoder = DECODER_TYPE[cfg["architectures"][0]]
+            self.mto.save(calibrated.model, str(state))
+        self.progress(f"exporting TensorRT-LLM checkpoint (tp={recipe.tp}, pp={recipe.pp})")
         with _quiet(), torch.inference_mode():
             mexport.export_tensorrt_llm_checkpoint(
-                model,
+                calibrated.model,
                 decoder_type=decoder,
-                dtype=dtype,
+                dtype=self.dtype,
                 export_dir=tmp / "trtllm",
                 inference_tensor_parallel=recipe.tp,
                 inference_pipeline_parallel=recipe.pp,
             )
-        del model
-        tok.save_pretrained(tmp / "trtllm")
+        calibrated.model = None  # free it before the copy is loaded
+        self.tok.save_pretrained(tmp / "trtllm")
         _check_trtllm_config(tmp / "trtllm", recipe)
-        progress("exporting unified HF checkpoint")
+        self.progress("exporting unified HF checkpoint")
         with _quiet(), torch.inference_mode():
-            m_hf = mto.restore(fresh(), str(state))
+            m_hf = self.mto.restore(self.fresh(), str(state))
             mexport.export_hf_checkpoint(m_hf, export_dir=tmp / "hf")
         del m_hf
-        tok.save_pretrained(tmp / "hf")
+        self.tok.save_pretrained(tmp / "hf")
         state.unlink()
 
-        progress("checking accuracy")
-        dq = acc_mod.check_export(model_dir, tmp / "hf", first)
-        primary = fake if fake is not None else dq
-        files, hashed = file_digests(tmp)
-        manifest = {
-            "kind": "toolchain.quantized-checkpoint",
-            "schema": 1,
-            "input": str(model_dir),
-            "input_digest": input_digest,
-            "recipe": recipe.to_json(),
-            "calibration_digest": calib_digest,
-            "versions": _versions(),
-            "device": device,
-            "files": files,
-            "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
-            "accuracy": {
-                "gate": primary.method,
-                "fakequant": fake.to_json() if fake else None,
-                "dequant": dq.to_json(),
-            },
-            "notes": notes,
-            "wall_time_s": round(time.time() - t0, 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        }
-        if accuracy_limits is not None:
-            acc_mod.gate(primary, accuracy_limits)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        _fsync_tree(tmp)
-    remember_digests(out, files, hashed)  # the next reuse need not read the files again
-    return QuantizeResult(out, manifest, notes=notes)
+
+def _manifest(
+    run: _Run, input_digest: str, calibrated: _Calibrated, primary: Any, dq: Any, files: dict[str, Any]
+) -> dict[str, Any]:
+    """What ``manifest.json`` records: inputs, recipe, versions, file digests, accuracy, cost."""
+    return {
+        "kind": "toolchain.quantized-checkpoint",
+        "schema": 1,
+        "input": str(run.model_dir),
+        "input_digest": input_digest,
+        "recipe": run.recipe.to_json(),
+        "calibration_digest": calibrated.calib_digest,
+        "versions": _versions(),
+        "device": run.device,
+        "files": files,
+        "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
+        "accuracy": {
+            "gate": primary.method,
+            "fakequant": calibrated.fake.to_json() if calibrated.fake else None,
+            "dequant": dq.to_json(),
+        },
+        "notes": calibrated.notes,
+        "wall_time_s": round(time.time() - run.t0, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def _config(mtq: Any, recipe: Recipe) -> Any:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from toolchain import settings
 from toolchain.errors import ModelConfigError
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.models import EngineSpec
@@ -243,12 +243,11 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     with contextlib.suppress(Exception):  # a config.json already in the Hub cache needs no network
         path = hf_hub_download(repo, "config.json", revision=rev, local_files_only=True)
     if path is None:
-        env = os.environ.get("HF_HUB_OFFLINE")
-        if env.upper() in ("1", "ON", "YES", "TRUE") if env is not None else constants.HF_HUB_OFFLINE:
+        if settings.hf_offline(constants.HF_HUB_OFFLINE):
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'}: not cached and HF_HUB_OFFLINE is set", hint
             )
-        endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+        endpoint = settings.hf_endpoint(constants.ENDPOINT)
         if not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at {endpoint} "

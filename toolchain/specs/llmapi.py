@@ -1,6 +1,6 @@
 """LLM-API options (``extra_llm_api_options`` YAML) for the PyTorch runtime, TensorRT-LLM 1.2.
 
-Field names and rules: facts/trtllm-llmapi-and-serve.md §2-§3 and §11. Every key we write is
+Field names and rules: docs/llmapi.md. Every key we write is
 checked against the allowed sets below (TensorRT-LLM rejects unknown keys at every level).
 """
 

@@ -145,7 +145,7 @@ class _SpecLoader(yaml.SafeLoader):
         self._nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         mark = event.start_mark
         if isinstance(event, yaml.AliasEvent):
             raise yaml.MarkedYAMLError(problem="YAML aliases (*name) are not allowed in a spec", problem_mark=mark)

@@ -9,10 +9,11 @@ cache sized by the ``lora_cache_*`` parameters, so they are runtime fields.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import JsonDict
+
+JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
     from toolchain.specs.models import EngineSpec

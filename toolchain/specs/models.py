@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
-from pydantic.json_schema import JsonDict
 
 from toolchain.specs.lora import LoraServing
 from toolchain.specs.speculative import SpeculativeDecoding
+
+JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 WeightFormat = Literal["bf16", "fp16", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4"]
 KVCacheFormat = Literal["auto", "fp8", "int8"]

@@ -11,7 +11,7 @@ from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
 
 FP8_CTX_QUANT = ("fp8", "w4a8_awq", "nvfp4")  # quant that keeps FP8 context FMHA (builder.py)
-# Architectures TensorRT-LLM applies reduce_fusion to (facts §1.5 item 4).
+# Architectures TensorRT-LLM applies reduce_fusion to (docs/trtllm-build.md, automatic adjustments, item 2).
 REDUCE_FUSION_ARCHS = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM")
 
 
@@ -47,7 +47,7 @@ def resolve(cell: Cell, architecture: str = "LlamaForCausalLM") -> Resolved:
             f"NVFP4 builds use the nvfp4 GEMM plugin; build.gemm_plugin {gemm} is not allowed",
             "remove build.gemm_plugin or set it to nvfp4",
         )
-    # builder.py's order of adjustments (facts §1.5 item 7)
+    # builder.py's order of adjustments (docs/trtllm-build.md, automatic adjustments, item 4)
     kv_fp8 = q.kv_cache == "fp8"
     paged = b.use_paged_context_fmha is not False
     fp8_ctx = b.use_fp8_context_fmha is not False

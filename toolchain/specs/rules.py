@@ -1,12 +1,13 @@
 """Compatibility rules checked before any GPU time is spent.
 
-Sources: facts/trtllm-and-triton-backend.md §1.5 and §8 (support matrix, builder.py checks,
+Sources: docs/trtllm-build.md ("Automatic adjustments", "What each GPU can build") (support matrix, builder.py checks,
 kv-cache-reuse and gpt-attention docs, C++ backend streaming check).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from toolchain.specs.matrix import Cell
@@ -281,3 +282,20 @@ def require_compatible(spec: EngineSpec, cells: list[Cell] | None = None) -> Non
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CompatibilityError(problems[0].line().rsplit(" — ", 1)[0] + more, problems[0].fix)
+
+
+def validate_spec_file(path: Path) -> tuple[EngineSpec, list[Cell]]:
+    """`toolchain spec validate` for one file: parse it strictly, expand it, and apply every rule; the first
+    problem is raised as a CompatibilityError that names the file (with how many more there are)."""
+    from toolchain.errors import CompatibilityError
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
+
+    spec = load_spec(path)
+    cells = expand(spec)
+    problems = all_problems(spec, cells)
+    if problems:
+        first = problems[0]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CompatibilityError(f"{path}: {first.message}{more}", first.fix)
+    return spec, cells

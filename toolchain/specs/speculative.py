@@ -11,10 +11,11 @@ helpers that need an ``EngineSpec`` import it inside the function.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import JsonDict
+
+JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
     from toolchain.specs.matrix import Cell

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 
-def _inp(g: Any, name: str, arr: np.ndarray, dtype: str) -> Any:
+def _inp(g: Any, name: str, arr: np.ndarray[Any, Any], dtype: str) -> Any:
     i = g.InferInput(name, list(arr.shape), dtype)
     i.set_data_from_numpy(arr)
     return i

@@ -125,12 +125,32 @@ def _path_finding(
 
 
 def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Finding]:
+    """Every finding for the repository at ``repo``, errors and warnings, in file order of the checks."""
     repo = Path(repo)
+    if not repo.is_dir():
+        return [Finding(str(repo), "-", "is not a directory", "give the model repository directory")]
+    configs, files, out = _read_configs(repo)
+    if not configs:
+        return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
+    meta = read_repo_meta(repo)
+    llm_name = next((n for n, c in configs.items() if c.backend == "tensorrtllm" or _param(c, "gpt_model_type")), None)
+    if llm_name:
+        out += _lint_llm(repo, llm_name, configs, files, meta, world_size)
+    out += _lint_tokenizers(repo, configs, files, meta)
+    out += [
+        Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
+        for msg in lint_repository_features(configs, meta)
+    ]
+    out += _lint_llmapi(repo, meta)
+    out += _lint_models(repo, configs, files)
+    return out
+
+
+def _read_configs(repo: Path) -> tuple[dict[str, Any], dict[str, str], list[Finding]]:
+    """Parsed ``*/config.pbtxt`` by model name, their paths, and findings (placeholders, parse errors)."""
     out: list[Finding] = []
     configs: dict[str, Any] = {}
     files: dict[str, str] = {}
-    if not repo.is_dir():
-        return [Finding(str(repo), "-", "is not a directory", "give the model repository directory")]
     for p in sorted(repo.glob("*/config.pbtxt")):
         text = p.read_text(errors="replace")
         for n, ln in enumerate(text.splitlines(), 1):
@@ -149,200 +169,241 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
             continue
         configs[cfg.name or p.parent.name] = cfg
         files[cfg.name or p.parent.name] = str(p)
-    if not configs:
-        return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
+    return configs, files, out
 
-    meta = read_repo_meta(repo)
-    llm_name = next((n for n, c in configs.items() if c.backend == "tensorrtllm" or _param(c, "gpt_model_type")), None)
-    engine: EngineInfo | None = None
-    if llm_name:
-        llm, f = configs[llm_name], files[llm_name]
-        mtype = _param(llm, "gpt_model_type")
-        if mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
-            out.append(
-                Finding(
-                    f,
-                    "parameters.gpt_model_type",
-                    f"is {mtype!r}",
-                    "set it to inflight_fused_batching (or V1 for static batching)",
-                )
-            )
-        path = _param(llm, "gpt_model_path") or ""
-        if path and Path(path, "config.json").is_file():
-            engine = EngineInfo.from_engine_dir(Path(path))
-            ranks = len(list(Path(path).glob("rank*.engine")))
-            if ranks != engine.world_size:
-                out.append(
-                    Finding(
-                        f,
-                        "parameters.gpt_model_path",
-                        f"engine has {ranks} rank*.engine files for world size {engine.world_size}",
-                        "rebuild the engine; every rank must be present",
-                    )
-                )
-        elif meta.get("reference") and meta.get("engine"):
-            engine = EngineInfo(**meta["engine"])
-        elif llm.backend == "tensorrtllm":
-            found = _path_finding(
+
+def _lint_llm(
+    repo: Path,
+    llm_name: str,
+    configs: dict[str, Any],
+    files: dict[str, str],
+    meta: dict[str, Any],
+    world_size: int | None,
+) -> list[Finding]:
+    """The LLM model (``tensorrt_llm``): its type, engine, required and valid parameters, engine limits."""
+    llm, f = configs[llm_name], files[llm_name]
+    out: list[Finding] = []
+    mtype = _param(llm, "gpt_model_type")
+    if mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
+        out.append(
+            Finding(
                 f,
-                "parameters.gpt_model_path",
-                path,
-                False,
-                meta,
-                "engine directory",
-                "point it at the directory holding config.json and rank*.engine",
+                "parameters.gpt_model_type",
+                f"is {mtype!r}",
+                "set it to inflight_fused_batching (or V1 for static batching)",
             )
-            if found is not None:
-                out.append(found)
-            if found is not None and found.severity == "warning" and meta.get("engine"):
-                engine = EngineInfo(**meta["engine"])
-        if llm.backend == "tensorrtllm":
-            for key in T.REQUIRED_PARAMETERS:
-                if _param(llm, key) is None:
-                    out.append(
-                        Finding(
-                            f,
-                            f"parameters.{key}",
-                            "missing: the tensorrtllm backend reads it with no default and fails to load "
-                            f"('Cannot find parameter with name: {key}')",
-                            f'add parameters {{ key: "{key}" value {{ string_value: "" }} }} (empty disables it)',
-                        )
-                    )
-        if _param(llm, "toolchain_reference") is not None:
-            hf = _param(llm, "hf_model_dir") or ""
-            hf_path = _resolve(repo / llm_name, hf)
-            found = _path_finding(
-                f,
-                "parameters.hf_model_dir",
-                hf,
-                bool(hf) and (hf_path / "config.json").is_file(),
-                meta,
-                "reference model directory",
-                "re-emit the repository (the reference checkpoint is copied into tensorrt_llm/1/hf_model)",
-            )
-            if found is not None:
-                out.append(found)
-        if world_size is not None and engine is not None and world_size != engine.world_size:
-            out.append(
-                Finding(
-                    f,
-                    "world_size",
-                    f"launch world size {world_size} != engine world size {engine.world_size}",
-                    f"launch with {engine.world_size} ranks (one per GPU)",
-                )
-            )
-        for key in BOOL_PARAMS:
-            v = _param(llm, key)
-            if v is not None and v not in BOOL_VALUES:
-                out.append(
-                    Finding(
-                        f, f"parameters.{key}", f"{v!r} is not a boolean (the backend ignores it)", "use true or false"
-                    )
-                )
-        pol = _param(llm, "batch_scheduler_policy")
-        if pol is not None and pol not in ("max_utilization", "guaranteed_no_evict"):
-            out.append(
-                Finding(
-                    f,
-                    "parameters.batch_scheduler_policy",
-                    f"{pol!r} is invalid (falls back silently)",
-                    "use max_utilization or guaranteed_no_evict",
-                )
-            )
-        frac = _param(llm, "kv_cache_free_gpu_mem_fraction")
-        try:
-            if frac is not None and not 0 < float(frac) <= 1:
-                raise ValueError
-        except ValueError:
-            out.append(
-                Finding(
-                    f,
-                    "parameters.kv_cache_free_gpu_mem_fraction",
-                    f"{frac!r} is not in (0, 1]",
-                    "use a fraction such as 0.9",
-                )
-            )
-        if _param(llm, "cuda_graph_mode") in ("false", "False", "0") and (
-            _param(llm, "cuda_graph_cache_size") or "0"
-        ) not in ("0", ""):
-            out.append(
-                Finding(
-                    f,
-                    "parameters.cuda_graph_cache_size",
-                    "set while cuda_graph_mode is off (no effect)",
-                    "set cuda_graph_mode: true or drop the cache size",
-                    "warning",
-                )
-            )
-        reuse = _param(llm, "enable_kv_cache_reuse") in ("true", "True", "TRUE", "1")
-        chunked = _param(llm, "enable_chunked_context") in ("true", "True", "TRUE", "1")
-        if engine is not None:
-            if (reuse or chunked) and not engine.paged_context_fmha:
-                what = "enable_kv_cache_reuse" if reuse else "enable_chunked_context"
-                out.append(
-                    Finding(
-                        f,
-                        f"parameters.{what}",
-                        "the engine was built without paged context FMHA",
-                        "rebuild with `trtllm-build --use_paged_context_fmha enable`, or set it to false",
-                    )
-                )
-            if llm.max_batch_size > engine.max_batch_size:
-                out.append(
-                    Finding(
-                        f,
-                        "max_batch_size",
-                        f"{llm.max_batch_size} > engine max_batch_size {engine.max_batch_size}",
-                        f"set max_batch_size <= {engine.max_batch_size}",
-                    )
-                )
-            beam = _param(llm, "max_beam_width")
-            if beam and beam.isdigit() and int(beam) > engine.max_beam_width:
-                out.append(
-                    Finding(
-                        f,
-                        "parameters.max_beam_width",
-                        f"{beam} > engine max_beam_width {engine.max_beam_width}",
-                        f"set it <= {engine.max_beam_width}",
-                    )
-                )
-            want = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
-            for name, cfg in configs.items():
-                got = _dtype_name(cfg, "context_logits")
-                if got is not None and got != want:
-                    out.append(
-                        Finding(
-                            files[name],
-                            "output context_logits.data_type",
-                            f"{got} but the engine's logits are {engine.logits_dtype}",
-                            f"set logits_datatype to {want}",
-                        )
-                    )
-        ids = _param(llm, "gpu_device_ids")
-        if ids and engine is not None:
-            for inst in ids.split(";"):
-                if len(inst.split(",")) != engine.world_size:
-                    out.append(
-                        Finding(
-                            f,
-                            "parameters.gpu_device_ids",
-                            f"instance '{inst}' has {len(inst.split(','))} GPUs, the engine needs {engine.world_size}",
-                            "give each instance as many GPUs as the engine has ranks",
-                        )
-                    )
-        streams = any(
-            any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name
         )
-        if streams and not llm.model_transaction_policy.decoupled:
+    engine, found = _llm_engine(llm, f, meta)
+    out += found
+    out += _llm_paths(repo, llm_name, llm, f, meta)
+    if world_size is not None and engine is not None and world_size != engine.world_size:
+        out.append(
+            Finding(
+                f,
+                "world_size",
+                f"launch world size {world_size} != engine world size {engine.world_size}",
+                f"launch with {engine.world_size} ranks (one per GPU)",
+            )
+        )
+    out += _llm_parameters(llm, f)
+    if engine is not None:
+        out += _llm_against_engine(llm, f, engine, configs, files)
+    streams = any(any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name)
+    if streams and not llm.model_transaction_policy.decoupled:
+        out.append(
+            Finding(
+                f,
+                "model_transaction_policy.decoupled",
+                "false: requests with stream=true (and requests with batch > 1) are answered with an error",
+                "set decoupled: true to serve streaming clients",
+                "warning",
+            )
+        )
+    return out
+
+
+def _llm_engine(llm: Any, f: str, meta: dict[str, Any]) -> tuple[EngineInfo | None, list[Finding]]:
+    """The engine the LLM model serves (read from its directory, or as emitted), and findings about it."""
+    out: list[Finding] = []
+    engine: EngineInfo | None = None
+    path = _param(llm, "gpt_model_path") or ""
+    if path and Path(path, "config.json").is_file():
+        engine = EngineInfo.from_engine_dir(Path(path))
+        ranks = len(list(Path(path).glob("rank*.engine")))
+        if ranks != engine.world_size:
             out.append(
                 Finding(
                     f,
-                    "model_transaction_policy.decoupled",
-                    "false: requests with stream=true (and requests with batch > 1) are answered with an error",
-                    "set decoupled: true to serve streaming clients",
-                    "warning",
+                    "parameters.gpt_model_path",
+                    f"engine has {ranks} rank*.engine files for world size {engine.world_size}",
+                    "rebuild the engine; every rank must be present",
                 )
             )
+    elif meta.get("reference") and meta.get("engine"):
+        engine = EngineInfo(**meta["engine"])
+    elif llm.backend == "tensorrtllm":
+        found = _path_finding(
+            f,
+            "parameters.gpt_model_path",
+            path,
+            False,
+            meta,
+            "engine directory",
+            "point it at the directory holding config.json and rank*.engine",
+        )
+        if found is not None:
+            out.append(found)
+        if found is not None and found.severity == "warning" and meta.get("engine"):
+            engine = EngineInfo(**meta["engine"])
+    return engine, out
+
+
+def _llm_paths(repo: Path, llm_name: str, llm: Any, f: str, meta: dict[str, Any]) -> list[Finding]:
+    """Parameters the C++ backend cannot do without, and the CPU reference model's checkpoint."""
+    out: list[Finding] = []
+    if llm.backend == "tensorrtllm":
+        for key in T.REQUIRED_PARAMETERS:
+            if _param(llm, key) is None:
+                out.append(
+                    Finding(
+                        f,
+                        f"parameters.{key}",
+                        "missing: the tensorrtllm backend reads it with no default and fails to load "
+                        f"('Cannot find parameter with name: {key}')",
+                        f'add parameters {{ key: "{key}" value {{ string_value: "" }} }} (empty disables it)',
+                    )
+                )
+    if _param(llm, "toolchain_reference") is not None:
+        hf = _param(llm, "hf_model_dir") or ""
+        hf_path = _resolve(repo / llm_name, hf)
+        found = _path_finding(
+            f,
+            "parameters.hf_model_dir",
+            hf,
+            bool(hf) and (hf_path / "config.json").is_file(),
+            meta,
+            "reference model directory",
+            "re-emit the repository (the reference checkpoint is copied into tensorrt_llm/1/hf_model)",
+        )
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _llm_parameters(llm: Any, f: str) -> list[Finding]:
+    """Values the backend would silently replace by its default."""
+    out: list[Finding] = []
+    for key in BOOL_PARAMS:
+        v = _param(llm, key)
+        if v is not None and v not in BOOL_VALUES:
+            out.append(
+                Finding(f, f"parameters.{key}", f"{v!r} is not a boolean (the backend ignores it)", "use true or false")
+            )
+    pol = _param(llm, "batch_scheduler_policy")
+    if pol is not None and pol not in ("max_utilization", "guaranteed_no_evict"):
+        out.append(
+            Finding(
+                f,
+                "parameters.batch_scheduler_policy",
+                f"{pol!r} is invalid (falls back silently)",
+                "use max_utilization or guaranteed_no_evict",
+            )
+        )
+    frac = _param(llm, "kv_cache_free_gpu_mem_fraction")
+    try:
+        if frac is not None and not 0 < float(frac) <= 1:
+            raise ValueError
+    except ValueError:
+        out.append(
+            Finding(
+                f,
+                "parameters.kv_cache_free_gpu_mem_fraction",
+                f"{frac!r} is not in (0, 1]",
+                "use a fraction such as 0.9",
+            )
+        )
+    if _param(llm, "cuda_graph_mode") in ("false", "False", "0") and (
+        _param(llm, "cuda_graph_cache_size") or "0"
+    ) not in (
+        "0",
+        "",
+    ):
+        out.append(
+            Finding(
+                f,
+                "parameters.cuda_graph_cache_size",
+                "set while cuda_graph_mode is off (no effect)",
+                "set cuda_graph_mode: true or drop the cache size",
+                "warning",
+            )
+        )
+    return out
+
+
+def _llm_against_engine(
+    llm: Any, f: str, engine: EngineInfo, configs: dict[str, Any], files: dict[str, str]
+) -> list[Finding]:
+    """What the engine was built for bounds what the repository may ask of it."""
+    out: list[Finding] = []
+    reuse = _param(llm, "enable_kv_cache_reuse") in ("true", "True", "TRUE", "1")
+    chunked = _param(llm, "enable_chunked_context") in ("true", "True", "TRUE", "1")
+    if (reuse or chunked) and not engine.paged_context_fmha:
+        what = "enable_kv_cache_reuse" if reuse else "enable_chunked_context"
+        out.append(
+            Finding(
+                f,
+                f"parameters.{what}",
+                "the engine was built without paged context FMHA",
+                "rebuild with `trtllm-build --use_paged_context_fmha enable`, or set it to false",
+            )
+        )
+    if llm.max_batch_size > engine.max_batch_size:
+        out.append(
+            Finding(
+                f,
+                "max_batch_size",
+                f"{llm.max_batch_size} > engine max_batch_size {engine.max_batch_size}",
+                f"set max_batch_size <= {engine.max_batch_size}",
+            )
+        )
+    beam = _param(llm, "max_beam_width")
+    if beam and beam.isdigit() and int(beam) > engine.max_beam_width:
+        out.append(
+            Finding(
+                f,
+                "parameters.max_beam_width",
+                f"{beam} > engine max_beam_width {engine.max_beam_width}",
+                f"set it <= {engine.max_beam_width}",
+            )
+        )
+    want = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
+    for name, cfg in configs.items():
+        got = _dtype_name(cfg, "context_logits")
+        if got is not None and got != want:
+            out.append(
+                Finding(
+                    files[name],
+                    "output context_logits.data_type",
+                    f"{got} but the engine's logits are {engine.logits_dtype}",
+                    f"set logits_datatype to {want}",
+                )
+            )
+    ids = _param(llm, "gpu_device_ids")
+    for inst in ids.split(";") if ids else []:
+        if len(inst.split(",")) != engine.world_size:
+            out.append(
+                Finding(
+                    f,
+                    "parameters.gpu_device_ids",
+                    f"instance '{inst}' has {len(inst.split(','))} GPUs, the engine needs {engine.world_size}",
+                    "give each instance as many GPUs as the engine has ranks",
+                )
+            )
+    return out
+
+
+def _lint_tokenizers(repo: Path, configs: dict[str, Any], files: dict[str, str], meta: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
     for name in ("preprocessing", "postprocessing"):
         if name in configs:
             tok = _param(configs[name], "tokenizer_dir") or ""
@@ -358,11 +419,12 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
             )
             if found is not None:
                 out.append(found)
-    out += [
-        Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
-        for msg in lint_repository_features(configs, meta)
-    ]
-    out += _lint_llmapi(repo, meta)
+    return out
+
+
+def _lint_models(repo: Path, configs: dict[str, Any], files: dict[str, str]) -> list[Finding]:
+    """Ensemble wiring, and a model.py for every Python-backend model."""
+    out: list[Finding] = []
     for name, cfg in configs.items():
         if cfg.platform == "ensemble":
             out += _lint_ensemble(files[name], cfg, configs)

@@ -1,7 +1,7 @@
 """Start and stop `tritonserver` on a model repository.
 
 On a CPU machine: the Triton 2.51 binary from the `nvidia-pytriton` wheel with its Python backend
-(backend dir with the stub for this Python, venv first on PATH, numpy < 2; facts/triton-on-cpu.md).
+(backend dir with the stub for this Python, venv first on PATH, numpy < 2; docs/triton-on-cpu.md).
 On a GPU host: `/opt/tritonserver/bin/tritonserver` from NVIDIA's container, and `mpirun` with
 one rank per GPU when the engine's world size is > 1 (the command launch_triton_server.py builds).
 Bound to 127.0.0.1 unless told otherwise; readiness has its own deadline (a stub that cannot start
@@ -150,7 +150,7 @@ def prepare_backends(ts: Path) -> Path:
 
 
 def container_command(binary: Path, repo: Path, net: list[str], shm_prefix: str, world_size: int) -> list[str]:
-    """The command launch_triton_server.py builds (facts §6): one tritonserver per rank under mpirun;
+    """The command launch_triton_server.py builds (docs/triton-backend.md): one tritonserver per rank under mpirun;
     ranks > 0 load only tensorrt_llm; each rank gets its own Python shared-memory prefix."""
 
     def rank_args(rank: int | None) -> list[str]:

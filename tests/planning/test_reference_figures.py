@@ -1,12 +1,14 @@
-"""The planner reproduces the seed documents' correct figures and corrects their wrong one."""
+"""The planner reproduces the reference figures of docs/planning.md (and the correct KV size for GQA models)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.hardware.catalog import lookup_gpu
 from toolchain.planning import bytes as B
 from toolchain.planning.perf import fleet_size, speculative_tokens, tpot_floor_ms
@@ -18,7 +20,7 @@ L70 = CATALOG["llama-3-70b"]
 
 @pytest.mark.parametrize(("fmt", "ms"), [("bf16", 41.8), ("fp8", 20.9), ("int4_awq", 10.4)])
 def test_tpot_floor_70b_h100_batch1(fmt: str, ms: float) -> None:
-    nominal_bytes = 70e9 * B.nominal_bytes_per_param(fmt)  # the seed's "140 GB / 70 GB / 35 GB"
+    nominal_bytes = 70e9 * B.nominal_bytes_per_param(fmt)  # docs/planning.md: 140 GB / 70 GB / 35 GB
     assert H100.hbm_tb_s == 3.35
     assert round(tpot_floor_ms(nominal_bytes, 0, H100.hbm_bytes_s), 1) == ms
 
@@ -65,7 +67,7 @@ def test_weights_per_precision_include_scales() -> None:
     assert B.bytes_per_param("nvfp4") == 0.5625
 
 
-def test_safetensors_param_count_reads_headers_only(tmp_path) -> None:
+def test_safetensors_param_count_reads_headers_only(tmp_path: Path) -> None:
     import struct
 
     cfg = {
@@ -84,7 +86,7 @@ def test_safetensors_param_count_reads_headers_only(tmp_path) -> None:
     assert arch.params == 12 and arch.params_source == "safetensors headers"
 
 
-def test_plan_cli_70b_json_and_explain(cli) -> None:
+def test_plan_cli_70b_json_and_explain(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.3-70b-fp8-h100.yaml", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
@@ -96,7 +98,7 @@ def test_plan_cli_70b_json_and_explain(cli) -> None:
     assert "KV/token/rank = 2 × 80 layers × 4 KV heads × 128 head dim × 1 B" in r.output
 
 
-def _spec_with(tmp_path, **over):
+def _spec_with(tmp_path: Path, **over: Any) -> Path:
     import yaml
 
     d = yaml.safe_load((SPECS / "llama-3.3-70b-fp8-h200.yaml").read_text())
@@ -107,7 +109,7 @@ def _spec_with(tmp_path, **over):
     return p
 
 
-def _local_spec(tmp_path, config_text: str):
+def _local_spec(tmp_path: Path, config_text: str) -> Path:
     import yaml
 
     ck = tmp_path / "ck"
@@ -123,14 +125,14 @@ def _local_spec(tmp_path, config_text: str):
     return tmp_path / "c.yaml"
 
 
-def test_slo_below_floor_is_one_line_exit_2(cli, tmp_path) -> None:
+def test_slo_below_floor_is_one_line_exit_2(cli: Cli, tmp_path: Path) -> None:
     p = _spec_with(tmp_path, slo={"tpot_ms": {"p99": 5}})
     r = cli("plan", p)
     assert r.exit_code == 2
     assert "TPOT SLO 5 ms is below the" in r.output and "ms floor of this GPU" in r.output
 
 
-def test_cell_that_cannot_fit(cli, tmp_path) -> None:
+def test_cell_that_cannot_fit(cli: Cli, tmp_path: Path) -> None:
     import yaml
 
     d = yaml.safe_load((SPECS / "llama-3.3-70b-fp8-h100.yaml").read_text())
@@ -143,7 +145,7 @@ def test_cell_that_cannot_fit(cli, tmp_path) -> None:
     assert r.exit_code == 2 and "do not fit H100-SXM" in r.output
 
 
-def test_bad_traffic_and_bad_config(cli, tmp_path) -> None:
+def test_bad_traffic_and_bad_config(cli: Cli, tmp_path: Path) -> None:
     p = _spec_with(tmp_path, traffic={"peak_rps": 0, "input_tokens": {"mean": 10}, "output_tokens": {"mean": 10}})
     r = cli("plan", p)
     assert r.exit_code == 2 and "traffic.peak_rps" in r.output
@@ -153,7 +155,7 @@ def test_bad_traffic_and_bad_config(cli, tmp_path) -> None:
     assert r.exit_code == 2 and "missing num_hidden_layers" in r.output
 
 
-def test_unknown_model_type_is_refused(cli, tmp_path) -> None:
+def test_unknown_model_type_is_refused(cli: Cli, tmp_path: Path) -> None:
     cfg = {
         "model_type": "deepseek_v3",
         "num_hidden_layers": 2,
