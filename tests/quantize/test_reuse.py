@@ -42,6 +42,9 @@ def test_reuse_reads_nothing_until_a_file_changes(
     assert again.reused and again.manifest == made.manifest
     assert quantized.verify_output(out) == made.manifest
     assert reads == []  # neither the input checkpoint nor the outputs were read again
+    assert qrun.quantize(tiny_checkpoint, recipe, out, reuse=True, rehash=True).reused
+    assert {out / rel for rel in made.manifest["files"]} <= set(reads)  # on request: every file read
+    reads.clear()
 
     st_file = out / "hf" / "model.safetensors"
     st = st_file.stat()

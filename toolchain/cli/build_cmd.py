@@ -16,6 +16,13 @@ def build(
     registry: RegistryOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
+    rehash: Annotated[
+        bool,
+        typer.Option(
+            "--rehash",
+            help="Read every file of the quantized checkpoint again instead of trusting its verified stat signatures",
+        ),
+    ] = False,
     timeout: Annotated[float | None, timeout_opt("a build")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -47,7 +54,9 @@ def build(
     held = reg.existing(a.engine_key for a in arts if a.engine_key)  # one listing, not a request per cell
     for art in arts:
         try:  # draft-target: the draft engine first, then the cell's (compile.draft)
-            rs = builds_for(art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages, held=held)
+            rs = builds_for(
+                art, reg, dry_run=dry_run, force=force, timeout=timeout, progress=stages, held=held, rehash=rehash
+            )
         except NeedsGPUError as e:  # with --json, still print what is known (the plan), then exit 4
             if not json_out:
                 raise

@@ -28,6 +28,7 @@ def builds_for(
     timeout: float | None = None,
     progress: Progress = silent,
     held: set[str] | None = None,
+    rehash: bool = False,
 ) -> list[CellBuild]:
     """Plan or build every engine a cell needs: the draft first (draft-target), then the cell's own.
     ``held``: the cell engine keys the registry holds, asked once for many cells (``Registry.existing``)."""
@@ -39,7 +40,13 @@ def builds_for(
             plan_cell_build(d, registry, force=force)
             if dry_run
             else build_cell(
-                d, registry, force=force, timeout=timeout, progress=progress, provenance_extra={"role": "draft"}
+                d,
+                registry,
+                force=force,
+                timeout=timeout,
+                progress=progress,
+                provenance_extra={"role": "draft"},
+                rehash=rehash,
             )
         )
         r.notes.append(f"draft engine of {art.cell.id} ({d.spec.model.source})")
@@ -56,6 +63,7 @@ def builds_for(
             progress=progress,
             provenance_extra=extra or None,
             held=held,
+            rehash=rehash,
         )
     )
     if d is not None:

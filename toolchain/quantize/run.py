@@ -132,6 +132,7 @@ def quantize(
     accuracy_limits: Any = None,
     gate_method: str = "auto",
     reuse: bool = False,
+    rehash: bool = False,
     input_digest: str | None = None,
     progress: Progress = silent,
 ) -> QuantizeResult:
@@ -143,6 +144,9 @@ def quantize(
     calibrates it where it lies, and the accuracy check streams the weights module by module onto the
     first device, so no step needs the whole model in one place in float32.
 
+    ``reuse``: an existing complete output for the same input and recipe is returned as it is; its files
+    are trusted by their verified stat signatures, or all read again with ``rehash``.
+
     ``input_digest`` is ``model_dir``'s content digest when the caller already has it (it is computed otherwise).
     """
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
@@ -150,7 +154,7 @@ def quantize(
     cfg = check_checkpoint(model_dir, allow_pickle)
     input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
-        existing = verify_output(out) if reuse else None
+        existing = verify_output(out, rehash=rehash) if reuse else None
         if (
             existing is not None
             and existing.get("input_digest") == input_digest
