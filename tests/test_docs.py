@@ -41,3 +41,16 @@ def test_every_cited_doc_exists() -> None:
             if not (REPO / "docs" / ref).is_file():
                 missing.add(f"{name} cites docs/{ref}")
     assert missing == set()
+
+
+def test_docs_index_lists_every_page_and_names_real_code() -> None:
+    """docs/README.md is the one hop from a question to its page and its code: it lists every page, and
+    every path it names exists."""
+    index = (REPO / "docs" / "README.md").read_text()
+    pages = {p.name for p in (REPO / "docs").glob("*.md")} - {"README.md"}
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
+    assert pages - linked == set(), "add the page to docs/README.md"
+    assert linked - pages == set()
+    named = re.findall(r"`((?:toolchain|scripts|ci|tests|benchmarks)/[\w./-]*)`", index)
+    assert named, "the index names the code for each question"
+    assert [p for p in named if not (REPO / p).exists()] == []
