@@ -259,3 +259,15 @@ def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path
     assert {r.max_tokens for r in flags.requests} == {5}
     plain = _make(None, tiny_checkpoint)  # no spec: the documented defaults
     assert {r.max_tokens for r in plain.requests} == {32} and {r.prompt_tokens for r in plain.requests} == {64}
+
+
+@pytest.mark.parametrize("body", [b"\x00\xff garbage", b"[1, 2]", b"{" * 5000])
+def test_bench_refuses_a_damaged_repository_marker_in_one_line(cli: Cli, tmp_path: Path, body: bytes) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "toolchain-repo.json").write_bytes(body)
+    r = cli("bench", "--repo", repo, "--url", "127.0.0.1:1", "--concurrency", "1", "--requests", "1")
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines[-1].startswith("Error: ") and "toolchain-repo.json" in lines[-1] and "triton emit" in lines[-1]
+    assert "Traceback" not in r.output

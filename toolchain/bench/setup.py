@@ -40,6 +40,18 @@ def parse_list(text: str | None, kind: type) -> list[Any]:
     return vals
 
 
+def _repo_meta(path: Path) -> dict[str, Any]:
+    """The repository's marker written by `toolchain triton emit`; anything else is a user error, not a crash."""
+    fix = "point --repo at a repository written by `toolchain triton emit`, or emit it again"
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserInputError(f"{path} is not a readable toolchain-repo.json", fix) from exc
+    if not isinstance(meta, dict):
+        raise UserInputError(f"{path} is not the object `toolchain triton emit` writes", fix)
+    return meta
+
+
 def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts | None) -> Path:
     if tokenizer:
         return tokenizer
@@ -118,7 +130,7 @@ def make_config(
             output_tokens = output_tokens or dist_text(s.traffic.output_tokens)
     input_tokens, output_tokens = input_tokens or DEFAULT_INPUT, output_tokens or DEFAULT_OUTPUT
     if repo and (repo / "toolchain-repo.json").is_file():
-        meta = json.loads((repo / "toolchain-repo.json").read_text())
+        meta = _repo_meta(repo / "toolchain-repo.json")
         prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
         prov["reference"] = meta.get("reference_note")
     tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
