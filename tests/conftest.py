@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
+import yaml
 from typer.testing import CliRunner, Result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,3 +51,13 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from toolchain.quantize.tiny import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
+
+
+def write_tiny_spec(dest: Path, ckpt: Path, *, calibration: dict[str, Any] | None = None, **serving: Any) -> Path:
+    """engine_specs/tiny.yaml with its model at ``ckpt`` (and, if given, other calibration and serving values)."""
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(ckpt)
+    d["quantization"]["calibration"].update(calibration or {})
+    d["serving"].update(serving)
+    dest.write_text(yaml.safe_dump(d))
+    return dest

@@ -10,20 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, write_tiny_spec
 from tests.registry.conftest import moto_server, s3_env  # noqa: F401  (the moto S3 fixtures, shared)
 
 HERE = Path(__file__).resolve().parent
 CRD_SCHEMAS = HERE / "crd_schemas"
 KUBERNETES = "1.34.0"  # the version the manifests are pinned to (toolchain.deploy.manifests.PINNED)
 SHIPPED = sorted(p for p in SPECS.glob("*.yaml") if p.name != "tiny.yaml")
-
-
-def write_tiny_spec(dest: Path, ckpt: Path) -> Path:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
-    d["model"]["source"] = str(ckpt)
-    dest.write_text(yaml.safe_dump(d))
-    return dest
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import Cli, write_tiny_spec
 from toolchain import digest as dg
 from toolchain.artifacts import quantized
 from toolchain.artifacts.recipe import Recipe
@@ -63,3 +64,17 @@ def test_reuse_reads_nothing_until_a_file_changes(
     reads.clear()
     assert quantized.verify_output(out, rehash=True) == made.manifest
     assert sorted(reads) == sorted(out / rel for rel in made.manifest["files"])
+
+
+def test_quantize_cli_rehash_reads_every_file_again(
+    cli: Cli, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint, calibration={"samples": 8, "seq_len": 32})
+    assert cli("quantize", spec).exit_code == 0
+    reads = count_reads(monkeypatch)
+    r = cli("quantize", spec)
+    assert r.exit_code == 0 and "reused" in r.output and reads == [], r.output
+    r = cli("quantize", spec, "--rehash")
+    assert r.exit_code == 0 and "reused" in r.output, r.output
+    out = Path(r.output.split("reused ", 1)[1].split(" (", 1)[0])
+    assert {p.name for p in reads} >= {p.name for p in out.rglob("*.safetensors")} != set()

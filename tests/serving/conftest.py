@@ -6,18 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import write_tiny_spec as write_tiny_spec_at
 
 
 def write_tiny_spec(dest: Path, ckpt: Path, **serving: Any) -> Path:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
-    d["model"]["source"] = str(ckpt)
-    d["quantization"]["calibration"].update(samples=8, seq_len=32)
-    d["serving"].update(serving)
-    dest.write_text(yaml.safe_dump(d))
-    return dest
+    return write_tiny_spec_at(dest, ckpt, calibration={"samples": 8, "seq_len": 32}, **serving)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg, timeout_opt
+from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, JsonOpt, RegistryOpt, RehashOpt, SpecArg, timeout_opt
 
 
 def build(
@@ -16,13 +16,7 @@ def build(
     registry: RegistryOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
-    rehash: Annotated[
-        bool,
-        typer.Option(
-            "--rehash",
-            help="Read every file of the quantized checkpoint again instead of trusting its verified stat signatures",
-        ),
-    ] = False,
+    rehash: RehashOpt = False,
     timeout: Annotated[float | None, timeout_opt("a build")] = None,
     json_out: JsonOpt = False,
 ) -> None:

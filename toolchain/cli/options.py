@@ -98,6 +98,13 @@ RegistryOpt = Annotated[
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]
 CellOpt = Annotated[str | None, typer.Option("--cell", help="One matrix cell id (see `toolchain spec expand`)")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing output / rebuild")]
+RehashOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rehash",
+        help="Read every file of the quantized checkpoint again instead of trusting its verified stat signatures",
+    ),
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 ServedModelOpt = Annotated[str, typer.Option("--model", help="Name of the served model")]
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Hugging Face checkpoint directory")]

@@ -16,6 +16,7 @@ from toolchain.cli.options import (
     JsonOpt,
     KVCacheFormat,
     RegistryOpt,
+    RehashOpt,
     WeightFormat,
     out_dir_opt,
 )
@@ -47,6 +48,7 @@ def quantize(
     gate: Annotated[AccuracyGate, typer.Option("--gate", help="How accuracy is checked")] = AccuracyGate.auto,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
     force: ForceOpt = False,
+    rehash: RehashOpt = False,
     registry: RegistryOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -105,6 +107,7 @@ def quantize(
         device=device.value,
         device_map=device_map.value if device_map is not None else None,
         force=force,
+        rehash=rehash,
         allow_pickle=allow_pickle,
         gate=gate.value,
         registry=registry,

@@ -79,13 +79,15 @@ def run_quantize(
     device: str = "cpu",
     device_map: str | None = None,
     force: bool = False,
+    rehash: bool = False,
     allow_pickle: bool = False,
     gate: str = "auto",
     registry: str | None = None,
     progress: Progress = silent,
 ) -> list[QuantizeOutcome]:
     """Quantize a spec (``target`` is its path: one job per parallel mapping) or one job built from flags; with
-    ``registry``, store each spec job's checkpoint under its quantized-checkpoint key."""
+    ``registry``, store each spec job's checkpoint under its quantized-checkpoint key. A reused checkpoint is
+    trusted by its verified stat signatures unless ``rehash`` reads it all again."""
     jobs = spec_jobs(target, out=out, force=force) if isinstance(target, Path) else [target]
     outcomes = []
     for job in jobs:
@@ -96,6 +98,7 @@ def run_quantize(
             device=device,
             device_map=device_map,
             force=force,
+            rehash=rehash,
             allow_pickle=allow_pickle,
             accuracy_limits=job.accuracy_limits,
             gate_method=gate,
