@@ -91,31 +91,9 @@ def test_an_unknown_protocol_is_refused(cli: Any) -> None:
 
 
 def test_the_library_refuses_an_unknown_protocol_too() -> None:
+    from tests.bench.workloads import bench_args
     from toolchain.bench.setup import make_config
     from toolchain.errors import UserInputError
 
     with pytest.raises(UserInputError, match="unknown protocol 'grpc'"):
-        make_config(
-            url="127.0.0.1:1",
-            protocol="grpc",
-            model="ensemble",
-            concurrency=None,
-            rate=None,
-            poisson=False,
-            requests=1,
-            duration=None,
-            warmup=0,
-            input_tokens=None,
-            output_tokens=None,
-            shared=None,
-            dataset_path=None,
-            tokenizer=None,
-            repo=None,
-            spec=None,
-            cell_id=None,
-            metrics_url=None,
-            stream=True,
-            seed=0,
-            stop_on_error=False,
-            timeout=1.0,
-        )
+        make_config(**bench_args(protocol="grpc", requests=1, timeout=1.0))

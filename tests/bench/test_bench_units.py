@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.bench.workloads import bench_args
 from tests.conftest import Cli
 from toolchain.bench.loadgen import Load, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate, summarize
@@ -211,35 +212,10 @@ def test_tokenizer_of_a_relocatable_repository(tmp_path: Path) -> None:
     assert find_tokenizer(None, repo, None) == (repo / "preprocessing" / "tokenizer").resolve()
 
 
-def _make(spec: Path | None, tok: Path, **over: object):  # type: ignore[no-untyped-def]
+def _make(spec: Path | None, tok: Path, **over: object) -> Any:
     from toolchain.bench.setup import make_config
 
-    args: dict[str, object] = dict(
-        url="127.0.0.1:1",
-        protocol="triton",
-        model="ensemble",
-        concurrency=None,
-        rate=None,
-        poisson=False,
-        requests=4,
-        duration=None,
-        warmup=0,
-        input_tokens=None,
-        output_tokens=None,
-        shared=None,
-        dataset_path=None,
-        tokenizer=tok,
-        repo=None,
-        spec=spec,
-        cell_id=None,
-        metrics_url=None,
-        stream=True,
-        seed=0,
-        stop_on_error=False,
-        timeout=10.0,
-    )
-    args.update(over)
-    return make_config(**args)[0]  # type: ignore[arg-type]
+    return make_config(**bench_args(spec=spec, tokenizer=tok, **over))[0]
 
 
 def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path: Path) -> None:
