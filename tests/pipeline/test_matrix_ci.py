@@ -206,3 +206,24 @@ def test_gpu_e2e_dry_run_prints_every_step_and_runs_nothing(tmp_path: Path) -> N
     ):
         assert needle in text, needle
     assert "dry run: nothing was run" in text and not out.exists()
+
+
+def test_a_draft_target_cell_is_cached_only_with_its_draft_engine(cli: Cli, tmp_path: Path) -> None:
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = "hf://org/target@main"
+    d["speculative"] = {"mode": "draft_target", "max_draft_len": 4, "draft": {"source": "hf://org/draft@main"}}
+    d["serving"].update(streaming=False)
+    spec = tmp_path / "dt.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    reg = tmp_path / "reg"
+    m = json.loads(cli("matrix", spec, "--format", "json", "--registry", reg).stdout)
+    (b,) = m["build"]
+    assert b["draft_engine_key"] and b["draft_engine_key"] != b["engine_key"] and not b["cached"]
+    (tmp_path / "eng").mkdir()
+    (tmp_path / "eng" / "rank0.engine").write_bytes(b"x")
+    open_registry(str(reg)).put(b["engine_key"], tmp_path / "eng")
+    (b,) = json.loads(cli("matrix", spec, "--format", "json", "--registry", reg).stdout)["build"]
+    assert not b["cached"], "the target alone is not the cell: its draft engine still has to be built"
+    open_registry(str(reg)).put(b["draft_engine_key"], tmp_path / "eng")
+    (b,) = json.loads(cli("matrix", spec, "--format", "json", "--registry", reg).stdout)["build"]
+    assert b["cached"]

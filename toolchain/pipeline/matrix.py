@@ -20,6 +20,7 @@ import yaml
 
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
+from toolchain.compile.draft import draft_artifacts
 from toolchain.errors import CompatibilityError, UserInputError
 from toolchain.specs.loader import load_spec, safe_yaml
 from toolchain.specs.rules import require_compatible
@@ -74,8 +75,8 @@ def build_matrix(
         listing = pool.submit(registry.keys) if registry is not None else None
         _add_jobs(specs, runners, quantize, builds)
         held = set(listing.result()) if listing is not None else set()
-    for b in builds:
-        b["cached"] = b["engine_key"] in held
+    for b in builds:  # a draft-target cell is cached only when its draft engine is held too
+        b["cached"] = b["engine_key"] in held and (b["draft_engine_key"] is None or b["draft_engine_key"] in held)
     return {"quantize": list(quantize.values()), "build": builds}
 
 
@@ -107,6 +108,7 @@ def _add_jobs(
                 },
             )
             key = art.engine_key
+            draft = draft_artifacts(art)
             builds.append(
                 {
                     "id": build_job_id(spec, cell),
@@ -116,6 +118,7 @@ def _add_jobs(
                     "runner": runner,
                     "world_size": cell.world_size,
                     "engine_key": key,
+                    "draft_engine_key": draft.engine_key if draft is not None else None,
                     "cached": False,
                     "needs": qid,
                 }
