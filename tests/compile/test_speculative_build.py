@@ -160,3 +160,22 @@ def test_pytorch_options_file_carries_the_features() -> None:
     assert Path(o["speculative_config"]["speculative_model"]).is_absolute()
     assert o["lora_config"]["lora_dir"] == ["org/ad"]
     assert validate_options({**o, "lora_config": {"lora_dirs": []}}) == ["unknown lora_config key lora_dirs"]
+
+
+def converter_parser(flags: dict[str, Any]) -> argparse.ArgumentParser:
+    """A converter's argparse, from the reference data only (unknown arguments are errors, as upstream)."""
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for name, f in flags.items():
+        p.add_argument(name, type=int if f["type"] == "int" else str, default=f["default"], choices=f.get("choices"))
+    return p
+
+
+@pytest.mark.parametrize("mode", ["medusa", "eagle"])
+def test_heads_conversion_parses_with_the_upstream_converter(mode: str, tmp_path: Path) -> None:
+    c = cell(speculative={"mode": mode, "heads": {"source": "./h"}}, parallelism={"tp": 1})
+    cmd = heads_convert_args(c, tmp_path / "base", tmp_path / "heads", tmp_path / "out", tmp_path / "trtllm")
+    a = converter_parser(REF[f"{mode}_convert_flags"]).parse_args(cmd[2:])
+    assert (a.model_dir, a.output_dir, a.dtype) == (str(tmp_path / "base"), str(tmp_path / "out"), "bfloat16")
+    assert getattr(a, f"{mode}_model_dir") == str(tmp_path / "heads")
+    if mode == "eagle":
+        assert a.max_draft_len <= REF["eagle_convert_limits"]["max_draft_len_max"]
