@@ -206,6 +206,29 @@ def atomic_write_text(path: Path, text: str) -> None:
         write_all(fd, text.encode("utf-8"))
 
 
+def check_replaceable(dest: Path, marker: str | None, flag: str = "--out") -> None:
+    """Refuse to let ``--force`` replace a directory the toolchain did not write: one holding the working
+    directory or the home directory, or (with ``marker``) a non-empty one without the toolchain's marker file.
+    An absent or empty ``dest`` is always fine."""
+    from toolchain.errors import UserInputError
+
+    dest = Path(dest).resolve()
+    if not dest.is_dir() or not any(dest.iterdir()):
+        return
+    for keep in (Path.cwd().resolve(), Path.home().resolve()):
+        if dest == keep or dest in keep.parents:
+            raise UserInputError(
+                f"{dest} holds the {'working' if keep == Path.cwd().resolve() else 'home'} directory; "
+                "--force would replace it",
+                f"give {flag} a new or empty directory",
+            )
+    if marker is not None and not (dest / marker).is_file():
+        raise UserInputError(
+            f"{dest} holds files the toolchain did not write (no {marker}); --force replaces only its own output",
+            f"give {flag} a new or empty directory",
+        )
+
+
 @contextlib.contextmanager
 def staged_dir(dest: Path, label: str = "partial") -> Iterator[Path]:
     """A temp dir beside ``dest``: renamed over ``dest`` when the block succeeds, removed when it fails

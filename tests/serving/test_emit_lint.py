@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tests.conftest import Cli
 from tests.serving.conftest import write_tiny_spec
 from toolchain.artifacts.cell import for_cell
-from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.errors import OutputExistsError, TritonRepoError, UserInputError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.triton.emit import EngineInfo, emit_repository
@@ -146,8 +146,12 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     (tmp_path / "c" / "other.txt").write_text("x")
     with pytest.raises(OutputExistsError):
         emit_for_cell(for_cell(cell), "reference", tmp_path / "c")
-    emit_for_cell(for_cell(cell), "reference", tmp_path / "c", force=True)
-    emit_for_cell(for_cell(cell), "reference", tmp_path / "c")  # same identity: re-emitting is fine
+    with pytest.raises(UserInputError, match="did not write"):  # --force replaces only a repository it wrote
+        emit_for_cell(for_cell(cell), "reference", tmp_path / "c", force=True)
+    assert (tmp_path / "c" / "other.txt").is_file()
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "d")
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "d", force=True)
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "d")  # same identity: re-emitting is fine
 
 
 def _engine_dir(

@@ -30,7 +30,7 @@ import yaml
 from toolchain.deploy.context import ENTRYPOINT, KUBESSH, copy_source, dockerfile, pinned_image
 from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
-from toolchain.digest import staged_dir
+from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
 
@@ -161,6 +161,7 @@ def write_deployment(
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not o.force:
         raise OutputExistsError(f"{out} is not empty")
+    check_replaceable(out, "deploy.json")
     target = Target(
         app=app,
         image=image,

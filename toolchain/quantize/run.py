@@ -27,7 +27,7 @@ from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
 from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
-from toolchain.digest import canonical_json, sha256_text, staged_dir
+from toolchain.digest import canonical_json, check_replaceable, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
@@ -163,6 +163,7 @@ def quantize(
             return QuantizeResult(out, existing, reused=True)
         if not force:
             raise OutputExistsError(f"{out} already exists")
+        check_replaceable(out, "manifest.json")
     if device == "cuda" and not require("torch", "quantize").cuda.is_available():
         raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
     progress("importing torch, transformers and ModelOpt")

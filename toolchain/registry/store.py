@@ -18,6 +18,7 @@ from toolchain.artifacts.layout import cache
 from toolchain.digest import (
     StatCache,
     canonical_json,
+    check_replaceable,
     fastest_algo,
     hash_file,
     sha256_text,
@@ -291,6 +292,7 @@ class Registry:
                 dest.rmdir()
             else:
                 raise UserInputError(f"{dest} already exists", "choose a new destination or pass --force")
+        check_replaceable(dest, None, "the destination")
         with (
             staged_dir(dest) as tmp,
             self._metered(f"pull {m.key[:12]}", sum(f.size for f in m.files.values())) as moved,

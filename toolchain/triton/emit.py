@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import staged_dir
+from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.matrix import Cell
 from toolchain.specs.speculative import engine_max_seq_len
@@ -372,6 +372,7 @@ def emit_repository(
         same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
         if not same and not force and any(out.iterdir()):
             raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
+        check_replaceable(out, "toolchain-repo.json")
     mounts: list[dict[str, str]] = []
     reference_path = REFERENCE_MODEL_REL
     if reference:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.digest import staged_dir
+from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
 
@@ -139,6 +139,7 @@ def _emit_llmapi(
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not force:
         raise OutputExistsError(f"{out} is not empty")
+    check_replaceable(out, "toolchain-repo.json")
     if engines_root is not None and not engines_root.startswith("/"):
         raise TritonRepoError(
             f"engines root {engines_root!r} is not an absolute path",
