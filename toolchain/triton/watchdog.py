@@ -34,15 +34,19 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
-def _reap() -> None:
-    """Collect every exited child (adopted orphans included) so none stays a zombie."""
+def _reap(keep: int | None = None) -> int | None:
+    """Collect every exited child (adopted orphans included) so none stays a zombie; the wait status of
+    ``keep`` (the server) when this call collected it, so its exit code is never lost."""
+    kept = None
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return kept
         if pid == 0:
-            return
+            return kept
+        if pid == keep:
+            kept = status
 
 
 def _stop_group(grace: float) -> None:
@@ -115,12 +119,15 @@ def main(argv: list[str]) -> int:
     while code is None and not stop["sig"]:
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = child.pid, 0
+        except ChildProcessError:  # collected elsewhere without its status: never report that as success
+            pid, status = child.pid, 1 << 8
         if pid == child.pid:
             code = os.waitstatus_to_exitcode(status)
             break
-        _reap()
+        reaped = _reap(keep=child.pid)  # the server may exit between the two waits: keep its status
+        if reaped is not None:
+            code = os.waitstatus_to_exitcode(reaped)
+            break
         time.sleep(0.1)
     _stop_group(GRACE_S if code is None else 0.5)  # the server's own stubs go with it
     if code is None:
