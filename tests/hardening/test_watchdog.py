@@ -48,6 +48,7 @@ def test_exit_codes_pass_through() -> None:
     for rc in (0, 3):
         code = (
             "import os, sys\nfrom toolchain.triton import watchdog\n"
-            f"sys.exit(watchdog.main(['--parent', str(os.getppid()), '--', sys.executable, '-c', 'raise SystemExit({rc})']))"
+            "sys.exit(watchdog.main(['--parent', str(os.getppid()), '--', sys.executable, '-c',"
+            f" 'raise SystemExit({rc})']))"
         )
         assert _run(code) == rc
