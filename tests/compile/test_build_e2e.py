@@ -176,6 +176,12 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint: Path, tmp_pat
     reg.get(res.key, tmp_path / "art")
     opts = yaml.safe_load((tmp_path / "art" / "extra_llm_api_options.yaml").read_text())
     assert opts["max_batch_size"] == 8 and opts["kv_cache_config"]["enable_block_reuse"] is True
+    # --force replaces a profile whose content differs under the same key (an older options file, say)
+    (tmp_path / "art" / "extra_llm_api_options.yaml").write_text("max_batch_size: 1\n")
+    reg.put(res.key, tmp_path / "art", kind="llmapi-profile", force=True)
+    assert build_cell(for_cell(cell), reg, force=True).status == "published"
+    reg.get(res.key, tmp_path / "again")
+    assert yaml.safe_load((tmp_path / "again" / "extra_llm_api_options.yaml").read_text())["max_batch_size"] == 8
 
 
 def test_unquantized_checkpoint_goes_through_convert_checkpoint(

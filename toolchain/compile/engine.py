@@ -236,7 +236,8 @@ def build_cell(
                 "run `toolchain quantize` on the spec first (or `toolchain up SPEC`)",
             )
     if cell.spec.runtime == "pytorch":
-        return _publish_llmapi(cell, plan, registry, source_dir(cell.spec) if unquantized else ckpt_root / "hf")
+        hf = source_dir(cell.spec) if unquantized else ckpt_root / "hf"
+        return _publish_llmapi(cell, plan, registry, hf, force=force)
     log_path = cache().build_log(cell.id, plan.key)
     if log_dir is not None:
         log_path = log_dir / log_path.name
@@ -375,7 +376,7 @@ def _convert(
     return work / "ckpt"
 
 
-def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path) -> CellBuild:
+def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:
@@ -395,7 +396,7 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
             ],
             "target": cell.spec.target.model_dump(),
         }
-        registry.put(plan.key, out, kind="llmapi-profile", provenance=prov)
+        registry.put(plan.key, out, kind="llmapi-profile", provenance=prov, force=force)  # --force replaces it
         plan.status = "published"
         return plan
     finally:
