@@ -144,3 +144,14 @@ def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(
     r = cli("cache", "push", engine_dir, "--key", "0123abcd", "--registry", other)
     assert r.exit_code == 2 and "names no entry" in r.stderr and "toolchain spec expand" in r.stderr
     assert cli("cache", "ls", "--registry", other, "--json").stdout.count('"key"') == 1  # nothing stored
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["ls"], ["show", "abcdef12"], ["pull", "abcdef12", "OUT"], ["verify"], ["gc", "--yes"], ["tag", "abcdef12", "t"]],
+)
+def test_read_commands_refuse_a_mistyped_registry_and_create_nothing(cli: Cli, tmp_path: Path, args: list[str]) -> None:
+    missing = tmp_path / "no-such-registry"
+    r = cli("cache", *[str(tmp_path / "out") if a == "OUT" else a for a in args], "--registry", missing)
+    assert r.exit_code == 2, r.output
+    assert "no registry at" in r.output and not missing.exists()

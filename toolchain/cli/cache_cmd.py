@@ -26,7 +26,7 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
     from toolchain.registry import open_registry
     from toolchain.registry.store import entry_summary
 
-    r = open_registry(registry)
+    r = open_registry(registry, must_exist=True)
     tags = r.tags()
     rows = [entry_summary(m, tags) for m in r.ls()]
     if json_out:
@@ -47,7 +47,7 @@ def show(ref: RefArg, registry: RegistryOpt = None) -> None:
     from toolchain.cli.render import print_json
     from toolchain.registry import open_registry
 
-    print_json(open_registry(registry).show(ref).model_dump())
+    print_json(open_registry(registry, must_exist=True).show(ref).model_dump())
 
 
 @app.command()
@@ -72,7 +72,7 @@ def pull(
     from toolchain.cli.render import Stages, err
     from toolchain.registry import open_registry
 
-    r = open_registry(registry)
+    r = open_registry(registry, must_exist=True)
     r.progress = Stages()
     m = r.get(ref, dest, force=force, link=link)
     err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False, markup=False)
@@ -127,7 +127,7 @@ def verify(
     from toolchain.errors import CorruptArtifactError
     from toolchain.registry import open_registry
 
-    rep = open_registry(registry).verify(repair=repair)
+    rep = open_registry(registry, must_exist=True).verify(repair=repair)
     if json_out:
         print_json({"checked": rep.checked, "corrupt": rep.corrupt, "removed": rep.removed})
     for k, why in rep.corrupt.items():
@@ -153,7 +153,7 @@ def gc(
     from toolchain.cli.render import err, fmt_bytes, print_json
     from toolchain.registry import open_registry
 
-    r = open_registry(registry)
+    r = open_registry(registry, must_exist=True)
     plan = r.gc_plan(grace_s=grace)
     summary = {
         "blobs": len(plan.blobs),
@@ -187,7 +187,7 @@ def tag(ref: RefArg, name: Annotated[str, typer.Argument(help="Tag name")], regi
     from toolchain.cli.render import err
     from toolchain.registry import open_registry
 
-    key = open_registry(registry).tag(ref, name)
+    key = open_registry(registry, must_exist=True).tag(ref, name)
     err.print(f"{name} -> {key}")
 
 

@@ -487,8 +487,10 @@ class HFBackend(Backend):
         self._commit([CommitOperationDelete(path_in_repo=path)], f"toolchain: delete {path}")
 
 
-def open_backend(url: str | None) -> Backend:
-    """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://."""
+def open_backend(url: str | None, *, must_exist: bool = False) -> Backend:
+    """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://.
+    ``must_exist`` (commands that only read or tidy): a local registry that was named (flag or
+    TOOLCHAIN_REGISTRY) but is not there is a mistyped path, not an empty registry to create."""
     from toolchain.artifacts.layout import cache
 
     url = url or settings.registry_url()
@@ -509,4 +511,10 @@ def open_backend(url: str | None) -> Backend:
         url = url[7:]
     if "://" in url:
         raise RegistryURLError(f"unknown registry scheme in '{url}'")
-    return LocalBackend(Path(url))
+    root = Path(url).expanduser()
+    if must_exist and not root.is_dir():
+        raise RegistryURLError(
+            f"no registry at {root.resolve()}",
+            "check --registry / TOOLCHAIN_REGISTRY (a registry is created by `cache push` or `build`)",
+        )
+    return LocalBackend(root)

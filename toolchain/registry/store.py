@@ -408,8 +408,10 @@ class Registry:
         return freed
 
 
-def open_registry(url: str | None) -> Registry:
-    return Registry(open_backend(url))
+def open_registry(url: str | None, *, must_exist: bool = False) -> Registry:
+    """The registry at ``url`` (the default local one when None); ``must_exist`` refuses a named local path
+    that is not there instead of creating an empty registry (for commands that only read or tidy)."""
+    return Registry(open_backend(url, must_exist=must_exist))
 
 
 def _printable(text: str) -> str:
