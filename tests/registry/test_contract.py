@@ -160,3 +160,17 @@ def test_symlinks_are_not_stored(registry_url: str, engine_dir: Path) -> None:
     (engine_dir / "link").symlink_to("/etc/passwd")
     with pytest.raises(UserInputError, match="not a regular file"):
         open_registry(registry_url).put(K1, engine_dir)
+
+
+def test_gc_keeps_a_tag_repointed_after_the_plan(registry_url: str, engine_dir: Path) -> None:
+    r = open_registry(registry_url)
+    r.put(K1, engine_dir)
+    r.tag(K1, "prod")
+    r.tag(K1, "old")
+    r.backend.delete(manifest_path(K1))  # both tags now dangle
+    plan = r.gc_plan()
+    assert sorted(plan.tags) == ["refs/tags/old", "refs/tags/prod"]
+    r.put(K2, engine_dir)
+    r.tag(K2, "prod")  # re-pointed at a live entry between the plan and its execution
+    r.gc(plan)
+    assert r.tags() == {"prod": K2}

@@ -403,7 +403,11 @@ class Registry:
                 freed += size
             for key, upload_id in plan.uploads:
                 self.backend.abort_upload(key, upload_id)
+            current = self.tags()  # a tag re-pointed at a live entry since the plan was made is kept
             for p in plan.tags:
+                k = current.get(p.removeprefix("refs/tags/"))
+                if k is not None and KEY_RE.fullmatch(k) and self.exists(k):
+                    continue
                 self.backend.delete(p)
         return freed
 
