@@ -194,6 +194,10 @@ def test_cli(cli: Cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "o")
     assert r.exit_code == 0, r.output
     assert str(tmp_path / "o" / "k8s" / "deployment.yaml") in r.stdout
+    assert "names no registry host" in r.stderr  # the default image name would go to Docker Hub
+    image = "registry.example.com/llm/tiny:1"
+    r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "p", "--image", image)
+    assert r.exit_code == 0 and "registry host" not in r.stderr and f"docker push {image}" in r.stderr
     r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "o")
     assert r.exit_code == 2 and "not empty" in r.stderr
 

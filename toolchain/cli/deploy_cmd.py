@@ -117,6 +117,8 @@ def deploy(
         print_json(res.to_json())
         return
     sz = res.sizing
+    for n in res.notes:
+        err.print(f"note: {n}", highlight=False, markup=False)
     for f in res.files:
         stdout.print(f"{out / f}", highlight=False, markup=False)
     err.print(

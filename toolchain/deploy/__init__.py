@@ -66,6 +66,7 @@ class DeployResult:
     engine_key: str
     sizing: Sizing
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,7 +76,17 @@ class DeployResult:
             "engine_key": self.engine_key,
             "sizing": self.sizing.to_json(),
             "files": self.files,
+            "notes": self.notes,
         }
+
+
+def registry_host(image: str) -> str | None:
+    """The registry host of an image reference (``nvcr.io``, ``localhost:5000``), None for a bare name that
+    Docker resolves to Docker Hub (its first path part has no '.' or ':' and is not ``localhost``)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
 
 
 def _registry_in_pod(o: DeployOptions) -> str:
@@ -238,7 +249,13 @@ def write_deployment(
             for p in tmp.rglob("*")
             if p.is_file() and p.relative_to(tmp).parts[:2] != ("image", "src")
         )
-    return DeployResult(out, app, image, engine_key, sizing, files)
+    notes = []
+    if registry_host(image) is None:
+        notes.append(
+            f"image {image} names no registry host: `docker push` sends it to Docker Hub and nodes pull it from "
+            "there; pass --image REGISTRY/REPOSITORY:TAG (e.g. registry.example.com/llm/app:1) for your own registry"
+        )
+    return DeployResult(out, app, image, engine_key, sizing, files, notes)
 
 
 def _refuse_leaks(root: Path, host_paths: tuple[Path, ...], *, skip: Path) -> None:
