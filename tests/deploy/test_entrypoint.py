@@ -207,7 +207,13 @@ def group(tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, tmp_p
     out = _deploy(spec, tmp_path, str(registry), reference_key, gpus_per_node=1, registry_pvc="engines")
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "kubectl").write_text('#!/bin/sh\necho "$@" >> "$FAKE_LOG.kubectl"\nprintf "%s" "grp-0-1 grp-0"\n')
+    # `kubectl exec -n NS POD ...` (the leader asking a pod whether its engine is restored) succeeds only for
+    # pods the test marked ready; `kubectl get pods` lists the group
+    (fake / "kubectl").write_text(
+        '#!/bin/sh\necho "$@" >> "$FAKE_LOG.kubectl"\n'
+        'if [ "$1" = exec ]; then [ -e "$FAKE_LOG.ready-$4" ]; exit $?; fi\n'
+        'printf "%s" "grp-0-1 grp-0"\n'
+    )
     (fake / "mpirun").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$FAKE_LOG.mpirun"\n')
     for f in fake.iterdir():
         f.chmod(0o755)
@@ -220,6 +226,8 @@ def test_group_leader_starts_every_rank_through_kubessh(group: tuple[Path, Path,
     assert (env["TOOLCHAIN_NODES"], env["TOOLCHAIN_GPUS_PER_NODE"], env["TOOLCHAIN_WORLD_SIZE"]) == ("2", "1", "2")
     log = tmp_path / "leader.log"
     fake_log = tmp_path / "fake"
+    for pod in ("grp-0", "grp-0-1"):
+        Path(f"{fake_log}.ready-{pod}").touch()
     proc = _run(
         out,
         {
@@ -344,3 +352,43 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
         "8000",
     ]
     assert (dest / "hf" / "config.json").is_file()
+
+
+def test_group_leader_waits_for_every_pod_to_restore_its_engine(group: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """A worker is Running long before its `cache pull` ends; the leader starts no rank until each pod says
+    its engine is restored (measured before: mpirun ran as soon as the pods were Running)."""
+    out, registry, path = group
+    fake_log = tmp_path / "fake"
+    Path(f"{fake_log}.ready-grp-0").touch()  # the leader's own pod; the worker grp-0-1 never gets there
+    log = tmp_path / "leader.log"
+    overrides = {
+        "TOOLCHAIN_REGISTRY": str(registry),
+        "GROUP_KEY": "g1",
+        "POD_NAMESPACE": "llm",
+        "PATH": path,
+        "FAKE_LOG": str(fake_log),
+        "READY_TIMEOUT": "5",
+    }
+    proc = _run(out, overrides, log, role="leader")
+    try:
+        rc = proc.wait(120)
+    finally:
+        _stop(proc)
+    text = log.read_text()
+    assert rc != 0 and "pod grp-0-1 has not restored engine" in text, text
+    assert not Path(f"{fake_log}.mpirun").exists()
+    assert "exec -n llm grp-0-1 -c server -- test -f" in Path(f"{fake_log}.kubectl").read_text()
+
+
+def test_entrypoint_scripts_parse_in_dash_and_bash() -> None:
+    """The image's /bin/sh may be dash or bash: both must parse the scripts (bash -n found an apostrophe
+    inside ${VAR:?message} that dash accepts and bash reads as an open quote)."""
+    import shutil
+
+    for script in ("entrypoint.sh", "kubessh"):
+        path = Path(__file__).resolve().parents[2] / "toolchain" / "deploy" / script
+        for shell in ("dash", "bash"):
+            if shutil.which(shell) is None:
+                continue
+            r = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True)
+            assert r.returncode == 0, f"{shell} -n {script}: {r.stderr}"

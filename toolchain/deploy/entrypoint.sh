@@ -52,6 +52,8 @@ fi
 
 # 2. pull and verify (the registry checks every file's digest; a corrupt entry is refused)
 dest="$ROOT/$ENGINE_KEY"
+ready="$ROOT/.ready-$ENGINE_KEY" # written once the engine is pulled, verified and linted: a group's leader waits for it
+rm -f "$ready"
 rm -rf "$dest"
 mkdir -p "$ROOT"
 say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
@@ -69,6 +71,7 @@ if [ "$FRONTEND" = trtllm-serve ]; then
 fi
 "$PY" -m toolchain.cli.main triton lint "$REPO" --world-size "$WORLD" ||
     fail "the model repository does not agree with engine $ENGINE_KEY; not serving"
+touch "$ready"
 
 # 3. serve. Roles: server (one pod holds every rank), leader / worker (a LeaderWorkerSet group, one pod per node)
 case "$ROLE" in
@@ -120,7 +123,7 @@ if [ "$WORLD" -gt 1 ] || [ "$ROLE" = leader ]; then
     launch="mpirun --allow-run-as-root"
     if [ "$ROLE" = leader ]; then
         # a LeaderWorkerSet group: wait for its pods, then start ranks on each through kubectl exec
-        : "${GROUP_KEY:?GROUP_KEY (the pod's leaderworkerset.sigs.k8s.io/group-key label) is not set}"
+        : "${GROUP_KEY:?GROUP_KEY (the leaderworkerset.sigs.k8s.io/group-key label of the pod) is not set}"
         nodes="${TOOLCHAIN_NODES:?TOOLCHAIN_NODES is not set}"
         per_node="${TOOLCHAIN_GPUS_PER_NODE:?TOOLCHAIN_GPUS_PER_NODE is not set}"
         waited=0
@@ -134,6 +137,16 @@ if [ "$WORLD" -gt 1 ] || [ "$ROLE" = leader ]; then
             say "waiting for the group: $count of $nodes pods running"
             sleep 5
             waited=$((waited + 5))
+        done
+        # Running is not ready: each pod restores the engine first (minutes for a large one)
+        for pod in $pods; do
+            until kubectl exec -n "${POD_NAMESPACE:-default}" "$pod" -c server -- test -f "$ready" >/dev/null 2>&1; do
+                [ "$waited" -ge "$READY_TIMEOUT" ] &&
+                    fail "pod $pod has not restored engine $ENGINE_KEY after ${waited}s; not starting the ranks"
+                say "waiting for pod $pod to restore engine $ENGINE_KEY"
+                sleep 5
+                waited=$((waited + 5))
+            done
         done
         hosts=$(printf '%s\n' $pods | sort | sed "s/\$/:$per_node/" | paste -sd, -)
         launch="$launch -mca plm_rsh_agent ${ROOT_DIR}/kubessh --host $hosts"
