@@ -200,3 +200,33 @@ def test_unquantized_checkpoint_goes_through_convert_checkpoint(
     monkeypatch.setenv("TRTLLM_ROOT", str(tmp_path / "nowhere"))
     with pytest.raises(NeedsGPUError, match="converter"):
         build_cell(for_cell(cell), reg, force=True)
+
+
+def test_pytorch_artifact_carries_its_local_draft_and_adapters(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The published LLM-API artifact is served on another host: a local draft model and local LoRA adapters
+    travel inside it, named relative to it (measured before: absolute paths of the building host)."""
+    adapter = tmp_path / "sql"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    spec = _spec(
+        tmp_path,
+        tiny_checkpoint,
+        runtime="pytorch",
+        **{
+            "target.trtllm_version": "1.2.1",
+            "target.container": None,
+            "lora": {"adapters": ["./sql"], "max_rank": 8},
+            "speculative": {"mode": "draft_target", "max_draft_len": 3, "draft": {"source": str(tiny_checkpoint)}},
+            "serving.streaming": False,
+        },
+    )
+    reg = open_registry(str(tmp_path / "reg"))
+    res = build_cell(for_cell(_quantized_cell(spec)), reg)
+    reg.get(res.key, tmp_path / "art")
+    text = (tmp_path / "art" / "extra_llm_api_options.yaml").read_text()
+    opts = yaml.safe_load(text)
+    assert opts["speculative_config"]["speculative_model"] == "draft"
+    assert opts["lora_config"]["lora_dir"] == ["lora/0-sql"]
+    assert (tmp_path / "art" / "draft" / "config.json").is_file()
+    assert (tmp_path / "art" / "lora" / "0-sql" / "adapter_config.json").is_file()
+    assert str(tmp_path) not in text and str(tiny_checkpoint) not in text

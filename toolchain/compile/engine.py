@@ -36,6 +36,7 @@ from toolchain.errors import (
     CompatibilityError,
     EngineBuildError,
     NeedsGPUError,
+    UserInputError,
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
@@ -376,13 +377,36 @@ def _convert(
     return work / "ckpt"
 
 
+def _bring_local_models(opts: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Copy a local draft model and local LoRA adapters into the artifact and name them relative to it
+    (``draft/``, ``lora/<n>-<name>/``): the artifact is served on another host (trtllm-serve runs in the
+    artifact's directory), where the building host's paths do not exist. Hub ids stay ids."""
+
+    def bring(path: str, rel: str) -> str:
+        src = Path(path)
+        if not src.is_absolute():
+            return path  # a Hub id: the LLM API downloads it where it runs
+        if not src.is_dir():
+            raise UserInputError(f"{src} is not a directory", "point the spec at the model's local directory")
+        shutil.copytree(src, out / rel, copy_function=shutil.copy2)
+        return rel
+
+    sc = opts.get("speculative_config")
+    if sc and sc.get("speculative_model"):
+        sc["speculative_model"] = bring(sc["speculative_model"], "draft")
+    lc = opts.get("lora_config")
+    if lc and lc.get("lora_dir"):
+        lc["lora_dir"] = [bring(d, f"lora/{i}-{Path(d).name}") for i, d in enumerate(lc["lora_dir"])]
+    return opts
+
+
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:
     """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:
         out = work / "artifact"
         shutil.copytree(hf, out / "hf", copy_function=os.link)
-        opts = llmapi_options(cell)
+        opts = _bring_local_models(llmapi_options(cell), out)
         (out / "extra_llm_api_options.yaml").write_text(yaml.safe_dump(opts, sort_keys=True))
         prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
             "spec": cell.spec.model_dump(mode="json"),

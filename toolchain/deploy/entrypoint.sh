@@ -67,6 +67,7 @@ if [ "$FRONTEND" = trtllm-serve ]; then
     set -- trtllm-serve "$dest/hf" --backend pytorch --tp_size "${TOOLCHAIN_TP:-1}" --pp_size "${TOOLCHAIN_PP:-1}" \
         --extra_llm_api_options "$dest/extra_llm_api_options.yaml" --host "$HOST" --port "$HTTP_PORT"
     say "starting: $*"
+    cd "$dest" # the options name the artifact's own draft/ and lora/ relative to it
     exec "$@"
 fi
 "$PY" -m toolchain.cli.main triton lint "$REPO" --world-size "$WORLD" ||
