@@ -62,6 +62,7 @@ def test_corrupt_blob_is_refused_and_repaired(registry_url: str, engine_dir: Pat
     if local is not None:
         local.chmod(0o644)
         local.write_bytes(bytes(data))
+        local.chmod(0o444)
     else:
         r.backend.write_bytes(bp, bytes(data))
     with pytest.raises(CorruptArtifactError):
@@ -69,6 +70,7 @@ def test_corrupt_blob_is_refused_and_repaired(registry_url: str, engine_dir: Pat
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.partial*"))
     rep = r.verify()
     assert set(rep.corrupt) == {K1}
+    assert local is None or local.stat().st_mode & 0o777 == 0o444  # verify without repair changes nothing
     rep = r.verify(repair=True)
     assert rep.removed == [K1] and not r.exists(K1) and r.exists(K2)
     assert r.verify().corrupt == {}

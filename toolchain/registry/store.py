@@ -351,11 +351,9 @@ class Registry:
                     ok = False
                 if not ok:
                     rep.corrupt[key] = f"{rel}: blob {f.digest} missing or corrupt"
-                    if local is not None and local.is_file():
-                        local.chmod(0o644)
-                        if repair:
-                            self.backend.delete(bp)
-                    elif repair:
+                    if repair:  # without --repair, verify only reads
+                        if local is not None and local.is_file():
+                            local.chmod(0o644)
                         self.backend.delete(bp)
                     break
         if repair:
