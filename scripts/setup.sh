@@ -19,7 +19,7 @@ echo "setup: installing into .venv (first run takes a few minutes)" >&2
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q --disable-pip-version-check -c <(echo torch==2.13.0) -e '.[all,dev]' 2>&1 \
   | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto" \
+.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis" \
   || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
 # The HTML report test opens reports in Debian's headless chromium; install it where we can (root + apt).
 if ! command -v chromium >/dev/null 2>&1; then
