@@ -96,6 +96,7 @@ def test_a_replica_wider_than_a_node_is_a_leaderworkerset() -> None:
     leader, worker = group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]
     assert leader["containers"][0]["args"] == ["leader"] and worker["containers"][0]["args"] == ["worker"]
     assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"  # one node's GPUs per pod
+    assert s.shm_bytes == 2 * GIB  # /dev/shm for the one rank each pod holds, not for the whole group (3 GiB)
     assert "startupProbe" in leader["containers"][0] and "startupProbe" not in worker["containers"][0]
     assert leader["serviceAccountName"] == worker["serviceAccountName"] == "app"
     role = res["role.yaml"]

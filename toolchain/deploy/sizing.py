@@ -77,7 +77,8 @@ class Sizing:
             f"GPUs per replica = TP × PP = {self.ranks}; nodes per replica = ceil({self.ranks} ÷ "
             f"{self.gpus_per_node}) = {self.nodes_per_replica}",
             f"replicas = {self.min_replicas}..{self.max_replicas} instances ({self.replicas_source})",
-            f"/dev/shm = {self.ranks} rank(s) × 1 GiB + 1 GiB = {self.shm_bytes / GIB:.0f} GiB",
+            f"/dev/shm = {-(-self.ranks // self.nodes_per_replica)} rank(s) per pod × 1 GiB + 1 GiB = "
+            f"{self.shm_bytes / GIB:.0f} GiB",
             f"startup budget = ({self.engine_bytes_total / g:.1f} GB ÷ {PULL_BYTES_S / 1e6:.0f} MB/s pull + "
             f"{self.engine_bytes_total / g:.1f} GB ÷ {VERIFY_BYTES_S / g:.1f} GB/s verify + "
             f"{self.engine_bytes_per_rank / g:.1f} GB ÷ {LOAD_BYTES_S / g:.1f} GB/s load + {FIXED_START_S:.0f} s) × "
@@ -132,7 +133,8 @@ def size_cell(
     per_rank = int(plan.weight_bytes_per_gpu * ENGINE_OVERHEAD)
     total = int(plan.weight_bytes_total * ENGINE_OVERHEAD)
     budget = startup_budget_s(total, per_rank)
-    shm = SHM_PER_RANK * ranks + SHM_BASE
+    ranks_per_pod = ranks if nodes == 1 else -(-ranks // nodes)  # a group's pods each hold one node's ranks
+    shm = SHM_PER_RANK * ranks_per_pod + SHM_BASE
     return Sizing(
         cell_id=cell.id,
         ranks=ranks,
