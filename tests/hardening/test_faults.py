@@ -100,6 +100,7 @@ def test_sigkill_during_pull_leaves_no_half_written_destination(tmp_path: Path, 
 
 def test_gc_during_push_never_breaks_the_entry(tmp_path: Path, engine: Path) -> None:
     reg = str(tmp_path / "reg")
+    open_registry(reg)  # the registry exists (gc refuses a path that holds none: a mistyped --registry)
     for i in range(2):
         push = _start("cache", "push", engine, "--key", KEY, "--registry", reg, "--force")
         gcs = 0
