@@ -3,52 +3,23 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from benchmarks.matrix_bench import start_moto, stop
 
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real moto S3 server on 127.0.0.1, started once, bounded in time."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/", timeout=1)
-            break
-        except Exception:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"moto server did not start; see {log}")
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
+    """A real moto S3 server on 127.0.0.1, started once, bounded in time (the benchmarks' launcher)."""
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        proc, url = start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield url
+    stop(proc)
 
 
 @pytest.fixture
