@@ -67,6 +67,41 @@ def test_streamed_logits_equal_the_whole_model(tiny_checkpoint: Path, tmp_path: 
     )
 
 
+def test_streamed_original_in_model_dtype_is_the_loaded_models_forward(tiny_checkpoint: Path) -> None:
+    """A quantize run compares the dequantized export with the logits it took from the loaded model before
+    calibrating; that is sound only because a streamed pass of the original gives exactly those logits."""
+    batch = acc.held_out_batch(transformers.AutoTokenizer.from_pretrained(tiny_checkpoint))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.bfloat16).eval()
+    streamed = acc.streamed_logits(
+        tiny_checkpoint, acc.CheckpointTensors(tiny_checkpoint, "cpu"), batch, "cpu", torch.bfloat16
+    )
+    assert torch.equal(streamed, acc.logits_of(loaded, batch))
+    assert not torch.equal(streamed, acc.logits_of(loaded.float(), batch))  # the dtype is honoured
+
+
+def test_check_export_with_a_reference_streams_only_the_export(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    batch = acc.held_out_batch(transformers.AutoTokenizer.from_pretrained(tiny_checkpoint))
+    write_fp8_export(tiny_checkpoint, tmp_path / "hf")
+    whole = acc.check_export(tiny_checkpoint, tmp_path / "hf", dtype=torch.bfloat16)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.bfloat16).eval()
+    seen: list[type] = []
+    real = acc.streamed_logits
+
+    def spy(model_dir: Path, tensors: acc.CheckpointTensors, *args: Any) -> Any:
+        seen.append(type(tensors))
+        return real(model_dir, tensors, *args)
+
+    acc.streamed_logits = spy  # type: ignore[assignment]
+    try:
+        shared = acc.check_export(
+            tiny_checkpoint, tmp_path / "hf", dtype=torch.bfloat16, reference=(acc.logits_of(loaded, batch), batch)
+        )
+    finally:
+        acc.streamed_logits = real  # type: ignore[assignment]
+    assert seen == [acc.DequantizedExport]
+    assert shared == whole
+
+
 class _Spy(acc.CheckpointTensors):
     """Records the most bytes of tensors it handed out that were alive at the same time."""
 
@@ -75,8 +110,8 @@ class _Spy(acc.CheckpointTensors):
         self.live: list[tuple[weakref.ref[Any], int]] = []
         self.peak = 0
 
-    def get(self, name: str) -> Any:
-        t = super().get(name)
+    def get(self, name: str, dtype: Any = None) -> Any:
+        t = super().get(name, dtype)
         self.live = [(r, n) for r, n in self.live if r() is not None] + [(weakref.ref(t), t.nbytes)]
         self.peak = max(self.peak, sum(n for _, n in self.live))
         return t

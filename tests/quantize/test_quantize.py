@@ -63,6 +63,29 @@ def test_two_runs_are_byte_identical(tiny_checkpoint: Path, tmp_path: Path) -> N
     assert a["output_digest"] == b["output_digest"] and a["calibration_digest"] == b["calibration_digest"]
 
 
+def test_run_checks_the_export_in_one_streamed_pass_in_the_model_dtype(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The original's reference logits come from the model already loaded for calibration: the check
+    streams only the dequantized export, in the recipe's dtype, never a second float32 pass."""
+    import torch
+
+    from toolchain.quantize import accuracy
+
+    passes: list[tuple[str, Any]] = []
+    real = accuracy.streamed_logits
+
+    def spy(model_dir: Path, tensors: Any, batch: Any, device: str, dtype: Any = None) -> Any:
+        passes.append((type(tensors).__name__, dtype))
+        return real(model_dir, tensors, batch, device, dtype)
+
+    monkeypatch.setattr(accuracy, "streamed_logits", spy)
+    m = quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q").manifest
+    assert passes == [("DequantizedExport", torch.bfloat16)]
+    assert 0 < m["accuracy"]["dequant"]["rel_logit_error"] < 0.3
+    assert verify_output(tmp_path / "q") == m  # digests taken on the second thread match the files
+
+
 def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 

@@ -127,8 +127,11 @@ class CheckpointTensors:
         with safe_open(str(self._files[name]), framework="pt") as h:
             return h.get_tensor(name).to(self.device)
 
-    def get(self, name: str) -> Any:
-        return self.raw(name).float()
+    def get(self, name: str, dtype: Any = None) -> Any:
+        """The tensor as ``dtype`` (float32 unless given)."""
+        import torch
+
+        return self.raw(name).to(dtype or torch.float32)
 
 
 class DequantizedExport(CheckpointTensors):
@@ -146,7 +149,12 @@ class DequantizedExport(CheckpointTensors):
         """The model tensors of the export (scales and other quantizer state left out)."""
         return [n for n in self._files if n.rsplit(".", 1)[-1] not in self.AUX]
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str, dtype: Any = None) -> Any:
+        """The weight it stands for, dequantized in float32, then as ``dtype`` (float32 unless given)."""
+        w = self._dequantized(name)
+        return w if dtype is None else w.to(dtype)
+
+    def _dequantized(self, name: str) -> Any:
         import torch
 
         t = self.raw(name)
@@ -178,21 +186,23 @@ def dequantize_hf_export(export_dir: Path, device: str = "cpu") -> dict[str, Any
     return {n: src.get(n) for n in src.names()}
 
 
-def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, device: str) -> Any:
-    """Logits of ``model_dir``'s architecture with weights from ``tensors``, one module's weights at a time.
+def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, device: str, dtype: Any = None) -> Any:
+    """Logits of ``model_dir``'s architecture with weights from ``tensors``, one module's weights at a time,
+    computed in ``dtype`` (float32 unless given).
 
     The model is built with its parameters on the meta device; a hook before each module's forward
     reads that module's own parameters onto ``device`` and one after it drops them again. Peak
-    memory is one module's float32 weights (the largest is usually the output head) plus
-    activations, whatever the model's size; every tensor is read once per pass.
+    memory is one module's weights (the largest is usually the output head) plus activations,
+    whatever the model's size; every tensor is read once per pass.
     """
     import torch
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    dtype = dtype or torch.float32
     cfg = AutoConfig.from_pretrained(model_dir)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)  # type: ignore[no-untyped-call]
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)  # type: ignore[no-untyped-call]
     model.eval()
     for mod in model.modules():
         for bname, buf in list(mod._buffers.items()):
@@ -214,7 +224,7 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
 
     def load(mod: torch.nn.Module, args: Any) -> None:
         for pname, stored in plan[mod]:
-            mod._parameters[pname] = torch.nn.Parameter(tensors.get(stored), requires_grad=False)
+            mod._parameters[pname] = torch.nn.Parameter(tensors.get(stored, dtype), requires_grad=False)
 
     def drop(mod: torch.nn.Module, args: Any, output: Any) -> None:
         mod._parameters.update(placeholders[mod])
@@ -235,15 +245,30 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
             h.remove()
 
 
-def check_export(original_dir: Path, export_dir: Path, device: str = "cpu") -> Accuracy:
-    """Dequantized-export accuracy (weights only) against the original, both in float32 on ``device``,
-    streamed module by module (see ``streamed_logits``): memory does not grow with the model."""
-    from transformers import AutoTokenizer
+def check_export(
+    original_dir: Path,
+    export_dir: Path,
+    device: str = "cpu",
+    *,
+    dtype: Any = None,
+    reference: tuple[Any, Any] | None = None,
+) -> Accuracy:
+    """Dequantized-export accuracy (weights only) against the original, computed in ``dtype`` (float32
+    unless given) on ``device``, streamed module by module (see ``streamed_logits``): memory does not
+    grow with the model.
 
-    tok = AutoTokenizer.from_pretrained(original_dir)
-    batch = held_out_batch(tok)
-    ref = streamed_logits(original_dir, CheckpointTensors(original_dir, device), batch, device).cpu()
-    q = streamed_logits(original_dir, DequantizedExport(export_dir, device), batch, device).cpu()
+    ``reference`` is ``(logits, batch)``: the original's logits on the held-out batch, already taken in
+    ``dtype`` (a quantize run takes them from the loaded model before calibrating; a streamed pass of the
+    original gives the same logits bit for bit, which a test holds). Without it, that pass is run here.
+    """
+    if reference is None:
+        from transformers import AutoTokenizer
+
+        batch = held_out_batch(AutoTokenizer.from_pretrained(original_dir))
+        ref = streamed_logits(original_dir, CheckpointTensors(original_dir, device), batch, device, dtype).cpu()
+    else:
+        ref, batch = reference
+    q = streamed_logits(original_dir, DequantizedExport(export_dir, device), batch, device, dtype).cpu()
     return compare(ref, q, batch, "dequant")
 
 

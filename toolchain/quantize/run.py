@@ -19,6 +19,7 @@ import os
 import resource
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,14 +173,19 @@ def quantize(
     with staged_dir(out) as tmp:
         run.export(calibrated, DECODER_TYPE[cfg["architectures"][0]], tmp)
         progress("checking accuracy")
-        dq = run.acc.check_export(model_dir, tmp / "hf", calibrated.first)
+        # The exports are final: hash and fsync them on a second thread while the accuracy check reads them.
+        with ThreadPoolExecutor(1, thread_name_prefix="seal") as pool:
+            sealed = pool.submit(_seal, tmp)
+            dq = run.acc.check_export(
+                model_dir, tmp / "hf", calibrated.first, dtype=run.dtype, reference=calibrated.reference
+            )
+            files, hashed = sealed.result()
         primary = calibrated.fake if calibrated.fake is not None else dq
-        files, hashed = file_digests(tmp)
         manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
         if accuracy_limits is not None:
             run.acc.gate(primary, accuracy_limits)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        _fsync_tree(tmp)
+        _fsync(tmp / "manifest.json")
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
 
@@ -208,6 +214,7 @@ class _Calibrated:
     calib_digest: str
     fake: Any  # the fake-quant accuracy check, or None when it cannot run here
     notes: list[str]
+    reference: tuple[Any, Any]  # the original's logits on the held-out batch (model dtype), and that batch
 
 
 class _Run:
@@ -298,7 +305,7 @@ class _Run:
             with _quiet():
                 q_logits = self.acc.logits_of(model, on_first).cpu()
             fake = self.acc.compare(ref_logits, q_logits, eval_batch, "fakequant")
-        return _Calibrated(model, first, calib_digest, fake, notes)
+        return _Calibrated(model, first, calib_digest, fake, notes, (ref_logits, eval_batch))
 
     def export(self, calibrated: _Calibrated, decoder: str, tmp: Path) -> None:
         """Both checkpoints into ``tmp``: TensorRT-LLM's from the calibrated model, the unified HF one from a copy.
@@ -405,11 +412,17 @@ def _quiet() -> Any:
         yield
 
 
-def _fsync_tree(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+def _seal(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
+    """Digest every file under ``root`` and flush it to disk."""
+    files, hashed = file_digests(root)
+    for rel in files:
+        _fsync(root / rel)
+    return files, hashed
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
