@@ -79,7 +79,9 @@ def test_streamed_original_in_model_dtype_is_the_loaded_models_forward(tiny_chec
     assert not torch.equal(streamed, acc.logits_of(loaded.float(), batch))  # the dtype is honoured
 
 
-def test_check_export_with_a_reference_streams_only_the_export(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_check_export_with_a_reference_streams_only_the_export(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     batch = acc.held_out_batch(transformers.AutoTokenizer.from_pretrained(tiny_checkpoint))
     write_fp8_export(tiny_checkpoint, tmp_path / "hf")
     whole = acc.check_export(tiny_checkpoint, tmp_path / "hf", dtype=torch.bfloat16)
@@ -91,13 +93,9 @@ def test_check_export_with_a_reference_streams_only_the_export(tiny_checkpoint: 
         seen.append(type(tensors))
         return real(model_dir, tensors, *args)
 
-    acc.streamed_logits = spy  # type: ignore[assignment]
-    try:
-        shared = acc.check_export(
-            tiny_checkpoint, tmp_path / "hf", dtype=torch.bfloat16, reference=(acc.logits_of(loaded, batch), batch)
-        )
-    finally:
-        acc.streamed_logits = real  # type: ignore[assignment]
+    monkeypatch.setattr(acc, "streamed_logits", spy)
+    reference = (acc.logits_of(loaded, batch), batch)
+    shared = acc.check_export(tiny_checkpoint, tmp_path / "hf", dtype=torch.bfloat16, reference=reference)
     assert seen == [acc.DequantizedExport]
     assert shared == whole
 
