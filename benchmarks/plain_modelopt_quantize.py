@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 CFG = {
     "fp8": "FP8_DEFAULT_CFG",
@@ -34,7 +35,7 @@ def main(argv: list[str]) -> int:
     from toolchain.quantize.calib import load_texts, tokenize
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device).eval()
+    model = cast(Any, AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)).to(device).eval()
     batches, _ = tokenize(tok, load_texts("builtin", Path.cwd(), 1234, samples), seq_len, batch)
 
     def forward_loop(m: torch.nn.Module) -> None:
@@ -58,9 +59,8 @@ def main(argv: list[str]) -> int:
         )
     del model
     with torch.inference_mode():
-        restored = mto.restore(
-            AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device), str(state)
-        )
+        fresh = cast(Any, AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16))
+        restored = mto.restore(fresh.to(device), str(state))
         mexport.export_hf_checkpoint(restored, export_dir=out / "hf")
     state.unlink()
     return 0

@@ -56,6 +56,46 @@ def test_local_restore_copies_by_default_and_links_only_when_asked(tmp_path: Pat
     assert not (linked.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "read-hash-write"])
+def test_copy_restore_verifies_what_landed_with_or_without_copy_file_range(
+    tmp_path: Path, engine_dir: Path, monkeypatch: pytest.MonkeyPatch, kernel: bool
+) -> None:
+    """Where reflinks are refused, a pull copies in the kernel (copy_file_range) and hashes the copy;
+    where that is refused too, it reads, hashes and writes in one pass. Either way a bad blob is caught."""
+    import errno
+    import fcntl
+
+    from toolchain.errors import CorruptArtifactError
+    from toolchain.registry.store import blob_path
+
+    def no_reflink(*args: Any) -> None:
+        raise OSError(errno.EOPNOTSUPP, "no reflink")
+
+    monkeypatch.setattr(fcntl, "ioctl", no_reflink)
+    calls: list[int] = []
+    real_cfr = os.copy_file_range
+
+    def cfr(src: int, dst: int, count: int, *args: Any) -> int:
+        calls.append(count)
+        if not kernel:
+            raise OSError(errno.EXDEV, "cross-device")
+        return real_cfr(src, dst, count, *args)
+
+    monkeypatch.setattr(os, "copy_file_range", cfr)
+    r = open_registry(str(tmp_path / "reg"))
+    m = r.put(K1, engine_dir)
+    r.get(K1, tmp_path / "o")
+    for rel in m.files:
+        assert (tmp_path / "o" / rel).read_bytes() == (engine_dir / rel).read_bytes()
+    assert calls and r.backend.restore_methods == {"copy"}  # type: ignore[attr-defined]
+    blob = tmp_path / "reg" / blob_path(m.files["rank0.engine"].digest)
+    blob.chmod(0o644)
+    blob.write_bytes(b"x" + blob.read_bytes()[1:])
+    with pytest.raises(CorruptArtifactError, match="does not match its digest"):
+        r.get(K1, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_unknown_scheme_and_bad_hf_url() -> None:
     with pytest.raises(RegistryURLError, match="unknown registry scheme"):
         open_registry("gs://bucket/x")
