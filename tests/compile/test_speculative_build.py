@@ -147,18 +147,22 @@ def test_llmapi_options_use_pytorch_decoding_types() -> None:
 
 
 def test_pytorch_options_file_carries_the_features() -> None:
-    from toolchain.specs.llmapi import llmapi_options, validate_options
+    from toolchain.specs.llmapi import bundled_models, llmapi_options, validate_options
 
     c = cell(
         speculative={**DRAFT, "draft": {"source": "./draft"}},
         runtime="pytorch",
         target={"trtllm_version": "1.2.0", "tensorrt_version": "10.13.3"},
-        lora={"adapters": ["hf://org/ad@v1"]},
+        lora={"adapters": ["hf://org/ad@v1", "hf://org/floating", "./local/ad"]},
     )
     o = llmapi_options(c)
     assert o["speculative_config"]["decoding_type"] == "Draft_Target"
-    assert Path(o["speculative_config"]["speculative_model"]).is_absolute()
-    assert o["lora_config"]["lora_dir"] == ["org/ad"]
+    # carried models are named where the artifact holds them; a pinned hub adapter keeps its revision there
+    assert o["speculative_config"]["speculative_model"] == "draft"
+    assert o["lora_config"]["lora_dir"] == ["lora/0-ad", "org/floating", "lora/2-ad"]
+    carried = bundled_models(c.spec)
+    assert carried["lora/0-ad"] == "hf://org/ad@v1" and "org/floating" not in str(carried)
+    assert Path(carried["draft"]).is_absolute() and Path(carried["lora/2-ad"]).is_absolute()
     assert validate_options({**o, "lora_config": {"lora_dirs": []}}) == ["unknown lora_config key lora_dirs"]
 
 

@@ -270,6 +270,49 @@ def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoin
         emit_for_cell(for_cell(expand(load_spec(quantized))[0]), "reference", tmp_path / "repo2")
 
 
+def test_pytorch_repository_carries_its_draft_and_adapters(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model.yaml names the draft model and LoRA adapters relative to the model, and the repository holds
+    them (measured before: the building host's absolute paths, and a pinned hf:// adapter lost its
+    revision); an unpinned hf:// adapter stays a Hub id the LLM API downloads where it runs."""
+    import huggingface_hub
+    import yaml
+
+    adapter = tmp_path / "sql"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    hub = tmp_path / "hub-snapshot"
+    hub.mkdir()
+    (hub / "adapter_config.json").write_text('{"r": 4}')
+    asked: list[tuple[str, str | None]] = []
+
+    def snapshot_download(repo: str, revision: str | None = None, **kw: Any) -> str:
+        asked.append((repo, revision))
+        return str(hub)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
+    d = yaml.safe_load(spec.read_text())
+    d["target"] = {**d.get("target", {}), "trtllm_version": "1.2.1", "container": None}
+    d["speculative"] = {"mode": "draft_target", "max_draft_len": 3, "draft": {"source": str(tiny_checkpoint)}}
+    d["lora"] = {"adapters": ["./sql", "hf://org/pinned@abc123", "hf://org/floating"], "max_rank": 8}
+    spec.write_text(yaml.safe_dump(d))
+    cell = expand(load_spec(spec))[0]
+    emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
+    here = tmp_path / "repo" / "tensorrt_llm" / "1"
+    text = (here / "model.yaml").read_text()
+    my = yaml.safe_load(text)
+    assert my["speculative_config"]["speculative_model"] == "draft"
+    assert my["lora_config"]["lora_dir"] == ["lora/0-sql", "lora/1-pinned", "org/floating"]
+    assert (here / "draft" / "config.json").is_file()
+    assert (here / "lora" / "0-sql" / "adapter_config.json").read_text() == '{"r": 8}'
+    assert (here / "lora" / "1-pinned" / "adapter_config.json").read_text() == '{"r": 4}'
+    assert asked == [("org/pinned", "abc123")]
+    assert str(tmp_path) not in text
+    assert [f.line() for f in lint_repository(tmp_path / "repo") if f.severity == "error"] == []
+
+
 def test_cli_lint_exit_codes(cli: Cli, reference_repo: Path, tmp_path: Path) -> None:
     r = cli("triton", "lint", reference_repo)
     assert r.exit_code == 0, r.output

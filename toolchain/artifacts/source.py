@@ -15,6 +15,22 @@ def source_dir(spec: EngineSpec) -> Path:
     if local is not None:
         return Path(local)
     repo, rev = spec.model.hf_repo_revision()
+    return _download(repo, rev, "model.source")
+
+
+def model_dir(source: str, what: str) -> Path:
+    """A carried model's local directory: ``source`` is an absolute local path or ``hf://org/name@rev``
+    (downloaded at that revision into HF's cache). ``what`` names the spec field, for errors."""
+    if source.startswith("hf://"):
+        repo, _, rev = source.removeprefix("hf://").partition("@")
+        return _download(repo, rev or None, what)
+    p = Path(source)
+    if not p.is_dir():
+        raise CheckpointError(f"{what} {p} is not a directory", f"point {what} at the model's local directory")
+    return p
+
+
+def _download(repo: str, rev: str | None, what: str) -> Path:
     hub = require("huggingface_hub", "hf")
     try:
         return Path(
@@ -25,5 +41,5 @@ def source_dir(spec: EngineSpec) -> Path:
     except Exception as e:
         raise CheckpointError(
             f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
-            "check network and HF_TOKEN, or download it and point model.source at the directory",
+            f"check network and HF_TOKEN, or download it and point {what} at the directory",
         ) from e

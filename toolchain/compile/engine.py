@@ -24,7 +24,7 @@ from toolchain import settings
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
-from toolchain.artifacts.source import source_dir
+from toolchain.artifacts.source import model_dir, source_dir
 from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
 from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
@@ -36,11 +36,10 @@ from toolchain.errors import (
     CompatibilityError,
     EngineBuildError,
     NeedsGPUError,
-    UserInputError,
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
-from toolchain.specs.llmapi import llmapi_options
+from toolchain.specs.llmapi import DRAFT_REL, bundled_models, llmapi_options
 from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
@@ -377,27 +376,14 @@ def _convert(
     return work / "ckpt"
 
 
-def _bring_local_models(opts: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Copy a local draft model and local LoRA adapters into the artifact and name them relative to it
-    (``draft/``, ``lora/<n>-<name>/``): the artifact is served on another host (trtllm-serve runs in the
-    artifact's directory), where the building host's paths do not exist. Hub ids stay ids."""
-
-    def bring(path: str, rel: str) -> str:
-        src = Path(path)
-        if not src.is_absolute():
-            return path  # a Hub id: the LLM API downloads it where it runs
-        if not src.is_dir():
-            raise UserInputError(f"{src} is not a directory", "point the spec at the model's local directory")
-        shutil.copytree(src, out / rel, copy_function=shutil.copy2)
-        return rel
-
-    sc = opts.get("speculative_config")
-    if sc and sc.get("speculative_model"):
-        sc["speculative_model"] = bring(sc["speculative_model"], "draft")
-    lc = opts.get("lora_config")
-    if lc and lc.get("lora_dir"):
-        lc["lora_dir"] = [bring(d, f"lora/{i}-{Path(d).name}") for i, d in enumerate(lc["lora_dir"])]
-    return opts
+def _carry_models(cell: Cell, out: Path) -> None:
+    """Copy the draft model and LoRA adapters the options name into the artifact (``draft/``,
+    ``lora/<n>-<name>/``): it is served on another host (trtllm-serve runs in the artifact's directory),
+    where the building host's paths do not exist; a pinned hf:// one is downloaded at its revision.
+    Unpinned Hub ids stay ids."""
+    for rel, source in bundled_models(cell.spec).items():
+        what = "speculative draft/heads source" if rel == DRAFT_REL else "lora adapter"
+        shutil.copytree(model_dir(source, what), out / rel, copy_function=shutil.copy2)
 
 
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:
@@ -406,7 +392,8 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
     try:
         out = work / "artifact"
         shutil.copytree(hf, out / "hf", copy_function=os.link)
-        opts = _bring_local_models(llmapi_options(cell), out)
+        opts = llmapi_options(cell)
+        _carry_models(cell, out)
         (out / "extra_llm_api_options.yaml").write_text(yaml.safe_dump(opts, sort_keys=True))
         prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
             "spec": cell.spec.model_dump(mode="json"),

@@ -141,11 +141,35 @@ def validate_options(opts: dict[str, Any]) -> list[str]:
     return out
 
 
-def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_dir: str | None = None) -> dict[str, Any]:
+DRAFT_REL = "draft"  # where an artifact or repository carries the draft (or EAGLE-3) checkpoint
+
+
+def bundled_models(spec: EngineSpec) -> dict[str, str]:
+    """The draft (or EAGLE-3) checkpoint and LoRA adapters an LLM-API artifact or Triton repository carries
+    with it, as {directory relative to the options file: source}.
+
+    A source is a local directory (made absolute against the spec file) or a pinned ``hf://org/name@rev``:
+    the LLM API takes a path or a Hub id for these and has no revision field, so a pinned one is
+    downloaded at its revision and carried. An unpinned ``hf://`` one is not carried: the LLM API
+    downloads it where it runs (its options name the Hub id)."""
+    out: dict[str, str] = {}
+    sd = spec.speculative
+    if sd is not None and sd.mode in LLMAPI_DECODING_TYPE:
+        source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
+        if source and _carried(source):
+            out[DRAFT_REL] = _absolute(spec, source)
+    if spec.lora is not None:
+        for i, a in enumerate(spec.lora.adapters):
+            if _carried(a):
+                out[_adapter_rel(i, a)] = _absolute(spec, a)
+    return out
+
+
+def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
     """``speculative_config`` / ``lora_config`` for ``extra_llm_api_options`` (PyTorch runtime).
 
-    ``draft_dir``/``heads_dir`` name where the draft (or EAGLE-3) checkpoint sits next to the artifact;
-    the spec's source is used when not given."""
+    Carried models (``bundled_models``) are named relative to the options file, where the artifact or
+    repository holds them; ``draft_dir`` names the draft checkpoint instead when given."""
     spec = cell.spec
     opts: dict[str, Any] = {}
     sd = spec.speculative
@@ -156,12 +180,12 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_di
                 f"speculative mode {sd.mode} is not available on the PyTorch runtime", "use runtime: tensorrt"
             )
         source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
-        model = draft_dir or heads_dir or _local_or_repo(spec, source)
+        model = draft_dir or (DRAFT_REL if _carried(source) else _hub_id(source))
         opts["speculative_config"] = {"decoding_type": kind, "max_draft_len": sd.draft_len, "speculative_model": model}
     lo = spec.lora
     if lo is not None:
         lc: dict[str, Any] = {
-            "lora_dir": [_local_or_repo(spec, a) for a in lo.adapters],
+            "lora_dir": [_adapter_rel(i, a) if _carried(a) else _hub_id(a) for i, a in enumerate(lo.adapters)],
             "max_lora_rank": lo.max_rank,
             "lora_target_modules": list(lo.target_modules),
         }
@@ -171,9 +195,22 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None, heads_di
     return opts
 
 
-def _local_or_repo(spec: EngineSpec, source: str) -> str:
-    """A local checkpoint as an absolute path, an hf:// one as the Hub id the LLM API downloads."""
+def _carried(source: str) -> bool:
+    """Local directories and pinned hf:// sources are carried; an unpinned hf:// one is downloaded where it runs."""
+    return not source.startswith("hf://") or "@" in source
+
+
+def _hub_id(source: str) -> str:
+    return source.removeprefix("hf://")
+
+
+def _adapter_rel(i: int, source: str) -> str:
+    name = source.removeprefix("hf://").split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "adapter"
+    return f"lora/{i}-{name}"
+
+
+def _absolute(spec: EngineSpec, source: str) -> str:
     if source.startswith("hf://"):
-        return source.removeprefix("hf://").split("@", 1)[0]
+        return source
     p = Path(source).expanduser()
     return str(p if p.is_absolute() else (spec.base_dir / p).resolve())

@@ -126,6 +126,23 @@ def _llmapi_model(art: CellArtifacts, engine: str) -> Path | str:
     return art.quantized_dir / "hf"
 
 
+def _carry_models(art: CellArtifacts, engine: str, dest: Path) -> None:
+    """The draft model and LoRA adapters model.yaml names relative to the model (``draft/``,
+    ``lora/<n>-<name>/``): from the built artifact where it carries them, else from the spec's sources
+    (a pinned hf:// one downloaded at its revision). No path of this host is left in the repository."""
+    from toolchain.artifacts.source import model_dir
+    from toolchain.specs.llmapi import DRAFT_REL, bundled_models
+
+    built = Path(engine) if engine != "reference" else None
+    for rel, source in bundled_models(art.cell.spec).items():
+        if built is not None and (built / rel).is_dir():
+            copy_tree(built / rel, dest / rel)
+        else:
+            copy_tree(
+                model_dir(source, "speculative draft/heads source" if rel == DRAFT_REL else "lora adapter"), dest / rel
+            )
+
+
 def _emit_llmapi(
     art: CellArtifacts,
     engine: str,
@@ -169,6 +186,7 @@ def _emit_llmapi(
         (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(model_source().read_bytes())
         if isinstance(model, Path) and engines_root is None:
             copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
+        _carry_models(art, engine, tmp / "tensorrt_llm" / "1")
         inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
         meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside}
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
