@@ -6,14 +6,21 @@ Reads `model.yaml` beside this file: `triton_config` configures this model, ever
 directory. Inputs and outputs follow the upstream `llmapi` template (text in, text out).
 """
 
+from __future__ import annotations
+
 import asyncio
 import json
 import os
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 SAMPLING = {
     "sampling_param_best_of": "best_of",
@@ -26,8 +33,11 @@ SAMPLING = {
     "sampling_param_seed": "seed",
 }
 
+# send(response or None, last): hands one response (None: just the final flag) back to Triton
+Send = Callable[[Any, bool], None]
 
-def _scalar(req, name):
+
+def _scalar(req: Any, name: str) -> Any:
     t = pb_utils.get_input_tensor_by_name(req, name)
     if t is None:
         return None
@@ -35,14 +45,14 @@ def _scalar(req, name):
     return v.item() if hasattr(v, "item") else v
 
 
-def _strings(req, name):
+def _strings(req: Any, name: str) -> list[str]:
     t = pb_utils.get_input_tensor_by_name(req, name)
     if t is None:
         return []
     return [s.decode() if isinstance(s, bytes) else str(s) for s in t.as_numpy().reshape(-1)]
 
 
-def load_options(here):
+def load_options(here: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(LLM keyword arguments, triton_config) from model.yaml; a relative model path resolves against `here`."""
     path = os.environ.get("LLM_CONFIG_PATH") or os.path.join(here, "model.yaml")
     with open(path) as f:
@@ -55,14 +65,14 @@ def load_options(here):
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         from tensorrt_llm import LLM
         from tensorrt_llm.llmapi.llm_args import update_llm_args_with_extra_dict
 
         cfg = json.loads(args["model_config"])
         here = os.path.join(args["model_repository"], args["model_version"])
         opts, triton = load_options(here)
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
+        self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(cfg)
         if bool(triton.get("decoupled", self.decoupled)) != self.decoupled:
             raise pb_utils.TritonModelException("model.yaml triton_config.decoupled disagrees with config.pbtxt")
         model = opts.pop("model")
@@ -72,10 +82,10 @@ class TritonPythonModel:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def _sampling(self, req):
+    def _sampling(self, req: Any) -> Any:
         from tensorrt_llm import SamplingParams
 
-        kw = {}
+        kw: dict[str, Any] = {}
         for name, key in SAMPLING.items():
             v = _scalar(req, name)
             if v is not None:
@@ -86,13 +96,13 @@ class TritonPythonModel:
         return SamplingParams(**kw)
 
     @staticmethod
-    def _response(text, finish=None):
+    def _response(text: str, finish: str | None = None) -> Any:
         tensors = [pb_utils.Tensor("text_output", np.array([text], dtype=object))]
         if finish is not None:
             tensors.append(pb_utils.Tensor("finish_reason", np.array([str(finish)], dtype=object)))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    async def _run(self, req, send):
+    async def _run(self, req: Any, send: Send) -> None:
         prompt = _strings(req, "text_input")[0]
         streaming = bool(_scalar(req, "streaming"))
         if streaming and not self.decoupled:
@@ -108,15 +118,17 @@ class TritonPythonModel:
             c = out.outputs[0]
             send(self._response(c.text, c.finish_reason), True)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         if not self.decoupled:
-            responses = []
+            responses: list[Any] = []
             for req in requests:
-                box = []
+                box: list[Any] = []
+
+                def keep(r: Any, last: bool, box: list[Any] = box) -> None:
+                    box.append(r)
+
                 try:
-                    fut = asyncio.run_coroutine_threadsafe(
-                        self._run(req, lambda r, last, box=box: box.append(r)), self.loop
-                    )
+                    fut = asyncio.run_coroutine_threadsafe(self._run(req, keep), self.loop)
                     fut.result()
                     responses.append(box[-1])
                 except Exception as e:
@@ -125,14 +137,14 @@ class TritonPythonModel:
         for req in requests:
             sender = req.get_response_sender()
 
-            def send(resp, last, sender=sender):
+            def send(resp: Any, last: bool, sender: Any = sender) -> None:
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
                 if resp is None:
                     sender.send(flags=flags)
                 else:
                     sender.send(resp, flags=flags)
 
-            def failed(fut, sender=sender):
+            def failed(fut: Future[None], sender: Any = sender) -> None:
                 if fut.exception() is not None:
                     sender.send(
                         pb_utils.InferenceResponse(error=pb_utils.TritonError(f"llmapi: {fut.exception()}")),
@@ -142,6 +154,6 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self._run(req, send), self.loop).add_done_callback(failed)
         return None
 
-    def finalize(self):
+    def finalize(self) -> None:
         self.llm.shutdown()
         self.loop.call_soon_threadsafe(self.loop.stop)

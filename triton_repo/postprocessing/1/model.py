@@ -1,14 +1,17 @@
 """Triton postprocessing model: token ids in, text out (toolchain; tensors per the TRT-LLM backend)."""
 
+from __future__ import annotations
+
 import json
 import os
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
 
-def _resolve(args, value):
+def _resolve(args: dict[str, str], value: str) -> str:
     """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
     if not value or os.path.isabs(value):
         return value
@@ -16,20 +19,20 @@ def _resolve(args, value):
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         cfg = json.loads(args["model_config"])
         params = cfg.get("parameters", {})
         self.tok = AutoTokenizer.from_pretrained(_resolve(args, params["tokenizer_dir"]["string_value"]))
         skip = params.get("skip_special_tokens", {}).get("string_value", "true").lower()
         self.skip_special = skip not in ("false", "0", "f", "n", "no")
 
-    def execute(self, requests):
-        responses = []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = []
         for req in requests:
             try:
                 tokens = pb_utils.get_input_tensor_by_name(req, "TOKENS_BATCH").as_numpy()  # [batch, beams, T]
                 lengths = pb_utils.get_input_tensor_by_name(req, "SEQUENCE_LENGTH").as_numpy()  # [batch, beams]
-                texts = []
+                texts: list[str | list[str]] = []  # decode() is typed to return a list for batches too
                 for b in range(tokens.shape[0]):
                     for beam in range(tokens.shape[1]):
                         n = int(lengths[b, beam])

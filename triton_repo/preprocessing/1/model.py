@@ -1,21 +1,27 @@
 """Triton preprocessing model: text in, token ids out (toolchain; tensors per the TRT-LLM backend)."""
 
+from __future__ import annotations
+
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
-def _resolve(args, value):
+
+def _resolve(args: dict[str, str], value: str) -> str:
     """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
     if not value or os.path.isabs(value):
         return value
     return os.path.normpath(os.path.join(args["model_repository"], value))
 
 
-def _flag(params, key, default):
+def _flag(params: dict[str, Any], key: str, default: bool) -> bool:
     v = params.get(key, {}).get("string_value", "")
     if v.lower() in ("true", "1", "t", "y", "yes"):
         return True
@@ -24,12 +30,12 @@ def _flag(params, key, default):
     return default
 
 
-def _in(req, name):
+def _in(req: Any, name: str) -> Any:
     return pb_utils.get_input_tensor_by_name(req, name)
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         cfg = json.loads(args["model_config"])
         params = cfg.get("parameters", {})
         self.tok = AutoTokenizer.from_pretrained(
@@ -41,13 +47,15 @@ class TritonPythonModel:
         self.end_id = self.tok.encode(self.tok.eos_token, add_special_tokens=False)[0]
         self.pad_id = self.tok.encode(self.tok.pad_token, add_special_tokens=False)[0]
 
-    def _words(self, tensor, batch):
+    def _words(self, tensor: Any, batch: int) -> npt.NDArray[np.int32]:
         """Word lists in the backend's [batch, 2, N] format: flat ids, cumulative end offsets (-1 padded)."""
         if tensor is None:
             return np.empty([batch, 2, 0], dtype=np.int32)
-        flat, offs = [], []
+        flat: list[list[int]] = []
+        offs: list[list[int]] = []
         for row in tensor.as_numpy().reshape(batch, -1):
-            ids, ends = [], []
+            ids: list[int] = []
+            ends: list[int] = []
             for w in row:
                 w = w.decode() if isinstance(w, bytes) else str(w)
                 t = self.tok.encode(w, add_special_tokens=False) if w else []
@@ -64,8 +72,8 @@ class TritonPythonModel:
             out[i, 1, : len(ends)] = ends
         return out
 
-    def execute(self, requests):
-        responses = []
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = []
         for req in requests:
             try:
                 query = pb_utils.get_input_tensor_by_name(req, "QUERY").as_numpy()

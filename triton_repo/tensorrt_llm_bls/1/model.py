@@ -4,10 +4,17 @@ Streams text chunks when this model is decoupled and the request sets `stream`; 
 the whole text. Perf outputs of the tensorrt_llm model are passed through.
 """
 
+from __future__ import annotations
+
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 # BLS input -> tensorrt_llm input (the wiring of the upstream ensemble template)
 TO_LLM = {
@@ -73,26 +80,29 @@ PASS = (
 
 SPEC_COUNTERS = ("total_draft_tokens", "total_accepted_draft_tokens")
 
+# send(response, final): hands one InferenceResponse back (to the caller's list, or to the response sender)
+Send = Callable[[Any, bool], None]
 
-def _get(resp, name):
+
+def _get(resp: Any, name: str) -> Any:
     t = pb_utils.get_output_tensor_by_name(resp, name)
     return None if t is None else t.as_numpy()
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         cfg = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
+        self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(cfg)
         self.llm = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
         self.draft = params.get("tensorrt_llm_draft_model_name") or ""
         self.accumulate = params.get("accumulate_tokens", "false").lower() == "true"
 
-    def _call(self, model, inputs, outputs, decoupled=False):
+    def _call(self, model: str, inputs: list[Any], outputs: list[str], decoupled: bool = False) -> Any:
         req = pb_utils.InferenceRequest(model_name=model, inputs=inputs, requested_output_names=outputs)
         return req.exec(decoupled=decoupled)
 
-    def _detok(self, tokens, lengths):
+    def _detok(self, tokens: npt.NDArray[Any], lengths: npt.NDArray[Any]) -> Any:
         resp = self._call(
             "postprocessing",
             [pb_utils.Tensor("TOKENS_BATCH", tokens), pb_utils.Tensor("SEQUENCE_LENGTH", lengths)],
@@ -102,8 +112,8 @@ class TritonPythonModel:
             raise RuntimeError(resp.error().message())
         return _get(resp, "OUTPUT")
 
-    def _handle(self, req, send):
-        pre_in = []
+    def _handle(self, req: Any, send: Send) -> Any:
+        pre_in: list[Any] = []
         for src, dst in TO_PRE.items():
             t = pb_utils.get_input_tensor_by_name(req, src)
             if t is not None:
@@ -125,7 +135,7 @@ class TritonPythonModel:
         streaming = bool(st.as_numpy().reshape(-1)[0]) if st is not None else False
         if streaming and not self.decoupled:
             raise RuntimeError("streaming needs the BLS model deployed in decoupled mode")
-        seen = []
+        seen: list[int] = []
         last = None
         for resp in self._call(self.llm, llm_in, ["output_ids", "sequence_length", *PASS], decoupled=True):
             if resp.has_error():
@@ -145,7 +155,9 @@ class TritonPythonModel:
                 send(self._out(self._detok(ids, lengths), resp), False)
         return last
 
-    def _spec_step(self, model, ids, n_out, pre, drafts=None):
+    def _spec_step(
+        self, model: str, ids: list[int], n_out: int, pre: Any, drafts: list[int] | None = None
+    ) -> tuple[list[int], int]:
         """One non-streaming call of an LLM model on ``ids``: its new tokens and its draft counters."""
         inputs = [
             pb_utils.Tensor("input_ids", np.array([ids], dtype=np.int32)),
@@ -169,7 +181,7 @@ class TritonPythonModel:
         accepted = counters["total_accepted_draft_tokens"]
         return [int(t) for t in ids_out.reshape(-1)[:n]], int(accepted.reshape(-1)[0]) if accepted is not None else 0
 
-    def _speculate(self, req, pre, send):
+    def _speculate(self, req: Any, pre: Any, send: Send) -> None:
         """Draft-target (upstream BLS semantics, docs/speculative-and-lora.md §3): per step the draft model
         proposes up to num_draft_tokens tokens, the target verifies them in one call that returns the
         accepted drafts plus one token of its own; the counters are summed over the steps."""
@@ -184,6 +196,7 @@ class TritonPythonModel:
         max_tokens = int(_get(pre, "REQUEST_OUTPUT_LEN").reshape(-1)[0])
         end = _get(pre, "OUT_END_ID")
         end_id = int(end.reshape(-1)[0]) if end is not None else -1
+        generated: list[int]
         generated, drafted, accepted, steps = [], 0, 0, 0
         while len(generated) < max_tokens:
             k = min(k_max, max_tokens - len(generated) - 1)
@@ -208,7 +221,7 @@ class TritonPythonModel:
         ]
         send(pb_utils.InferenceResponse(output_tensors=out), False)
 
-    def _out(self, text, resp):
+    def _out(self, text: npt.NDArray[Any], resp: Any) -> Any:
         tensors = [pb_utils.Tensor("text_output", np.array(text, dtype=object).reshape(1, -1))]
         for name in PASS:
             v = _get(resp, name)
@@ -216,21 +229,29 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor(name, v))
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         if not self.decoupled:
-            responses = []
+            responses: list[Any] = []
             for req in requests:
-                box = []
+                box: list[Any] = []
+
+                def keep(r: Any, final: bool, box: list[Any] = box) -> None:
+                    box.append(r)
+
                 try:
-                    self._handle(req, lambda r, final, box=box: box.append(r))
+                    self._handle(req, keep)
                     responses.append(box[-1])
                 except Exception as e:
                     responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"BLS: {e}")))
             return responses
         for req in requests:
             sender = req.get_response_sender()
+
+            def send(r: Any, final: bool, sender: Any = sender) -> None:
+                sender.send(r)
+
             try:
-                self._handle(req, lambda r, final, sender=sender: sender.send(r))
+                self._handle(req, send)
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             except Exception as e:
                 sender.send(

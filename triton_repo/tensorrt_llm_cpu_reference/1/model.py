@@ -8,6 +8,8 @@ block-level prefix cache (KV of full `tokens_per_block` prefixes is kept and reu
 through the same per-request perf outputs and `nv_trt_llm_kv_cache_block_metrics` gauges.
 """
 
+from __future__ import annotations
+
 import copy
 import hashlib
 import json
@@ -15,6 +17,8 @@ import math
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,24 +40,29 @@ PERF = (
     "num_output_tokens",
 )
 
+# per-request perf outputs by name: nanosecond times and counters, acceptance_rate a fraction
+Perf = dict[str, int | float]
+# send(tokens, perf, error, final): tokens is None exactly when error is set
+Send = Callable[[list[int] | None, Perf, str | None, bool], None]
 
-def _resolve(args, value):
+
+def _resolve(args: dict[str, str], value: str) -> str:
     """A relative path in a parameter is relative to this model's directory (relocatable repositories)."""
     if not value or os.path.isabs(value):
         return value
     return os.path.normpath(os.path.join(args["model_repository"], value))
 
 
-def _opt(req, name, default=None):
+def _opt(req: Any, name: str, default: Any = None) -> Any:
     t = pb_utils.get_input_tensor_by_name(req, name)
     return default if t is None else t.as_numpy().reshape(-1)
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         cfg = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(cfg)
+        self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(cfg)
         self.tpb = int(params.get("tokens_per_block", "32") or 32)
         self.reuse = params.get("enable_kv_cache_reuse", "true").lower() == "true"
         self.exclude_default = params.get("exclude_input_in_output", "false").lower() == "true"
@@ -62,10 +71,9 @@ class TritonPythonModel:
         self.max_blocks = int(max_tokens) // self.tpb if max_tokens.isdigit() else 4096
         torch.manual_seed(0)
         torch.set_num_threads(1)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            _resolve(args, params["hf_model_dir"]), dtype=torch.float32
-        ).eval()
-        self.prefix = OrderedDict()  # block-chain hash -> (n_tokens, cache)
+        model: Any = AutoModelForCausalLM.from_pretrained(_resolve(args, params["hf_model_dir"]), dtype=torch.float32)
+        self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
+        self.prefix: OrderedDict[str, tuple[int, Any]] = OrderedDict()  # block-chain hash -> (n_tokens, cache)
         self.reused_total = 0
         self.active = 0
         labels = {"model": args["model_name"], "version": args["model_version"]}
@@ -91,7 +99,7 @@ class TritonPythonModel:
         self._publish(0)
         pb_utils.Logger.log_info("tensorrt_llm: CPU REFERENCE MODEL (PyTorch), not TensorRT-LLM")
 
-    def _publish(self, active_blocks):
+    def _publish(self, active_blocks: int) -> None:
         used = active_blocks + sum(math.ceil(n / self.tpb) for n, _ in self.prefix.values())
         self.g["used"].set(used)
         self.g["free"].set(max(0, self.max_blocks - used))
@@ -99,10 +107,10 @@ class TritonPythonModel:
         self.g["reused"].set(self.reused_total)
 
     @staticmethod
-    def _key(ids):
+    def _key(ids: list[int]) -> str:
         return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
 
-    def _lookup(self, ids):
+    def _lookup(self, ids: list[int]) -> tuple[int, Any]:
         """Longest cached full-block prefix that leaves at least one token to run."""
         if not self.reuse:
             return 0, None
@@ -113,7 +121,7 @@ class TritonPythonModel:
                 return blocks, copy.deepcopy(hit[1])
         return 0, None
 
-    def _remember(self, ids, cache):
+    def _remember(self, ids: list[int], cache: Any) -> None:
         blocks = len(ids) // self.tpb
         if not self.reuse or blocks == 0:
             return
@@ -124,9 +132,10 @@ class TritonPythonModel:
         while self.prefix and sum(math.ceil(v[0] / self.tpb) for v in self.prefix.values()) > self.max_blocks // 2:
             self.prefix.popitem(last=False)
 
-    def _response(self, tokens, perf, error=None):
+    def _response(self, tokens: list[int] | None, perf: Perf, error: str | None = None) -> Any:
         if error is not None:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
+        assert tokens is not None, "send() passes tokens whenever it passes no error"
         t = self.out_types
         n = len(tokens)
         out = [
@@ -142,10 +151,16 @@ class TritonPythonModel:
         out += [pb_utils.Tensor(k, np.array([[perf.get(k, 0)]], dtype=t[k])) for k in PERF]
         return pb_utils.InferenceResponse(output_tensors=out)
 
-    def _verify(self, ids, drafts, max_new, end_id, exclude, arrival, send):
+    def _verify(
+        self, ids: list[int], drafts: list[int], max_new: int, end_id: int, exclude: bool, arrival: int, send: Send
+    ) -> None:
         """External draft tokens: the longest prefix of the drafts that the greedy target agrees with,
         plus the target's own next token (TensorRT-LLM's token-match acceptance), in one forward pass."""
-        perf = {"arrival_time_ns": arrival, "first_scheduled_time_ns": time.time_ns(), "num_input_tokens": len(ids)}
+        perf: Perf = {
+            "arrival_time_ns": arrival,
+            "first_scheduled_time_ns": time.time_ns(),
+            "num_input_tokens": len(ids),
+        }
         with torch.no_grad():
             logits = self.model(input_ids=torch.tensor([ids + drafts])).logits[0]
         preds = torch.argmax(logits[len(ids) - 1 :], dim=-1).tolist()  # len(drafts) + 1 predictions
@@ -166,7 +181,7 @@ class TritonPythonModel:
         )
         send(out if exclude else ids + out, perf, None, True)
 
-    def _generate(self, req, arrival, send):
+    def _generate(self, req: Any, arrival: int, send: Send) -> None:
         ids = _opt(req, "input_ids").astype(np.int64)
         n_in = int(_opt(req, "input_lengths")[0])
         ids = ids[:n_in].tolist()
@@ -175,7 +190,7 @@ class TritonPythonModel:
         min_tokens = int(_opt(req, "min_tokens", [0])[0])
         streaming = bool(_opt(req, "streaming", [False])[0])
         exclude = bool(_opt(req, "exclude_input_in_output", [self.exclude_default])[0])
-        stops = []
+        stops: list[list[int]] = []
         sw = pb_utils.get_input_tensor_by_name(req, "stop_words_list")
         if sw is not None and sw.as_numpy().size:
             arr = sw.as_numpy().reshape(2, -1)
@@ -195,10 +210,10 @@ class TritonPythonModel:
         if drafts is not None and drafts.size:  # one speculative verify step (draft-target through the BLS)
             self._verify(ids, [int(t) for t in drafts.reshape(-1)], max_new, end_id, exclude, arrival, send)
             return
-        perf = {"arrival_time_ns": arrival, "first_scheduled_time_ns": time.time_ns(), "num_input_tokens": n_in}
+        perf: Perf = {"arrival_time_ns": arrival, "first_scheduled_time_ns": time.time_ns(), "num_input_tokens": n_in}
         reused, cache = self._lookup(ids)
         start = reused * self.tpb
-        generated = []
+        generated: list[int] = []
         with torch.no_grad():
             x = torch.tensor([ids[start:]])
             out = self.model(input_ids=x, past_key_values=cache, use_cache=True)
@@ -238,15 +253,19 @@ class TritonPythonModel:
         if not streaming:
             send(generated if exclude else ids + generated, perf, None, True)
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any] | None:
         arrival = time.time_ns()
         if not self.decoupled:
-            responses = []
+            responses: list[Any] = []
             for req in requests:
-                box = []
-                self._generate(
-                    req, arrival, lambda toks, perf, err, final, box=box: box.append(self._response(toks, perf, err))
-                )
+                box: list[Any] = []
+
+                def keep(
+                    toks: list[int] | None, perf: Perf, err: str | None, final: bool, box: list[Any] = box
+                ) -> None:
+                    box.append(self._response(toks, perf, err))
+
+                self._generate(req, arrival, keep)
                 responses.append(box[-1])
             return responses
         for req in requests:
@@ -255,7 +274,7 @@ class TritonPythonModel:
             self.r["active"].set(self.active)
             self.r["scheduled"].set(1)
 
-            def send(toks, perf, err, final, sender=sender):
+            def send(toks: list[int] | None, perf: Perf, err: str | None, final: bool, sender: Any = sender) -> None:
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
                 sender.send(self._response(toks, perf, err), flags=flags)
 
