@@ -115,7 +115,13 @@ def _tensorrt_llm(seen: dict[str, Any]) -> dict[str, types.ModuleType]:
     return {"tensorrt_llm": trt, "tensorrt_llm.llmapi": llmapi, "tensorrt_llm.llmapi.llm_args": args}
 
 
-def _model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, decoupled: bool, seen: dict[str, Any]) -> Any:
+def _model(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    decoupled: bool,
+    seen: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Any:
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _pb_utils())
     for name, mod in _tensorrt_llm(seen).items():
         monkeypatch.setitem(sys.modules, name, mod)
@@ -128,6 +134,7 @@ def _model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, decoupled: bool, see
         "max_batch_size": 8,
         "kv_cache_config": {"enable_block_reuse": True},
     }
+    opts.update(extra or {})
     opts["triton_config"] = {"max_batch_size": 0, "decoupled": decoupled}
     (model_dir / "1" / "model.yaml").write_text(yaml.safe_dump(opts))
     loader = importlib.machinery.SourceFileLoader("llmapi_model", str(MODEL_PY))
@@ -146,6 +153,23 @@ def test_initialize_resolves_the_checkpoint_and_passes_options(monkeypatch: pyte
     assert seen["llm"]["kv_cache_config"] == {"enable_block_reuse": True} and "triton_config" not in seen["llm"]
     m.finalize()
     assert seen["shutdown"]
+
+
+def test_initialize_resolves_carried_draft_and_adapters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The repository carries the draft model and LoRA adapters beside model.yaml, named relatively; the
+    LLM API gets them as paths inside the repository (a Hub id, or a name with no directory, stays as is)."""
+    here = tmp_path / "tensorrt_llm" / "1"
+    for rel in ("draft", "lora/0-sql"):
+        (here / rel).mkdir(parents=True)
+    extra = {
+        "speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": 3, "speculative_model": "draft"},
+        "lora_config": {"lora_dir": ["lora/0-sql", "org/floating"], "max_lora_rank": 8},
+    }
+    seen: dict[str, Any] = {}
+    m = _model(monkeypatch, tmp_path, False, seen, extra)
+    assert seen["llm"]["speculative_config"]["speculative_model"] == str(here / "draft")
+    assert seen["llm"]["lora_config"]["lora_dir"] == [str(here / "lora" / "0-sql"), "org/floating"]
+    m.finalize()
 
 
 def test_non_decoupled_request_gets_one_response(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -53,14 +53,27 @@ def _strings(req: Any, name: str) -> list[str]:
 
 
 def load_options(here: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(LLM keyword arguments, triton_config) from model.yaml; a relative model path resolves against `here`."""
+    """(LLM keyword arguments, triton_config) from model.yaml. A relative path that names a directory
+    beside this file (the checkpoint, a carried draft model or LoRA adapter) resolves against `here`;
+    anything else (a Hugging Face repo id) is left as it is."""
     path = os.environ.get("LLM_CONFIG_PATH") or os.path.join(here, "model.yaml")
     with open(path) as f:
         opts = yaml.safe_load(f) or {}
     triton = opts.pop("triton_config", None) or {}
-    model = str(opts.get("model", ""))
-    if model and not os.path.isabs(model) and os.path.isdir(os.path.join(here, model)):
-        opts["model"] = os.path.normpath(os.path.join(here, model))
+
+    def beside(value: Any) -> Any:
+        if isinstance(value, str) and value and not os.path.isabs(value) and os.path.isdir(os.path.join(here, value)):
+            return os.path.normpath(os.path.join(here, value))
+        return value
+
+    if "model" in opts:
+        opts["model"] = beside(opts["model"])
+    spec = opts.get("speculative_config")
+    if isinstance(spec, dict) and "speculative_model" in spec:
+        spec["speculative_model"] = beside(spec["speculative_model"])
+    lora = opts.get("lora_config")
+    if isinstance(lora, dict) and isinstance(lora.get("lora_dir"), list):
+        lora["lora_dir"] = [beside(d) for d in lora["lora_dir"]]
     return opts, triton
 
 
