@@ -83,7 +83,34 @@ def test_run_checks_the_export_in_one_streamed_pass_in_the_model_dtype(
     m = quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q").manifest
     assert passes == [("DequantizedExport", torch.bfloat16)]
     assert 0 < m["accuracy"]["dequant"]["rel_logit_error"] < 0.3
-    assert verify_output(tmp_path / "q") == m  # digests taken on the second thread match the files
+    assert m["accuracy"]["dequant"]["dtype"] == m["accuracy"]["fakequant"]["dtype"] == "bfloat16"
+    assert verify_output(tmp_path / "q", rehash=True) == m  # digests taken on the second thread, read again
+
+
+def test_a_checkpoint_missing_a_weight_is_refused_before_calibration(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Transformers fills a missing weight with random values; the calibrated model, both exports and the
+    accuracy reference would all share them, so nothing downstream could notice."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    tensors = load_file(str(broken / "model.safetensors"))
+    gone = next(k for k in tensors if k.endswith("mlp.down_proj.weight"))
+    del tensors[gone]
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"1 missing, 0 of another shape \\(first: {gone}\\)"):
+        quantize(broken, Recipe("fp8", "none", **FAST), tmp_path / "q", gate_method="dequant")
+    assert not (tmp_path / "q").exists()
+
+
+def test_gate_fails_logits_that_are_not_finite() -> None:
+    from toolchain.quantize.accuracy import Accuracy, gate
+    from toolchain.specs.models import AccuracyGate
+
+    limits = AccuracyGate(max_rel_logit_error=0.2, min_top1_agreement=0.7, max_ppl_increase=0.1)
+    gate(Accuracy("dequant", 0.1, 0.9, 10.0, 10.5, 40), limits)
+    with pytest.raises(AccuracyGateError, match="not finite"):
+        gate(Accuracy("dequant", float("nan"), 0.9, 10.0, float("nan"), 40), limits)
 
 
 def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Path, tmp_path: Path) -> None:

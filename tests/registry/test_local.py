@@ -44,7 +44,7 @@ def test_local_restore_copies_by_default_and_links_only_when_asked(tmp_path: Pat
     blob = backend.local_path(blob_path(m.files["rank0.engine"].digest))
     assert blob is not None
     r.get(K1, tmp_path / "o")
-    assert backend.restore_methods <= {"reflink", "copy"} and backend.restore_methods
+    assert backend.restore_methods <= {"reflink", "kernel-copy", "copy"} and backend.restore_methods
     restored = tmp_path / "o" / "rank0.engine"
     assert not os.path.samefile(restored, blob)
     restored.write_bytes(b"edited after pull")  # a pulled engine is the user's own file
@@ -56,12 +56,16 @@ def test_local_restore_copies_by_default_and_links_only_when_asked(tmp_path: Pat
     assert not (linked.stat().st_mode & 0o222)  # read-only: the blob must not be edited through it
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "read-hash-write"])
+@pytest.mark.parametrize(
+    ("kernel", "method"),
+    [("works", "kernel-copy"), ("exdev", "copy"), ("stops-short", "copy")],
+)
 def test_copy_restore_verifies_what_landed_with_or_without_copy_file_range(
-    tmp_path: Path, engine_dir: Path, monkeypatch: pytest.MonkeyPatch, kernel: bool
+    tmp_path: Path, engine_dir: Path, monkeypatch: pytest.MonkeyPatch, kernel: str, method: str
 ) -> None:
     """Where reflinks are refused, a pull copies in the kernel (copy_file_range) and hashes the copy;
-    where that is refused too, it reads, hashes and writes in one pass. Either way a bad blob is caught."""
+    where that is refused, or stops short, it reads, hashes and writes in one pass. A bad blob is caught
+    either way."""
     import errno
     import fcntl
 
@@ -77,8 +81,10 @@ def test_copy_restore_verifies_what_landed_with_or_without_copy_file_range(
 
     def cfr(src: int, dst: int, count: int, *args: Any) -> int:
         calls.append(count)
-        if not kernel:
+        if kernel == "exdev":
             raise OSError(errno.EXDEV, "cross-device")
+        if kernel == "stops-short":
+            return 0
         return real_cfr(src, dst, count, *args)
 
     monkeypatch.setattr(os, "copy_file_range", cfr)
@@ -87,13 +93,35 @@ def test_copy_restore_verifies_what_landed_with_or_without_copy_file_range(
     r.get(K1, tmp_path / "o")
     for rel in m.files:
         assert (tmp_path / "o" / rel).read_bytes() == (engine_dir / rel).read_bytes()
-    assert calls and r.backend.restore_methods == {"copy"}  # type: ignore[attr-defined]
+    assert calls and r.backend.restore_methods == {method}  # type: ignore[attr-defined]
     blob = tmp_path / "reg" / blob_path(m.files["rank0.engine"].digest)
     blob.chmod(0o644)
     blob.write_bytes(b"x" + blob.read_bytes()[1:])
     with pytest.raises(CorruptArtifactError, match="does not match its digest"):
         r.get(K1, tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def test_copy_restore_raises_a_full_disk_instead_of_copying_twice(
+    tmp_path: Path, engine_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import fcntl
+
+    def no_reflink(*args: Any) -> None:
+        raise OSError(errno.EOPNOTSUPP, "no reflink")
+
+    def full(*args: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    r = open_registry(str(tmp_path / "reg"))
+    r.put(K1, engine_dir)
+    monkeypatch.setattr(fcntl, "ioctl", no_reflink)
+    monkeypatch.setattr(os, "copy_file_range", full)
+    with pytest.raises(OSError) as e:
+        r.get(K1, tmp_path / "o")
+    assert e.value.errno == errno.ENOSPC
+    assert not (tmp_path / "o").exists() and r.backend.restore_methods == set()  # type: ignore[attr-defined]
 
 
 def test_unknown_scheme_and_bad_hf_url() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,15 @@ QUANT_ALGO = {
 }
 
 
-def file_digests(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
-    """{relpath: {size, digest}} of every file under ``root``, and each file's stat when it was hashed."""
+def file_digests(
+    root: Path, *, stop: Callable[[], bool] | None = None
+) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
+    """{relpath: {size, digest}} of every file under ``root``, and each file's stat when it was hashed.
+    ``stop``, checked between files, ends the walk early (the result is then incomplete)."""
     out, stats = {}, {}
     for p in sorted(root.rglob("*")):
+        if stop is not None and stop():
+            break
         if p.is_file():
             rel = p.relative_to(root).as_posix()
             stats[rel] = p.stat()

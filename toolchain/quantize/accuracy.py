@@ -14,6 +14,7 @@ Packing (docs/modelopt.md, "Dequantizing the HF export"): FP8 ``w·s``; INT8 ``w
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ class Accuracy:
     ppl_original: float
     ppl_quantized: float
     tokens: int
+    dtype: str = "float32"  # what both forwards computed in
 
     @property
     def ppl_increase(self) -> float:
@@ -53,7 +55,7 @@ def logits_of(model: Any, batch: Any) -> Any:
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
 
 
-def compare(ref: Any, q: Any, batch: Any, method: str) -> Accuracy:
+def compare(ref: Any, q: Any, batch: Any, method: str, dtype: Any = None) -> Accuracy:
     import torch
 
     mask = batch["attention_mask"].bool()
@@ -67,7 +69,8 @@ def compare(ref: Any, q: Any, batch: Any, method: str) -> Accuracy:
         lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
         return float(torch.exp(-(lp[m]).mean()))
 
-    return Accuracy(method, rel, top1, ppl(ref), ppl(q), int(mask.sum()))
+    name = str(dtype or torch.float32).removeprefix("torch.")
+    return Accuracy(method, rel, top1, ppl(ref), ppl(q), int(mask.sum()), name)
 
 
 def _unpack_int4_rows(packed: Any) -> Any:
@@ -269,12 +272,15 @@ def check_export(
     else:
         ref, batch = reference
     q = streamed_logits(original_dir, DequantizedExport(export_dir, device), batch, device, dtype).cpu()
-    return compare(ref, q, batch, "dequant")
+    return compare(ref, q, batch, "dequant", dtype)
 
 
 def gate(acc: Accuracy, limits: Any) -> None:
     """Raise AccuracyGateError when any metric is over the spec's threshold."""
     fails = []
+    measured = (acc.rel_logit_error, acc.top1_agreement, acc.ppl_original, acc.ppl_quantized)
+    if not all(math.isfinite(v) for v in measured):
+        fails.append("the logits are not finite (NaN or infinity): the quantized model does not compute")
     if acc.rel_logit_error > limits.max_rel_logit_error:
         fails.append(f"relative logit error {acc.rel_logit_error:.3f} > {limits.max_rel_logit_error}")
     if acc.top1_agreement < limits.min_top1_agreement:

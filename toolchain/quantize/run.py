@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import resource
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -174,11 +175,14 @@ def quantize(
         run.export(calibrated, DECODER_TYPE[cfg["architectures"][0]], tmp)
         progress("checking accuracy")
         # The exports are final: hash and fsync them on a second thread while the accuracy check reads them.
+        stop = threading.Event()
         with ThreadPoolExecutor(1, thread_name_prefix="seal") as pool:
-            sealed = pool.submit(_seal, tmp)
-            dq = run.acc.check_export(
-                model_dir, tmp / "hf", calibrated.first, dtype=run.dtype, reference=calibrated.reference
-            )
+            sealed = pool.submit(_seal, tmp, stop)
+            try:
+                dq = run.check_export(calibrated, tmp / "hf")
+            except BaseException:
+                stop.set()  # an error or Ctrl-C does not wait for the digests of an output that is dropped
+                raise
             files, hashed = sealed.result()
         primary = calibrated.fake if calibrated.fake is not None else dq
         manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
@@ -249,12 +253,26 @@ class _Run:
             self.tok.pad_token = self.tok.eos_token
 
     def fresh(self) -> Any:
+        """The checkpoint loaded in the recipe's dtype where it runs; refused when a weight of its
+        architecture is missing or of another shape (Transformers would fill it with random values, and
+        the calibrated model, its exports and the accuracy reference would all share them)."""
         auto = self.transformers.AutoModelForCausalLM
+        kw: dict[str, Any] = {"dtype": self.dtype, "output_loading_info": True}
         if self.device_map is not None:
-            return auto.from_pretrained(self.model_dir, dtype=self.dtype, device_map=self.device_map).eval()
-        if self.device == "cuda":  # straight onto the GPU, never a full copy in host memory first
-            return auto.from_pretrained(self.model_dir, dtype=self.dtype, device_map={"": 0}).eval()
-        return auto.from_pretrained(self.model_dir, dtype=self.dtype).eval()
+            kw["device_map"] = self.device_map
+        elif self.device == "cuda":  # straight onto the GPU, never a full copy in host memory first
+            kw["device_map"] = {"": 0}
+        model, info = auto.from_pretrained(self.model_dir, **kw)
+        missing = sorted(info.get("missing_keys") or ())
+        mismatched = sorted(str(k) for k in info.get("mismatched_keys") or ())
+        if missing or mismatched:
+            first = (missing or mismatched)[0]
+            raise CheckpointError(
+                f"{self.model_dir} does not hold the weights its config.json describes: "
+                f"{len(missing)} missing, {len(mismatched)} of another shape (first: {first})",
+                "re-download the checkpoint, or fix config.json to match its weights",
+            )
+        return model.eval()
 
     def calibrate(self, gate_method: str) -> _Calibrated:
         """Load, calibrate with ModelOpt, and measure the fake-quantized model where it can run."""
@@ -304,8 +322,17 @@ class _Run:
             progress("evaluating fake-quantized model")
             with _quiet():
                 q_logits = self.acc.logits_of(model, on_first).cpu()
-            fake = self.acc.compare(ref_logits, q_logits, eval_batch, "fakequant")
+            fake = self.acc.compare(ref_logits, q_logits, eval_batch, "fakequant", self.dtype)
         return _Calibrated(model, first, calib_digest, fake, notes, (ref_logits, eval_batch))
+
+    def check_export(self, calibrated: _Calibrated, export_dir: Path) -> Any:
+        """The dequantized-export check, in the recipe's dtype against the reference logits taken before
+        calibrating; float16 on the CPU (a slow path there) streams the original too, in float32."""
+        if self.dtype == self.torch.float16 and calibrated.first == "cpu":
+            return self.acc.check_export(self.model_dir, export_dir, calibrated.first)
+        return self.acc.check_export(
+            self.model_dir, export_dir, calibrated.first, dtype=self.dtype, reference=calibrated.reference
+        )
 
     def export(self, calibrated: _Calibrated, decoder: str, tmp: Path) -> None:
         """Both checkpoints into ``tmp``: TensorRT-LLM's from the calibrated model, the unified HF one from a copy.
@@ -412,10 +439,12 @@ def _quiet() -> Any:
         yield
 
 
-def _seal(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
-    """Digest every file under ``root`` and flush it to disk."""
-    files, hashed = file_digests(root)
+def _seal(root: Path, stop: threading.Event) -> tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]:
+    """Digest every file under ``root`` and flush it to disk; ``stop`` ends it between files."""
+    files, hashed = file_digests(root, stop=stop.is_set)
     for rel in files:
+        if stop.is_set():
+            break
         _fsync(root / rel)
     return files, hashed
 

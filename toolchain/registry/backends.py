@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -129,11 +130,18 @@ def restore_verified(src: Path, dst: Path, digest: str, *, link: bool) -> tuple[
         with contextlib.suppress(OSError):
             dst.unlink()
     try:
-        kernel_copy(src, dst)  # the kernel moves the bytes; then hash what landed, on every core
-        return hash_file(dst, algo), "copy"
-    except OSError:
-        with contextlib.suppress(OSError):
-            dst.unlink()
+        if kernel_copy(src, dst):  # the kernel moved the bytes; hash what landed, on every core
+            got = hash_file(dst, algo)
+            if got == digest:
+                return got, "kernel-copy"
+        # a short copy, or one that does not hash right: the copy is suspect, not the blob; try the plain way
+    except OSError as e:
+        if e.errno not in COPY_UNSUPPORTED:
+            with contextlib.suppress(OSError):
+                dst.unlink()
+            raise
+    with contextlib.suppress(OSError):
+        dst.unlink()
     fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         got = hash_file(src, algo, sink=fd)  # no copy_file_range here: read, hash and write in one pass
@@ -142,18 +150,25 @@ def restore_verified(src: Path, dst: Path, digest: str, *, link: bool) -> tuple[
     return got, "copy"
 
 
-def kernel_copy(src: Path, dst: Path) -> None:
-    """Copy ``src`` to a new file ``dst`` with copy_file_range(2): no user-space buffer (and server-side
-    or block-sharing copies where the file system offers them). Raises OSError where it is unsupported."""
+# copy_file_range(2) errors that mean "not here" (another file system, an old kernel, a special file):
+# fall back to reading and writing. Others (ENOSPC, EIO, EDQUOT) would fail the fallback too: raised.
+COPY_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM}
+
+
+def kernel_copy(src: Path, dst: Path) -> bool:
+    """Copy ``src`` to a new file ``dst`` with copy_file_range(2): no user-space buffer (and block sharing
+    where the file system offers it). False when the kernel stopped short (some file systems return 0
+    for what they do not support); raises OSError where the call fails."""
     with open(src, "rb") as s:
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             left = os.fstat(s.fileno()).st_size
             while left > 0:
                 n = os.copy_file_range(s.fileno(), fd, min(left, 1 << 30))
-                if n == 0:  # the source shrank under us: the digest check that follows refuses it
-                    break
+                if n == 0:
+                    return False
                 left -= n
+            return True
         finally:
             os.close(fd)
 
@@ -164,7 +179,7 @@ class LocalBackend(Backend):
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().resolve()
         self.url = str(self.root)
-        self.restore_methods: set[str] = set()  # how files were restored: reflink, hardlink or copy
+        self.restore_methods: set[str] = set()  # how files were restored: reflink, hardlink, kernel-copy or copy
         self._lock_fd: int | None = None
         self._lock_depth = 0
         try:
