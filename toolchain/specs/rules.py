@@ -49,7 +49,8 @@ def _container_problem(spec: EngineSpec) -> Problem | None:
     if tag not in CONTAINERS:
         return None
     llm, trt = CONTAINERS[tag]
-    if spec.target.trtllm_version == llm and trt.startswith(spec.target.tensorrt_version):
+    asked = spec.target.tensorrt_version.split(".")
+    if spec.target.trtllm_version == llm and trt.split(".")[: len(asked)] == asked:  # "10.13" matches 10.13.3.9
         return None
     return Problem(
         None,
