@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -75,46 +76,67 @@ def run_logged(
         )
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
-        pending = b""
-
-        def emit(chunk: bytes) -> None:
-            nonlocal pending
-            log.write(chunk)
-            log.flush()
-            if on_line is None:
-                return
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                on_line(raw.decode("utf-8", "replace").rstrip("\r"))
-
+        tee = _Tee(log, on_line)
         try:
-            with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ)
-                while True:
-                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    if deadline is not None and wait == 0.0:
-                        stop_group(proc, grace=2.0)
-                        log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
-                        return RunResult(-9, time.monotonic() - t0, log_path)
-                    if not sel.select(min(wait, 0.5) if wait is not None else 0.5):
-                        continue
-                    chunk = os.read(fd, 65536)
-                    if not chunk:  # every writer closed the pipe
-                        break
-                    emit(chunk)
-            if pending and on_line is not None:
-                on_line(pending.decode("utf-8", "replace"))
+            if not _copy_until_eof(fd, deadline, tee):
+                return _kill_at_deadline(proc, log, timeout, t0, log_path)
+            tee.close()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 rc = proc.wait(remaining)
             except subprocess.TimeoutExpired:
-                stop_group(proc, grace=2.0)
-                log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
-                return RunResult(-9, time.monotonic() - t0, log_path)
+                return _kill_at_deadline(proc, log, timeout, t0, log_path)
         except BaseException:
             stop_group(proc)
             raise
         finally:
             proc.stdout.close()
     return RunResult(rc, time.monotonic() - t0, log_path)
+
+
+class _Tee:
+    """Appends the child's output to the log and hands each complete line to ``on_line``."""
+
+    def __init__(self, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
+        self.log, self.on_line, self.pending = log, on_line, b""
+
+    def write(self, chunk: bytes) -> None:
+        """Log ``chunk`` at once; pass on the lines it completes, keep the unfinished rest."""
+        self.log.write(chunk)
+        self.log.flush()
+        if self.on_line is None:
+            return
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        for raw in lines:
+            self.on_line(raw.decode("utf-8", "replace").rstrip("\r"))
+
+    def close(self) -> None:
+        """Pass on the last line when the output did not end with a newline."""
+        if self.pending and self.on_line is not None:
+            self.on_line(self.pending.decode("utf-8", "replace"))
+
+
+def _copy_until_eof(fd: int, deadline: float | None, tee: _Tee) -> bool:
+    """Copy the pipe to ``tee`` until every writer closed it (True) or the deadline passed (False)."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if deadline is not None and wait == 0.0:
+                return False
+            if not sel.select(min(wait, 0.5) if wait is not None else 0.5):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:  # every writer closed the pipe
+                return True
+            tee.write(chunk)
+
+
+def _kill_at_deadline(
+    proc: subprocess.Popen[bytes], log: BinaryIO, timeout: float | None, t0: float, log_path: Path
+) -> RunResult:
+    """Stop the timed-out child's process group, say so in the log, and report returncode -9."""
+    stop_group(proc, grace=2.0)
+    log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
+    return RunResult(-9, time.monotonic() - t0, log_path)

@@ -219,22 +219,12 @@ def build_cell(
     plan = plan_cell_build(art, registry, force=force, held=held)
     if plan.status == "cached":
         return plan
-    from toolchain.artifacts.quantized import verify_output
-
     cell = art.cell
     ckpt_root = plan.checkpoint
     assert ckpt_root is not None
     unquantized = is_unquantized(cell.spec)
     if not unquantized:
-        if verify_output(ckpt_root, rehash=rehash) is None:
-            qkey = art.quantized_key
-            if registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
-                registry.get(qkey, ckpt_root, force=True)
-        if verify_output(ckpt_root, rehash=rehash) is None:
-            raise CheckpointError(
-                f"no complete quantized checkpoint at {ckpt_root}",
-                "run `toolchain quantize` on the spec first (or `toolchain up SPEC`)",
-            )
+        _ensure_quantized(art, registry, ckpt_root, rehash=rehash)
     if cell.spec.runtime == "pytorch":
         hf = source_dir(cell.spec) if unquantized else ckpt_root / "hf"
         return _publish_llmapi(cell, plan, registry, hf, force=force)
@@ -242,13 +232,7 @@ def build_cell(
     if log_dir is not None:
         log_path = log_dir / log_path.name
     plan.log_path = log_path
-    if shutil.which("trtllm-build") is None:
-        cmd = trtllm_build_args(cell, Path("<converted>") if unquantized else ckpt_root / "trtllm", Path("<out>"))
-        raise NeedsGPUError(
-            f"trtllm-build is not installed here (TensorRT-LLM needs an NVIDIA GPU host); it would run: "
-            f"{shlex.join(cmd)}",
-            f"run `toolchain build` inside {ENGINE_CONTAINER_HINT} on a {cell.gpu.name}",
-        )
+    _require_trtllm_build(cell, Path("<converted>") if unquantized else ckpt_root / "trtllm")
     versions = installed_versions()
     _check_versions(cell, versions)
     _check_local_gpu(cell, plan.notes)
@@ -265,10 +249,7 @@ def build_cell(
         arch = check_checkpoint(cell, ckpt_dir)
         out_dir = work / "engine"
         tc_key = art.timing_cache_key
-        tc_in = None
-        if registry.exists(tc_key):
-            registry.get(tc_key, work / "tc")
-            tc_in = work / "tc" / "model.cache"
+        tc_in = _fetch_timing_cache(registry, tc_key, work)
         tc_out = work / "model.cache"
         cmd = trtllm_build_args(
             cell, ckpt_dir, out_dir, architecture=arch, timing_cache_in=tc_in, timing_cache_out=tc_out
@@ -281,33 +262,84 @@ def build_cell(
             )
         _check_engine(cell, out_dir, arch, log_path)
         shutil.copyfile(log_path, out_dir / "toolchain-build.log")
-        prov = provenance(versions) | {
-            "spec": cell.spec.model_dump(mode="json"),
-            "cell": cell.axes(),
-            "cell_id": cell.id,
-            "command": cmd,
-            "build_seconds": round(time.time() - t0, 2),
-            "peak_gpu_memory_bytes": mem.peak,
-            "checkpoint_manifest_digest": None if unquantized else hash_file(ckpt_root / "manifest.json"),
-            "converter": plan.notes[-1] if unquantized else None,
-            "checkpoint": str(ckpt_root),
-            "target": cell.spec.target.model_dump(),
-        }
-        if prov["container_image"] is None:
-            prov["container_image"] = cell.spec.target.container
+        prov = _engine_provenance(cell, plan, versions, t0, mem.peak, ckpt_root, unquantized=unquantized)
         prov |= provenance_extra or {}
         registry.put(plan.key, out_dir, kind="engine", provenance=prov, force=force)  # --force replaces it
         if tc_out.is_file():
-            (work / "tcpush").mkdir()
-            os.replace(tc_out, work / "tcpush" / "model.cache")
-            # each build refines the GPU's timing cache: the newest one replaces the entry
-            registry.put(
-                tc_key, work / "tcpush", kind="timing-cache", provenance={"gpu": cell.gpu.nvml_name}, force=True
-            )
+            _push_timing_cache(registry, tc_key, tc_out, work, cell)
         plan.status = "built"
         return plan
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _ensure_quantized(art: CellArtifacts, registry: ArtifactStore, ckpt_root: Path, *, rehash: bool) -> None:
+    """A complete quantized checkpoint at ``ckpt_root``, fetched from the registry when it was quantized elsewhere."""
+    from toolchain.artifacts.quantized import verify_output
+
+    if verify_output(ckpt_root, rehash=rehash) is None:
+        qkey = art.quantized_key
+        if registry.exists(qkey):  # quantized once elsewhere (CI quantize job)
+            registry.get(qkey, ckpt_root, force=True)
+    if verify_output(ckpt_root, rehash=rehash) is None:
+        raise CheckpointError(
+            f"no complete quantized checkpoint at {ckpt_root}",
+            "run `toolchain quantize` on the spec first (or `toolchain up SPEC`)",
+        )
+
+
+def _require_trtllm_build(cell: Cell, ckpt_dir: Path) -> None:
+    """Refuse, showing the command it would run, when trtllm-build is not installed here."""
+    if shutil.which("trtllm-build") is None:
+        cmd = trtllm_build_args(cell, ckpt_dir, Path("<out>"))
+        raise NeedsGPUError(
+            f"trtllm-build is not installed here (TensorRT-LLM needs an NVIDIA GPU host); it would run: "
+            f"{shlex.join(cmd)}",
+            f"run `toolchain build` inside {ENGINE_CONTAINER_HINT} on a {cell.gpu.name}",
+        )
+
+
+def _fetch_timing_cache(registry: ArtifactStore, tc_key: str, work: Path) -> Path | None:
+    """The GPU's timing cache from the registry, copied under ``work`` (None when there is none yet)."""
+    if registry.exists(tc_key):
+        registry.get(tc_key, work / "tc")
+        return work / "tc" / "model.cache"
+    return None
+
+
+def _engine_provenance(
+    cell: Cell,
+    plan: CellBuild,
+    versions: dict[str, str | None],
+    t0: float,
+    peak_gpu_memory: int | None,
+    ckpt_root: Path,
+    *,
+    unquantized: bool,
+) -> dict[str, Any]:
+    """What the registry records about a built engine: versions, spec, cell, command, time, memory, checkpoint."""
+    prov = provenance(versions) | {
+        "spec": cell.spec.model_dump(mode="json"),
+        "cell": cell.axes(),
+        "cell_id": cell.id,
+        "command": plan.command,
+        "build_seconds": round(time.time() - t0, 2),
+        "peak_gpu_memory_bytes": peak_gpu_memory,
+        "checkpoint_manifest_digest": None if unquantized else hash_file(ckpt_root / "manifest.json"),
+        "converter": plan.notes[-1] if unquantized else None,
+        "checkpoint": str(ckpt_root),
+        "target": cell.spec.target.model_dump(),
+    }
+    if prov["container_image"] is None:
+        prov["container_image"] = cell.spec.target.container
+    return prov
+
+
+def _push_timing_cache(registry: ArtifactStore, tc_key: str, tc_out: Path, work: Path, cell: Cell) -> None:
+    """Publish the timing cache this build refined; the newest one replaces the GPU's entry."""
+    (work / "tcpush").mkdir()
+    os.replace(tc_out, work / "tcpush" / "model.cache")
+    registry.put(tc_key, work / "tcpush", kind="timing-cache", provenance={"gpu": cell.gpu.nvml_name}, force=True)
 
 
 def _work_root() -> Path:
