@@ -76,3 +76,22 @@ def test_schema_is_json_schema_with_descriptions(cli: Cli) -> None:
     assert s["$schema"].startswith("https://json-schema.org/")
     assert s["additionalProperties"] is False
     assert "description" in s["$defs"]["BuildOptions"]["properties"]["max_num_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("tensorrt", "flagged"),
+    [("10.13.3", False), ("10.13", False), ("10.13.3.9", False), ("10.1", True), ("10.13.30", True)],
+)
+def test_container_tensorrt_version_matches_by_parts_not_by_prefix(
+    cli: Cli, tmp_path: Path, tensorrt: str, flagged: bool
+) -> None:
+    """The 25.12 container ships TensorRT 10.13.3.9: "10.1" is another release, not a prefix match."""
+    import yaml
+
+    d = yaml.safe_load((SPECS / "llama-3.1-8b-fp8.yaml").read_text())
+    d["target"]["tensorrt_version"] = tensorrt
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = cli("spec", "validate", spec)
+    assert (r.exit_code != 0 and "ships TensorRT-LLM 1.1.0 and TensorRT 10.13.3.9" in r.output) == flagged, r.output
+    assert (r.exit_code == 0) != flagged

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,16 +305,11 @@ async def _run(
     holder: dict[str, RunOutcome],
     progress: Progress = silent,
 ) -> RunOutcome:
-    from toolchain.bench.workload import arrivals
-
+    """One load point: the warm-up, then the measured requests at the load's concurrency or rate."""
     records: list[RequestRecord] = []
     outcome = RunOutcome(records, 0.0)
     holder["outcome"] = outcome
-    for i, r in enumerate(reqs[:warmup]):
-        rec = RequestRecord(i, r.prompt_tokens, r.max_tokens, 0.0, warmup=True, shared_prefix=r.shared_prefix)
-        with contextlib.suppress(Exception):
-            await target.one(r, rec)
-        records.append(rec)
+    await _warm_up(target, reqs[:warmup], records)
     todo = reqs[warmup:]
     cpu0 = time.process_time()
     t0 = time.perf_counter()
@@ -337,20 +332,7 @@ async def _run(
             raise
         except Exception as e:
             rec.error = rec.error or f"{type(e).__name__}: {e}"
-        if rec.error:
-            if _server_gone(rec):
-                rec.error_kind = "connection"
-                consecutive["conn"] += 1
-                if consecutive["conn"] >= max_conn_errors:
-                    outcome.halt("server-gone", f"server unreachable during the run: {rec.error[:200]}")
-                    stop.set()
-            if stop_on_error:
-                outcome.halt("stop-on-error", f"stopped on error: {rec.error[:200]}")
-                stop.set()
-        else:
-            consecutive["conn"] = 0
-        consecutive["done"] += 1
-        consecutive["failed"] += 0 if rec.ok else 1
+        _tally(rec, consecutive, outcome, stop, stop_on_error, max_conn_errors)
         failed = consecutive["failed"]
         progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)
 
@@ -359,26 +341,9 @@ async def _run(
     watcher = asyncio.create_task(_watch_loop(outcome.loop_lag_s, watch_stop))
     try:
         if load.concurrency is not None:
-            it = iter(enumerate(todo))
-
-            async def worker() -> None:
-                for i, r in it:
-                    if stop.is_set() or (deadline and time.perf_counter() > deadline):
-                        return
-                    await fire(i, r)
-
-            tasks = [asyncio.create_task(worker()) for _ in range(load.concurrency)]
+            tasks = _closed_loop(load.concurrency, todo, fire, stop, deadline)
         else:
-            assert load.rate is not None
-            offsets = arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)
-            for (i, r), off in zip(enumerate(todo), offsets, strict=False):
-                wait = t0 + off - time.perf_counter()
-                if wait > 0:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stop.wait(), wait)
-                if stop.is_set() or (deadline and time.perf_counter() > deadline):
-                    break
-                tasks.append(asyncio.create_task(fire(i, r, t0 + off)))
+            await _open_loop(tasks, todo, load, seed, t0, fire, stop, deadline)
         await asyncio.gather(*tasks)
     except (asyncio.CancelledError, KeyboardInterrupt):
         outcome.halt("interrupted", INTERRUPTED)
@@ -395,6 +360,84 @@ async def _run(
         # Send lag is taken when the request actually went out (rec.sent), not when its task was created.
         outcome.lag_s = [max(0.0, r.sent - r.scheduled) for r in records if r.scheduled is not None and not r.warmup]
     return outcome
+
+
+async def _warm_up(target: Any, reqs: list[Request], records: list[RequestRecord]) -> None:
+    """Send the warm-up requests one after another; their failures are recorded, never raised."""
+    for i, r in enumerate(reqs):
+        rec = RequestRecord(i, r.prompt_tokens, r.max_tokens, 0.0, warmup=True, shared_prefix=r.shared_prefix)
+        with contextlib.suppress(Exception):
+            await target.one(r, rec)
+        records.append(rec)
+
+
+def _tally(
+    rec: RequestRecord,
+    consecutive: dict[str, int],
+    outcome: RunOutcome,
+    stop: asyncio.Event,
+    stop_on_error: bool,
+    max_conn_errors: int,
+) -> None:
+    """Count a finished request; halt the run after too many connection errors in a row, or on any error if asked."""
+    if rec.error:
+        if _server_gone(rec):
+            rec.error_kind = "connection"
+            consecutive["conn"] += 1
+            if consecutive["conn"] >= max_conn_errors:
+                outcome.halt("server-gone", f"server unreachable during the run: {rec.error[:200]}")
+                stop.set()
+        if stop_on_error:
+            outcome.halt("stop-on-error", f"stopped on error: {rec.error[:200]}")
+            stop.set()
+    else:
+        consecutive["conn"] = 0
+    consecutive["done"] += 1
+    consecutive["failed"] += 0 if rec.ok else 1
+
+
+def _closed_loop(
+    concurrency: int,
+    todo: list[Request],
+    fire: Callable[[int, Request], Awaitable[None]],
+    stop: asyncio.Event,
+    deadline: float | None,
+) -> list[asyncio.Task[None]]:
+    """``concurrency`` workers that take the next request as soon as their previous one finished."""
+    it = iter(enumerate(todo))
+
+    async def worker() -> None:
+        for i, r in it:
+            if stop.is_set() or (deadline and time.perf_counter() > deadline):
+                return
+            await fire(i, r)
+
+    return [asyncio.create_task(worker()) for _ in range(concurrency)]
+
+
+async def _open_loop(
+    tasks: list[asyncio.Task[None]],
+    todo: list[Request],
+    load: Load,
+    seed: int,
+    t0: float,
+    fire: Callable[[int, Request, float], Coroutine[Any, Any, None]],
+    stop: asyncio.Event,
+    deadline: float | None,
+) -> None:
+    """Start each request at its arrival time (constant or Poisson rate), appending its task to ``tasks``."""
+    from toolchain.bench.workload import arrivals
+
+    assert load.rate is not None
+    offsets = arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)
+    for (i, r), off in zip(enumerate(todo), offsets, strict=False):
+        wait = t0 + off - time.perf_counter()
+        if wait > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+        if stop.is_set() or (deadline and time.perf_counter() > deadline):
+            break
+        tasks.append(asyncio.create_task(fire(i, r, t0 + off)))
 
 
 def make_target(protocol: str, url: str, model: str, *, stream: bool = True, timeout: float = 300.0) -> Any:

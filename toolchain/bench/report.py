@@ -332,6 +332,7 @@ def _plots(
     slo: dict[str, Any],
     floor: dict[str, Any] | None,
 ) -> dict[str, Path]:
+    """Draw every plot that has data into ``out_dir``; return their paths by plot name."""
     matplotlib = require("matplotlib", "report")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -342,57 +343,91 @@ def _plots(
     xlabel = "request rate (req/s)" if rate_mode else "concurrency"
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     if series:
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-        for ax, metric, name in zip(axes, ("ttft", "tpot", "icl"), ("TTFT", "TPOT", "ICL"), strict=True):
-            for i, (label, pts) in enumerate(series.items()):
-                c = colors[i % len(colors)]
-                xs = [p["x"] for p in pts]
-                for q, style in ((50, "o-"), (90, "s--"), (99, "^:")):
-                    ys = [p.get(f"{metric}_p{q}") for p in pts]
-                    if all(y is None for y in ys):
-                        continue
-                    ax.plot(xs, ys, style, color=c, label=f"{label} p{q}" if len(series) > 1 else f"p{q}")
-                for p in pts:
-                    y = p.get(f"{metric}_p50")
-                    if y is not None:
-                        ax.annotate(
-                            p["load"].split("=")[-1],
-                            (p["x"], y),
-                            textcoords="offset points",
-                            xytext=(4, 4),
-                            fontsize=7,
-                            color=c,
-                        )
-            target = slo.get(f"{metric}_ms")
-            if target is not None:
-                ax.axhline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
-            if metric == "tpot" and floor is not None and floor["meaningful"]:
-                ax.axhline(
-                    floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
-                )
-            ax.set_title(f"{name} (ms)")
-            ax.set_xticks(sorted({p["x"] for pts in series.values() for p in pts}))
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("ms")
-            ax.grid(True, alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-        fig.tight_layout()
         out["latency_vs_load"] = out_dir / "latency_vs_load.png"
-        fig.savefig(out["latency_vs_load"], dpi=100)
-        plt.close(fig)
+        _plot_latency_vs_load(plt, series, slo, floor, xlabel, colors, out["latency_vs_load"])
+    runs = _labelled_runs(results)
+    if _plot_latency_cdf(plt, runs, slo, out_dir / "latency_cdf.png"):
+        out["latency_cdf"] = out_dir / "latency_cdf.png"
+    gaps = _chunk_gaps(runs)
+    if gaps:
+        out["icl"] = out_dir / "icl.png"
+        _plot_icl(plt, gaps, out["icl"])
+    if series:
+        out["throughput_latency"] = out_dir / "throughput_latency.png"
+        _plot_throughput_latency(plt, series, colors, out["throughput_latency"])
+    return out
 
-    def runs() -> list[tuple[str, dict[str, Any]]]:
-        return [
-            (f"{res['label']}: {run['label']}" if len(results) > 1 else run["label"], run)
-            for res in results
-            for run in res["runs"]
-        ]
 
+def _annotate_load(ax: Any, point: dict[str, Any], xy: tuple[Any, Any], color: str) -> None:
+    """Label a plotted point with its load value (the part after ``=`` in the load label)."""
+    ax.annotate(
+        point["load"].split("=")[-1],
+        xy,
+        textcoords="offset points",
+        xytext=(4, 4),
+        fontsize=7,
+        color=color,
+    )
+
+
+def _plot_latency_vs_load(
+    plt: Any,
+    series: dict[str, list[dict[str, Any]]],
+    slo: dict[str, Any],
+    floor: dict[str, Any] | None,
+    xlabel: str,
+    colors: list[str],
+    path: Path,
+) -> None:
+    """TTFT, TPOT and ICL percentiles against the load, one axis each, with the SLO and planner floor lines."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for ax, metric, name in zip(axes, ("ttft", "tpot", "icl"), ("TTFT", "TPOT", "ICL"), strict=True):
+        for i, (label, pts) in enumerate(series.items()):
+            c = colors[i % len(colors)]
+            xs = [p["x"] for p in pts]
+            for q, style in ((50, "o-"), (90, "s--"), (99, "^:")):
+                ys = [p.get(f"{metric}_p{q}") for p in pts]
+                if all(y is None for y in ys):
+                    continue
+                ax.plot(xs, ys, style, color=c, label=f"{label} p{q}" if len(series) > 1 else f"p{q}")
+            for p in pts:
+                y = p.get(f"{metric}_p50")
+                if y is not None:
+                    _annotate_load(ax, p, (p["x"], y), c)
+        target = slo.get(f"{metric}_ms")
+        if target is not None:
+            ax.axhline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
+        if metric == "tpot" and floor is not None and floor["meaningful"]:
+            ax.axhline(
+                floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
+            )
+        ax.set_title(f"{name} (ms)")
+        ax.set_xticks(sorted({p["x"] for pts in series.values() for p in pts}))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("ms")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _labelled_runs(results: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every load point of every result file, labelled ``file: load`` when several files are compared."""
+    return [
+        (f"{res['label']}: {run['label']}" if len(results) > 1 else run["label"], run)
+        for res in results
+        for run in res["runs"]
+    ]
+
+
+def _plot_latency_cdf(plt: Any, runs: list[tuple[str, dict[str, Any]]], slo: dict[str, Any], path: Path) -> bool:
+    """TTFT and TPOT CDFs per load point; saved to ``path`` only when a curve was drawn (returned)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     drawn = False
     for ax, metric, name in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT"), strict=True):
-        for label, run in runs():
+        for label, run in runs:
             vals = sorted(
                 r[metric] for r in run.get("records", []) if r.get(metric) is not None and not r.get("warmup")
             )
@@ -410,12 +445,15 @@ def _plots(
             ax.legend(fontsize=7)
     fig.tight_layout()
     if drawn:
-        out["latency_cdf"] = out_dir / "latency_cdf.png"
-        fig.savefig(out["latency_cdf"], dpi=100)
+        fig.savefig(path, dpi=100)
     plt.close(fig)
+    return drawn
 
+
+def _chunk_gaps(runs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, list[float]]]:
+    """Gaps between streamed chunks (ms) of the measured, successful requests, per load point that has any."""
     gaps = []
-    for label, run in runs():
+    for label, run in runs:
         g = [
             (b - a) * 1000
             for r in run.get("records", [])
@@ -424,43 +462,39 @@ def _plots(
         ]
         if g:
             gaps.append((label, g))
-    if gaps:
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(gaps) + 3), 4.5))
-        ax.boxplot([g for _, g in gaps], showfliers=True)
-        ax.set_xticks(range(1, len(gaps) + 1), [lab for lab, _ in gaps], rotation=20, fontsize=8)
-        ax.set_ylabel("ms")
-        ax.set_title("inter-chunk latency per load point (box: p25-p75, whiskers 1.5 IQR)")
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        out["icl"] = out_dir / "icl.png"
-        fig.savefig(out["icl"], dpi=100)
-        plt.close(fig)
+    return gaps
 
-    if series:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for i, (label, pts) in enumerate(series.items()):
-            c = colors[i % len(colors)]
-            pts = [p for p in pts if p["tpot_p50"] is not None]
-            prefix = f"{label} " if len(series) > 1 else ""
-            ax.plot([p["tok_s"] for p in pts], [p["ttft_p99"] for p in pts], "o-", color=c, label=f"{prefix}TTFT p99")
-            ax.plot([p["tok_s"] for p in pts], [p["tpot_p50"] for p in pts], "s--", color=c, label=f"{prefix}TPOT p50")
-            for p in pts:
-                ax.annotate(
-                    p["load"].split("=")[-1],
-                    (p["tok_s"], p["ttft_p99"]),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize=7,
-                    color=c,
-                )
-        ax.set_xlabel("output tokens/s")
-        ax.set_ylabel("ms")
-        ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-        ax.set_title("throughput vs latency across the sweep")
-        fig.tight_layout()
-        out["throughput_latency"] = out_dir / "throughput_latency.png"
-        fig.savefig(out["throughput_latency"], dpi=100)
-        plt.close(fig)
-    return out
+
+def _plot_icl(plt: Any, gaps: list[tuple[str, list[float]]], path: Path) -> None:
+    """Box plot of the inter-chunk latency per load point."""
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(gaps) + 3), 4.5))
+    ax.boxplot([g for _, g in gaps], showfliers=True)
+    ax.set_xticks(range(1, len(gaps) + 1), [lab for lab, _ in gaps], rotation=20, fontsize=8)
+    ax.set_ylabel("ms")
+    ax.set_title("inter-chunk latency per load point (box: p25-p75, whiskers 1.5 IQR)")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_throughput_latency(plt: Any, series: dict[str, list[dict[str, Any]]], colors: list[str], path: Path) -> None:
+    """TTFT p99 and TPOT p50 against output-token throughput, one curve per result file."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, pts) in enumerate(series.items()):
+        c = colors[i % len(colors)]
+        pts = [p for p in pts if p["tpot_p50"] is not None]
+        prefix = f"{label} " if len(series) > 1 else ""
+        ax.plot([p["tok_s"] for p in pts], [p["ttft_p99"] for p in pts], "o-", color=c, label=f"{prefix}TTFT p99")
+        ax.plot([p["tok_s"] for p in pts], [p["tpot_p50"] for p in pts], "s--", color=c, label=f"{prefix}TPOT p50")
+        for p in pts:
+            _annotate_load(ax, p, (p["tok_s"], p["ttft_p99"]), c)
+    ax.set_xlabel("output tokens/s")
+    ax.set_ylabel("ms")
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("throughput vs latency across the sweep")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -14,7 +14,7 @@ from typing import Any
 
 from toolchain import __version__
 from toolchain.bench import prom, speculative
-from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.loadgen import Load, RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
@@ -67,6 +67,7 @@ class _Sampler:
 
 
 def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
+    """Measure every load point in turn; a server lost after the first one keeps what was measured."""
     runs: list[dict[str, Any]] = []
     interrupted = None
     stop = None
@@ -81,60 +82,82 @@ def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
         started = time.time()
         with _Sampler(cfg.metrics_url) as sampler:
             try:
-                out = run_load(
-                    cfg.protocol,
-                    cfg.url,
-                    cfg.model,
-                    cfg.requests,
-                    load,
-                    stream=cfg.stream,
-                    warmup=cfg.warmup,
-                    seed=cfg.seed,
-                    timeout=cfg.timeout,
-                    stop_on_error=cfg.stop_on_error,
-                    chat=cfg.chat,
-                    progress=progress,
-                )
+                out = _run_load(cfg, load, progress)
             except BenchError as e:
                 if not runs:  # nothing measured yet: the plain error is the whole story
                     raise
                 # the server went away between load points: keep what was measured
                 interrupted, stop = f"server unreachable before {load.label()}: {e.message}", "server-gone"
                 break
-        server: dict[str, Any] | None = None
-        if cfg.metrics_url and before is not None:
-            try:
-                after = prom.scrape(cfg.metrics_url)
-                server = prom.server_side(before, after, [*sampler.snaps, after], cfg.llm_model)
-            except Exception as e:  # the server may be gone; keep the client side
-                server = {"error": str(e)}
-        summary = aggregate(out.records, out.wall_s, cfg.slo)
-        measured = [r for r in out.records if not r.warmup]
-        chunks = sum(len(r.chunk_times) for r in measured)
-        client: dict[str, Any] = {
-            "cpu_s": out.client_cpu_s,
-            "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
-            "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks),
-        }
-        client.update(client_health(out))
-        runs.append(
-            {
-                "load": load.__dict__,
-                "label": load.label(),
-                "summary": summary,
-                "server": server,
-                "client": client,
-                "records": [r.to_json() for r in out.records],
-                "prefix": _prefix_proof(out.records),
-                "speculative": speculative.summary(out.records),
-                "interrupted": out.interrupted,
-                "stop": out.stop,
-                "window": {"start": started, "end": time.time()},
-            }
-        )
+        server = _server_window(cfg, before, sampler.snaps)
+        runs.append(_load_point(cfg, load, out, server, started))
         if out.interrupted:
             interrupted, stop = out.interrupted, out.stop
             break
+    return _result_document(cfg, runs, interrupted, stop)
+
+
+def _run_load(cfg: BenchConfig, load: Load, progress: Progress) -> RunOutcome:
+    """One load point's requests against the server, as ``cfg`` says to send them."""
+    return run_load(
+        cfg.protocol,
+        cfg.url,
+        cfg.model,
+        cfg.requests,
+        load,
+        stream=cfg.stream,
+        warmup=cfg.warmup,
+        seed=cfg.seed,
+        timeout=cfg.timeout,
+        stop_on_error=cfg.stop_on_error,
+        chat=cfg.chat,
+        progress=progress,
+    )
+
+
+def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[prom.Snapshot]) -> dict[str, Any] | None:
+    """Server-side metrics over the load point (None without a metrics URL; ``error`` when the scrape failed)."""
+    if not (cfg.metrics_url and before is not None):
+        return None
+    try:
+        after = prom.scrape(cfg.metrics_url)
+        return prom.server_side(before, after, [*snaps, after], cfg.llm_model)
+    except Exception as e:  # the server may be gone; keep the client side
+        return {"error": str(e)}
+
+
+def _load_point(
+    cfg: BenchConfig, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
+) -> dict[str, Any]:
+    """The result entry of one measured load point: summary, server and client sides, raw records."""
+    summary = aggregate(out.records, out.wall_s, cfg.slo)
+    measured = [r for r in out.records if not r.warmup]
+    chunks = sum(len(r.chunk_times) for r in measured)
+    client: dict[str, Any] = {
+        "cpu_s": out.client_cpu_s,
+        "cpu_ms_per_request": out.client_cpu_s * 1000 / max(1, len(measured)),
+        "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks),
+    }
+    client.update(client_health(out))
+    return {
+        "load": load.__dict__,
+        "label": load.label(),
+        "summary": summary,
+        "server": server,
+        "client": client,
+        "records": [r.to_json() for r in out.records],
+        "prefix": _prefix_proof(out.records),
+        "speculative": speculative.summary(out.records),
+        "interrupted": out.interrupted,
+        "stop": out.stop,
+        "window": {"start": started, "end": time.time()},
+    }
+
+
+def _result_document(
+    cfg: BenchConfig, runs: list[dict[str, Any]], interrupted: str | None, stop: str | None
+) -> dict[str, Any]:
+    """The saved bench result: provenance of the run, its load points, and why it stopped early (if it did)."""
     return {
         "kind": "toolchain.bench-result",
         "schema": 1,

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.bench.loadgen import Load
 from toolchain.bench.run import BenchConfig
-from toolchain.bench.workload import Dist, dataset, shared_prefix, synthetic
+from toolchain.bench.workload import Dist, Request, dataset, shared_prefix, synthetic
 from toolchain.errors import UserInputError
+
+if TYPE_CHECKING:
+    from toolchain.specs.matrix import Cell
 
 DEFAULT_INPUT, DEFAULT_OUTPUT = "64", "32"
 
@@ -97,19 +100,12 @@ def make_config(
     timeout: float,
     num_draft_tokens: int | None = None,
 ) -> tuple[BenchConfig, Any]:
+    """The BenchConfig the bench flags describe, and the spec's cell (None without ``spec``)."""
     from transformers import AutoTokenizer
 
     if protocol not in PROTOCOLS:
         raise UserInputError(f"unknown protocol {protocol!r}", f"use one of {', '.join(PROTOCOLS)}")
-
-    conc, rates = parse_list(concurrency, int), parse_list(rate, float)
-    if conc and rates:
-        raise UserInputError("choose --concurrency or --rate, not both")
-    loads = (
-        [Load(concurrency=c, duration_s=duration) for c in conc]
-        or [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates]
-        or [Load(concurrency=1, duration_s=duration)]
-    )
+    loads = _loads(concurrency, rate, poisson, duration)
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
     cell = None
@@ -117,41 +113,21 @@ def make_config(
     prov: dict[str, Any] = {}
     slo: dict[str, float | None] = {}
     if spec:
-        from toolchain.specs.loader import load_spec
-        from toolchain.specs.matrix import expand, find_cell
-
-        s = load_spec(spec)
-        cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
-        art = for_cell(cell)
+        cell, art, slo, traffic = _from_spec(spec, cell_id)
         prov.update(art.identity(), gpu=cell.gpu.name)
-        slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
-        if s.traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
-            input_tokens = input_tokens or dist_text(s.traffic.input_tokens)
-            output_tokens = output_tokens or dist_text(s.traffic.output_tokens)
+        if traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
+            input_tokens = input_tokens or dist_text(traffic.input_tokens)
+            output_tokens = output_tokens or dist_text(traffic.output_tokens)
     input_tokens, output_tokens = input_tokens or DEFAULT_INPUT, output_tokens or DEFAULT_OUTPUT
     if repo and (repo / "toolchain-repo.json").is_file():
-        meta = _repo_meta(repo / "toolchain-repo.json")
-        prov.update({k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)})
-        prov["reference"] = meta.get("reference_note")
+        prov.update(_repo_provenance(repo / "toolchain-repo.json"))
     tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
     prov["workload"] = {
         "input_tokens": "dataset" if dataset_path else input_tokens,
         "output_tokens": output_tokens,
         "shared_prefix": shared,
     }
-    out_d = Dist.parse(output_tokens)
-    if dataset_path:
-        reqs = dataset(dataset_path, tok, out_d, seed, requests + warmup)
-    elif shared:
-        try:
-            k, p, frac = shared.split(":")
-            reqs = shared_prefix(
-                tok, requests + warmup, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed
-            )
-        except ValueError as exc:
-            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
-    else:
-        reqs = synthetic(tok, requests + warmup, Dist.parse(input_tokens), out_d, seed)
+    reqs = _workload(tok, dataset_path, shared, input_tokens, output_tokens, seed, requests + warmup)
     if num_draft_tokens is not None:
         if num_draft_tokens < 1:
             raise UserInputError("--num-draft-tokens must be at least 1")
@@ -174,3 +150,57 @@ def make_config(
         provenance=prov,
     )
     return cfg, cell
+
+
+def _loads(concurrency: str | None, rate: str | None, poisson: bool, duration: float | None) -> list[Load]:
+    """The load points of --concurrency or --rate (one client at a time when neither is given)."""
+    conc, rates = parse_list(concurrency, int), parse_list(rate, float)
+    if conc and rates:
+        raise UserInputError("choose --concurrency or --rate, not both")
+    return (
+        [Load(concurrency=c, duration_s=duration) for c in conc]
+        or [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates]
+        or [Load(concurrency=1, duration_s=duration)]
+    )
+
+
+def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, dict[str, float | None], Any]:
+    """The spec's cell (the named one, else the first), its artifacts, its SLOs and its traffic shape (or None)."""
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand, find_cell
+
+    s = load_spec(spec)
+    cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
+    art = for_cell(cell)
+    slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
+    return cell, art, slo, s.traffic
+
+
+def _repo_provenance(marker: Path) -> dict[str, Any]:
+    """What an emitted repository's marker says about its origin: spec, cell, keys and reference note."""
+    meta = _repo_meta(marker)
+    prov = {k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)}
+    prov["reference"] = meta.get("reference_note")
+    return prov
+
+
+def _workload(
+    tok: Any,
+    dataset_path: Path | None,
+    shared: str | None,
+    input_tokens: str,
+    output_tokens: str,
+    seed: int,
+    n: int,
+) -> list[Request]:
+    """``n`` requests from the dataset, the shared-prefix shape (K:P:FRACTION) or the synthetic distributions."""
+    out_d = Dist.parse(output_tokens)
+    if dataset_path:
+        return dataset(dataset_path, tok, out_d, seed, n)
+    if shared:
+        try:
+            k, p, frac = shared.split(":")
+            return shared_prefix(tok, n, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed)
+        except ValueError as exc:
+            raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
+    return synthetic(tok, n, Dist.parse(input_tokens), out_d, seed)

@@ -46,76 +46,102 @@ TTFT_RATIO, QUEUE_MS, KV_FRACTION, GPU_UTIL, TPOT_RATIO = 5.0, 200.0, 0.8, 0.7, 
 
 
 def diagnose(o: Observations) -> list[Finding]:
-    out: list[Finding] = []
+    """Every rule's finding on ``o``, in the order of docs/diagnose.md; empty when nothing is wrong."""
     queue = o.queue_p99_ms if o.queue_p99_ms is not None else o.queue_mean_ms
     qname = "queue P99" if o.queue_p99_ms is not None else "mean queue time"
+    found = [
+        _prefill_decode_interference(o, queue, qname),
+        _undersized(queue, qname),
+        _kv_preemption_risk(o),
+        _gpu_underutilised(o),
+        _prefill_spikes(o),
+        _prefix_cache_unused(o),
+    ]
+    return [f for f in found if f is not None]
+
+
+def _prefill_decode_interference(o: Observations, queue: float | None, qname: str) -> Finding | None:
+    """A wide TTFT P99/P50 spread while requests barely queue: long prefills stall the batch."""
     if o.ttft_p50_ms and o.ttft_p99_ms is not None and queue is not None:
         ratio = o.ttft_p99_ms / o.ttft_p50_ms
         if ratio > TTFT_RATIO and queue < QUEUE_MS:
-            out.append(
-                Finding(
-                    "prefill-decode-interference",
-                    "warning",
-                    f"TTFT P99/P50 = {ratio:.1f} (> {TTFT_RATIO:g}) while {qname} is {queue:.0f} ms "
-                    f"(< {QUEUE_MS:g} ms): long prefills stall the batch, not a capacity shortage",
-                    "enable chunked prefill (serving.enable_chunked_prefill); at scale consider "
-                    "disaggregated prefill/decode",
-                )
-            )
-    if queue is not None and queue > QUEUE_MS:
-        out.append(
-            Finding(
-                "undersized",
-                "critical",
-                f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)",
-                "add GPUs/instances (see `toolchain plan` fleet size) or lower admitted load",
-            )
-        )
-    if o.kv_usage_max is not None and o.kv_usage_max > KV_FRACTION:
-        out.append(
-            Finding(
-                "kv-preemption-risk",
-                "critical" if o.kv_usage_max > 0.95 else "warning",
-                f"KV-cache usage peaked at {o.kv_usage_max:.0%} (> {KV_FRACTION:.0%})",
-                "reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs",
-            )
-        )
-    if o.gpu_util_mean is not None and o.at_peak and o.gpu_util_mean < GPU_UTIL:
-        out.append(
-            Finding(
-                "gpu-underutilised",
+            return Finding(
+                "prefill-decode-interference",
                 "warning",
-                f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})",
-                "check scheduling and admission: scheduler policy, max_queue_delay, instance count, client concurrency",
+                f"TTFT P99/P50 = {ratio:.1f} (> {TTFT_RATIO:g}) while {qname} is {queue:.0f} ms "
+                f"(< {QUEUE_MS:g} ms): long prefills stall the batch, not a capacity shortage",
+                "enable chunked prefill (serving.enable_chunked_prefill); at scale consider "
+                "disaggregated prefill/decode",
             )
+    return None
+
+
+def _undersized(queue: float | None, qname: str) -> Finding | None:
+    """Requests queue too long: too little capacity for the load."""
+    if queue is not None and queue > QUEUE_MS:
+        return Finding(
+            "undersized",
+            "critical",
+            f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)",
+            "add GPUs/instances (see `toolchain plan` fleet size) or lower admitted load",
         )
+    return None
+
+
+def _kv_preemption_risk(o: Observations) -> Finding | None:
+    """The KV cache ran nearly full: requests risk preemption."""
+    if o.kv_usage_max is not None and o.kv_usage_max > KV_FRACTION:
+        return Finding(
+            "kv-preemption-risk",
+            "critical" if o.kv_usage_max > 0.95 else "warning",
+            f"KV-cache usage peaked at {o.kv_usage_max:.0%} (> {KV_FRACTION:.0%})",
+            "reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs",
+        )
+    return None
+
+
+def _gpu_underutilised(o: Observations) -> Finding | None:
+    """The GPU idled at peak load: a scheduling or admission problem."""
+    if o.gpu_util_mean is not None and o.at_peak and o.gpu_util_mean < GPU_UTIL:
+        return Finding(
+            "gpu-underutilised",
+            "warning",
+            f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})",
+            "check scheduling and admission: scheduler policy, max_queue_delay, instance count, client concurrency",
+        )
+    return None
+
+
+def _prefill_spikes(o: Observations) -> Finding | None:
+    """A wide TPOT P99/P50 spread: prefill steps stall decode."""
     if o.tpot_p50_ms and o.tpot_p99_ms is not None:
         ratio = o.tpot_p99_ms / o.tpot_p50_ms
         if ratio > TPOT_RATIO:
-            out.append(
-                Finding(
-                    "prefill-spikes",
-                    "warning",
-                    f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})",
-                    "enable chunked prefill and cap max_num_tokens so decode steps are not stalled",
-                )
+            return Finding(
+                "prefill-spikes",
+                "warning",
+                f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})",
+                "enable chunked prefill and cap max_num_tokens so decode steps are not stalled",
             )
+    return None
+
+
+def _prefix_cache_unused(o: Observations) -> Finding | None:
+    """Prefix caching is configured and prompts shared prefixes, yet no KV block was reused."""
     if (
         o.prefix_caching_configured
         and o.reused_blocks is not None
         and o.reused_blocks == 0
         and o.shared_prefix_requests != 0
     ):
-        out.append(
-            Finding(
-                "prefix-cache-unused",
-                "warning",
-                "prefix caching is configured but the server reused 0 KV blocks",
-                "check the engine has paged context FMHA, prompts share >= tokens_per_block leading "
-                "tokens, and enable_kv_cache_reuse is true",
-            )
+        return Finding(
+            "prefix-cache-unused",
+            "warning",
+            "prefix caching is configured but the server reused 0 KV blocks",
+            "check the engine has paged context FMHA, prompts share >= tokens_per_block leading "
+            "tokens, and enable_kv_cache_reuse is true",
         )
-    return out
+    return None
 
 
 def bench_window(result: dict[str, Any] | None) -> dict[str, Any] | None:

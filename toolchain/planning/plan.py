@@ -21,6 +21,7 @@ from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_t
 from toolchain.planning.speculative import feature_explain, feature_plan
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import Traffic
 
 RESERVE_BYTES = 1.5e9
 GRAPH_BYTES = 64 * 2**20
@@ -95,129 +96,175 @@ def _target(p: Any) -> float | None:
     return value
 
 
-def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
-    spec, gpu = cell.spec, cell.gpu
-    q, s = spec.quantization, spec.serving
-    dtype = spec.model.dtype
-    world = cell.tp * cell.pp
-    w_total = B.weight_bytes(arch, q.weights, dtype, q.awq_group_size)
-    w_gpu = w_total / world
-    act = spec.build.max_num_tokens * (8 * arch.hidden_size + 3 * arch.intermediate_size / cell.tp) * 2
-    logits = cell.max_batch_size * arch.vocab_size * 4.0
-    graphs = GRAPH_BYTES * len(cuda_graph_batches(cell))
-    free = gpu.memory_bytes - w_gpu - act - logits - graphs - RESERVE_BYTES
-    kv_tok = B.kv_bytes_per_token(arch, B.kv_dtype_bytes(q.kv_cache, dtype), cell.tp, cell.pp)
+def _average_lengths(cell: Cell) -> tuple[int, int]:
+    """Mean input tokens and mean context (input + output, at most max_seq_len): traffic's, or half the limits."""
+    traffic = cell.spec.traffic
+    avg_in = traffic.input_tokens.mean if traffic else cell.max_input_len // 2
+    avg_out = traffic.output_tokens.mean if traffic else (cell.max_seq_len - cell.max_input_len) // 2
+    return avg_in, min(cell.max_seq_len, avg_in + avg_out)
+
+
+def _kv_budget(cell: Cell, free: float, kv_tok: float) -> tuple[float, int]:
+    """KV budget bytes and tokens: the free-memory fraction, capped by max_tokens_in_paged_kv_cache."""
+    s = cell.spec.serving
     budget = max(0.0, free) * s.kv_cache_free_gpu_mem_fraction
     kv_tokens = int(budget // kv_tok) if kv_tok else 0
     if s.max_tokens_in_paged_kv_cache is not None:
         kv_tokens = min(kv_tokens, s.max_tokens_in_paged_kv_cache)
         budget = min(budget, kv_tokens * kv_tok)
-    tpb = spec.build.tokens_per_block
-    traffic = spec.traffic
-    avg_in = traffic.input_tokens.mean if traffic else cell.max_input_len // 2
-    avg_out = traffic.output_tokens.mean if traffic else (cell.max_seq_len - cell.max_input_len) // 2
-    avg_ctx = min(cell.max_seq_len, avg_in + avg_out)
-    conc_max = kv_tokens // _tokens_rounded(cell.max_seq_len, tpb)
+    return budget, kv_tokens
+
+
+def _decode_read_bytes(cell: Cell, arch: ModelArch, batch: int) -> float:
+    """Weight bytes one TP rank reads per decode step of ``batch``: the step walks every PP stage in turn."""
+    q = cell.spec.quantization
+    return B.decode_weight_bytes(arch, q.weights, cell.spec.model.dtype, q.awq_group_size, batch) / cell.tp
+
+
+def _base_plan(cell: Cell, arch: ModelArch) -> CellPlan:
+    """The plan's numbers (memory terms, KV budget, concurrency, TPOT floors, prefill), before any check."""
+    spec, gpu = cell.spec, cell.gpu
+    q, tpb = spec.quantization, spec.build.tokens_per_block
+    w_total = B.weight_bytes(arch, q.weights, spec.model.dtype, q.awq_group_size)
+    w_gpu = w_total / (cell.tp * cell.pp)
+    act = spec.build.max_num_tokens * (8 * arch.hidden_size + 3 * arch.intermediate_size / cell.tp) * 2
+    logits = cell.max_batch_size * arch.vocab_size * 4.0
+    graphs = GRAPH_BYTES * len(cuda_graph_batches(cell))
+    free = gpu.memory_bytes - w_gpu - act - logits - graphs - RESERVE_BYTES
+    kv_tok = B.kv_bytes_per_token(arch, B.kv_dtype_bytes(q.kv_cache, spec.model.dtype), cell.tp, cell.pp)
+    budget, kv_tokens = _kv_budget(cell, free, kv_tok)
+    avg_in, avg_ctx = _average_lengths(cell)
     conc_avg = kv_tokens // _tokens_rounded(max(1, avg_ctx), tpb)
     kv_use = (cell.max_batch_size * _tokens_rounded(max(1, avg_ctx), tpb)) / kv_tokens if kv_tokens else float("inf")
-    hbm = gpu.hbm_bytes_s
-
-    # a decode step walks every PP stage in turn: it reads the weights of one TP rank of the whole model
-    def read_tp(batch: int) -> float:
-        return B.decode_weight_bytes(arch, q.weights, dtype, q.awq_group_size, batch) / cell.tp
-
-    tpot_b1 = tpot_floor_ms(read_tp(1), kv_tok * cell.pp * avg_ctx, hbm)
+    read_b1 = _decode_read_bytes(cell, arch, 1)
     kv_batch = max(1, min(cell.max_batch_size, conc_avg))
-    tpot_kvb = tpot_floor_ms(read_tp(kv_batch), kv_tok * cell.pp * avg_ctx * kv_batch, hbm)
-    mfu = traffic.mfu if traffic else 0.5
-    pre = prefill_ms(arch.active_params / cell.tp, avg_in, gpu.peak_flops(q.weights), mfu)
-    plan = CellPlan(
-        cell.id,
-        gpu.name,
-        q.weights,
-        q.kv_cache,
-        cell.tp,
-        cell.pp,
-        arch.params,
-        arch.params_source,
-        w_total,
-        w_gpu,
-        act,
-        logits,
-        graphs,
-        RESERVE_BYTES,
-        gpu.memory_bytes,
-        free,
-        budget,
-        kv_tok,
-        kv_tokens,
-        avg_ctx,
-        conc_max,
-        conc_avg,
-        kv_use,
-        tpot_b1,
-        tpot_kvb,
-        kv_batch,
-        pre,
-        mfu,
-        avg_in,
-        read_tp(1) / cell.pp,
+    read_kvb = _decode_read_bytes(cell, arch, kv_batch)
+    mfu = spec.traffic.mfu if spec.traffic else 0.5
+    return CellPlan(
+        cell_id=cell.id,
+        gpu=gpu.name,
+        weights=q.weights,
+        kv_cache=q.kv_cache,
+        tp=cell.tp,
+        pp=cell.pp,
+        params=arch.params,
+        params_source=arch.params_source,
+        weight_bytes_total=w_total,
+        weight_bytes_per_gpu=w_gpu,
+        activation_bytes=act,
+        logits_bytes=logits,
+        cuda_graph_bytes=graphs,
+        reserve_bytes=RESERVE_BYTES,
+        gpu_memory_bytes=gpu.memory_bytes,
+        free_bytes=free,
+        kv_budget_bytes=budget,
+        kv_bytes_per_token=kv_tok,
+        kv_tokens=kv_tokens,
+        avg_context=avg_ctx,
+        max_concurrency_at_max_seq=kv_tokens // _tokens_rounded(cell.max_seq_len, tpb),
+        max_concurrency_at_avg=conc_avg,
+        kv_use_at_max_batch=kv_use,
+        tpot_floor_b1_ms=tpot_floor_ms(read_b1, kv_tok * cell.pp * avg_ctx, gpu.hbm_bytes_s),
+        tpot_floor_kv_batch_ms=tpot_floor_ms(read_kvb, kv_tok * cell.pp * avg_ctx * kv_batch, gpu.hbm_bytes_s),
+        kv_batch=kv_batch,
+        prefill_ms_avg_input=prefill_ms(arch.active_params / cell.tp, avg_in, gpu.peak_flops(q.weights), mfu),
+        mfu=mfu,
+        avg_input=avg_in,
+        decode_read_bytes_per_gpu=read_b1 / cell.pp,
     )
-    if free <= 0:
+
+
+def _check_fit(plan: CellPlan, cell: Cell) -> None:
+    """Add the memory-fit error (weights, one max_seq_len request) or the KV-pressure warning."""
+    gpu = cell.gpu
+    if plan.free_bytes <= 0:
         plan.errors.append(
-            f"weights ({w_gpu / 1e9:.1f} GB/GPU) and runtime buffers do not fit {gpu.name} "
+            f"weights ({plan.weight_bytes_per_gpu / 1e9:.1f} GB/GPU) and runtime buffers do not fit {gpu.name} "
             f"({gpu.memory_gb:.0f} GB); use a larger TP, a smaller format or a bigger GPU"
         )
-    elif conc_max < 1:
+    elif plan.max_concurrency_at_max_seq < 1:
+        request = plan.kv_bytes_per_token * _tokens_rounded(cell.max_seq_len, cell.spec.build.tokens_per_block)
         plan.errors.append(
-            f"the KV budget ({budget / 1e9:.2f} GB) cannot hold one {cell.max_seq_len}-token request "
-            f"({kv_tok * _tokens_rounded(cell.max_seq_len, tpb) / 1e9:.2f} GB); lower max_seq_len or raise TP"
+            f"the KV budget ({plan.kv_budget_bytes / 1e9:.2f} GB) cannot hold one {cell.max_seq_len}-token request "
+            f"({request / 1e9:.2f} GB); lower max_seq_len or raise TP"
         )
-    elif kv_use > KV_WARN_FRACTION:
+    elif plan.kv_use_at_max_batch > KV_WARN_FRACTION:
         plan.warnings.append(
-            f"a full batch of {cell.max_batch_size} at {avg_ctx} tokens uses {kv_use:.0%} of the KV budget "
+            f"a full batch of {cell.max_batch_size} at {plan.avg_context} tokens uses "
+            f"{plan.kv_use_at_max_batch:.0%} of the KV budget "
             f"(>{KV_WARN_FRACTION:.0%} risks preemption); lower max_batch_size or add GPUs"
         )
-    target = _target(spec.slo.tpot_ms)
-    if target is not None:
-        plan.tpot_target_ms = target
-        if target < tpot_b1:
-            plan.errors.append(
-                f"TPOT SLO {target:g} ms is below the {tpot_b1:.1f} ms floor of this GPU "
-                f"({gpu.name}, {q.weights}, TP{cell.tp})"
-            )
-        elif plan.free_bytes > 0:
-            # largest batch whose floor meets the SLO, within the engine and the KV budget
-            per_req = kv_tok * cell.pp * avg_ctx
-            b_sla = int((target / 1000.0 * hbm - read_tp(1)) // per_req) if per_req else cell.max_batch_size
-            b_sla = max(1, min(b_sla, cell.max_batch_size, max(1, conc_avg)))
-            plan.batch_at_sla = b_sla
-            plan.tok_s_per_gpu_at_sla = 1000.0 / target * b_sla / (cell.tp * cell.pp)
-            if traffic is not None:
-                spec_k = traffic.speculative
-                tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
-                plan.speculative_tokens = tps if spec_k else None
-                f: Fleet = fleet_size(
-                    peak_rps=traffic.peak_rps,
-                    avg_output_tokens=traffic.output_tokens.mean,
-                    tpot_target_ms=target,
-                    batch_at_sla=b_sla,
-                    gpus_per_instance=cell.tp * cell.pp,
-                    utilization=traffic.target_utilization,
-                    headroom=traffic.burst_headroom,
-                    kv_max_concurrency=conc_avg,
-                    tokens_per_step=tps,
-                )
-                plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
-    plan.features = feature_plan(
-        cell, tpot_b1_ms=tpot_b1, avg_context=avg_ctx, left_after_kv_bytes=max(0.0, free) - budget, arch=arch
+
+
+def _batch_at_sla(plan: CellPlan, cell: Cell, target: float, read_b1: float) -> int:
+    """Largest batch whose TPOT floor meets the SLO, within the engine's max batch and the KV budget."""
+    per_req = plan.kv_bytes_per_token * cell.pp * plan.avg_context
+    b_sla = int((target / 1000.0 * cell.gpu.hbm_bytes_s - read_b1) // per_req) if per_req else cell.max_batch_size
+    return max(1, min(b_sla, cell.max_batch_size, max(1, plan.max_concurrency_at_avg)))
+
+
+def _size_fleet(plan: CellPlan, cell: Cell, traffic: Traffic, target: float, b_sla: int) -> None:
+    """Record the expected tokens per verify step and the fleet that serves the traffic's peak at the SLO."""
+    spec_k = traffic.speculative
+    tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
+    plan.speculative_tokens = tps if spec_k else None
+    f: Fleet = fleet_size(
+        peak_rps=traffic.peak_rps,
+        avg_output_tokens=traffic.output_tokens.mean,
+        tpot_target_ms=target,
+        batch_at_sla=b_sla,
+        gpus_per_instance=cell.tp * cell.pp,
+        utilization=traffic.target_utilization,
+        headroom=traffic.burst_headroom,
+        kv_max_concurrency=plan.max_concurrency_at_avg,
+        tokens_per_step=tps,
     )
-    ttft = _target(spec.slo.ttft_ms)
-    if ttft is not None and pre > ttft:
-        plan.warnings.append(
-            f"estimated prefill of {avg_in} tokens ({pre:.0f} ms at {mfu:.0%} MFU) exceeds the "
-            f"TTFT SLO {ttft:g} ms before any queueing"
+    plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
+
+
+def _apply_tpot_slo(plan: CellPlan, cell: Cell, arch: ModelArch) -> None:
+    """Check the TPOT SLO against the batch-1 floor; when it can be met, size the batch and fleet at the SLO."""
+    spec = cell.spec
+    target = _target(spec.slo.tpot_ms)
+    if target is None:
+        return
+    plan.tpot_target_ms = target
+    if target < plan.tpot_floor_b1_ms:
+        plan.errors.append(
+            f"TPOT SLO {target:g} ms is below the {plan.tpot_floor_b1_ms:.1f} ms floor of this GPU "
+            f"({cell.gpu.name}, {spec.quantization.weights}, TP{cell.tp})"
         )
+    elif plan.free_bytes > 0:
+        b_sla = _batch_at_sla(plan, cell, target, _decode_read_bytes(cell, arch, 1))
+        plan.batch_at_sla = b_sla
+        plan.tok_s_per_gpu_at_sla = 1000.0 / target * b_sla / (cell.tp * cell.pp)
+        if spec.traffic is not None:
+            _size_fleet(plan, cell, spec.traffic, target, b_sla)
+
+
+def _check_ttft(plan: CellPlan, cell: Cell) -> None:
+    """Warn when the estimated prefill of the mean prompt alone exceeds the TTFT SLO."""
+    ttft = _target(cell.spec.slo.ttft_ms)
+    if ttft is not None and plan.prefill_ms_avg_input > ttft:
+        plan.warnings.append(
+            f"estimated prefill of {plan.avg_input} tokens ({plan.prefill_ms_avg_input:.0f} ms at {plan.mfu:.0%} "
+            f"MFU) exceeds the TTFT SLO {ttft:g} ms before any queueing"
+        )
+
+
+def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
+    """Plan one matrix cell: its numbers, then the fit, TPOT-SLO, feature and TTFT checks, in that order."""
+    plan = _base_plan(cell, arch)
+    _check_fit(plan, cell)
+    _apply_tpot_slo(plan, cell, arch)
+    plan.features = feature_plan(
+        cell,
+        tpot_b1_ms=plan.tpot_floor_b1_ms,
+        avg_context=plan.avg_context,
+        left_after_kv_bytes=max(0.0, plan.free_bytes) - plan.kv_budget_bytes,
+        arch=arch,
+    )
+    _check_ttft(plan, cell)
     return plan
 
 

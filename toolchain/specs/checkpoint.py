@@ -31,54 +31,71 @@ def read_config_json(cfg_path: Path) -> dict[str, Any]:
     return cfg
 
 
-def config_dims(cfg: dict[str, Any], where: str) -> dict[str, int]:
-    """The decoder's sizes from a config, refused when they cannot describe a model (non-integers,
-    booleans, values <= 0, heads that do not divide, hidden size not divisible by heads without head_dim)."""
+def _count(where: str, key: str, value: Any, *, limit: int = _MAX_DIM) -> int:
+    """``value`` when it is an int in 1..limit, else a ModelConfigError naming ``key``."""
+    # bool is an int subclass in Python; `hidden_size: true` is not a size
+    if type(value) is not int or not 0 < value <= limit:
+        raise ModelConfigError(f"{where}: {key} must be a positive integer up to {limit:,} (got {value!r:.60})")
+    return value
 
-    def count(key: str, value: Any, *, limit: int = _MAX_DIM) -> int:
-        # bool is an int subclass in Python; `hidden_size: true` is not a size
-        if type(value) is not int or not 0 < value <= limit:
-            raise ModelConfigError(f"{where}: {key} must be a positive integer up to {limit:,} (got {value!r:.60})")
-        return value
 
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in cfg]
-    if missing:
-        raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")
-    layers = count("num_hidden_layers", cfg["num_hidden_layers"], limit=10_000)
-    hidden = count("hidden_size", cfg["hidden_size"])
-    heads = count("num_attention_heads", cfg["num_attention_heads"], limit=10_000)
-    vocab = count("vocab_size", cfg["vocab_size"], limit=100_000_000)
+def _attention_dims(cfg: dict[str, Any], where: str, hidden: int, heads: int) -> tuple[int, int]:
+    """KV heads (default: one per attention head) and head dim (default: hidden / heads), checked."""
     kv = (
-        count("num_key_value_heads", cfg["num_key_value_heads"])
+        _count(where, "num_key_value_heads", cfg["num_key_value_heads"])
         if cfg.get("num_key_value_heads") is not None
         else heads
     )
     if heads % kv:
         raise ModelConfigError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {heads}")
     if cfg.get("head_dim") is not None:
-        head_dim = count("head_dim", cfg["head_dim"], limit=65_536)
-    elif hidden % heads:
+        return kv, _count(where, "head_dim", cfg["head_dim"], limit=65_536)
+    if hidden % heads:
         raise ModelConfigError(
             f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads} and no head_dim is given"
         )
-    else:
-        head_dim = hidden // heads
+    return kv, hidden // heads
+
+
+def _expert_dims(cfg: dict[str, Any], where: str) -> tuple[int, int]:
+    """Experts and experts per token of a mixture-of-experts config (0, 0 for a dense one), checked."""
     experts = 0
     for key in ("num_local_experts", "num_experts"):
         if cfg.get(key):
-            experts = count(key, cfg[key], limit=100_000)
+            experts = _count(where, key, cfg[key], limit=100_000)
             break
     per_token = (
-        count("num_experts_per_tok", cfg["num_experts_per_tok"]) if experts and cfg.get("num_experts_per_tok") else 0
+        _count(where, "num_experts_per_tok", cfg["num_experts_per_tok"])
+        if experts and cfg.get("num_experts_per_tok")
+        else 0
     )
     if per_token > experts:
         raise ModelConfigError(f"{where}: num_experts_per_tok {per_token} exceeds the {experts} experts")
+    return experts, per_token
+
+
+def _intermediate_size(cfg: dict[str, Any], where: str, hidden: int, experts: int) -> int:
+    """The MLP's intermediate size: an MoE expert's when given, else the dense one, else 4 × hidden."""
     if experts and cfg.get("moe_intermediate_size") is not None:
-        inter = count("moe_intermediate_size", cfg["moe_intermediate_size"])
-    elif cfg.get("intermediate_size") is not None:
-        inter = count("intermediate_size", cfg["intermediate_size"])
-    else:
-        inter = 4 * hidden
+        return _count(where, "moe_intermediate_size", cfg["moe_intermediate_size"])
+    if cfg.get("intermediate_size") is not None:
+        return _count(where, "intermediate_size", cfg["intermediate_size"])
+    return 4 * hidden
+
+
+def config_dims(cfg: dict[str, Any], where: str) -> dict[str, int]:
+    """The decoder's sizes from a config, refused when they cannot describe a model (non-integers,
+    booleans, values <= 0, heads that do not divide, hidden size not divisible by heads without head_dim)."""
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in cfg]
+    if missing:
+        raise ModelConfigError(f"{where}: missing {', '.join(missing)}; is this a decoder-only LLM config?")
+    layers = _count(where, "num_hidden_layers", cfg["num_hidden_layers"], limit=10_000)
+    hidden = _count(where, "hidden_size", cfg["hidden_size"])
+    heads = _count(where, "num_attention_heads", cfg["num_attention_heads"], limit=10_000)
+    vocab = _count(where, "vocab_size", cfg["vocab_size"], limit=100_000_000)
+    kv, head_dim = _attention_dims(cfg, where, hidden, heads)
+    experts, per_token = _expert_dims(cfg, where)
+    inter = _intermediate_size(cfg, where, hidden, experts)
     tie = cfg.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise ModelConfigError(f"{where}: tie_word_embeddings must be true or false (got {tie!r:.60})")

@@ -42,12 +42,29 @@ def _version_tuple(v: str) -> tuple[int, int]:
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
 
 
-def check_spec(spec: EngineSpec) -> list[Problem]:
-    """Rules that do not depend on a matrix cell."""
-    from toolchain.specs import lora, speculative
+def _container_problem(spec: EngineSpec) -> Problem | None:
+    """A Triton TensorRT-LLM container whose shipped releases differ from the spec's target versions."""
+    image = spec.target.container or ""
+    tag = image.rsplit(":", 1)[-1].split("-", 1)[0] if "tritonserver:" in image and "-trtllm" in image else None
+    if tag not in CONTAINERS:
+        return None
+    llm, trt = CONTAINERS[tag]
+    asked = spec.target.tensorrt_version.split(".")
+    if spec.target.trtllm_version == llm and trt.split(".")[: len(asked)] == asked:  # "10.13" matches 10.13.3.9
+        return None
+    return Problem(
+        None,
+        f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
+        f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
+        f"{spec.target.tensorrt_version}",
+        f'set target.trtllm_version: "{llm}" and target.tensorrt_version: '
+        f'"{".".join(trt.split(".")[:3])}", or pick the container of the release you want',
+    )
 
-    out: list[Problem] = speculative.problems(spec) + lora.problems(spec)
-    s, b, q = spec.serving, spec.build, spec.quantization
+
+def _release_problems(spec: EngineSpec) -> list[Problem]:
+    """The targeted TensorRT-LLM release against the runtime and the container."""
+    out: list[Problem] = []
     ver = _version_tuple(spec.target.trtllm_version)
     if spec.runtime == "tensorrt" and not (SUPPORTED_TENSORRT[0] <= ver <= SUPPORTED_TENSORRT[1]):
         out.append(
@@ -58,21 +75,9 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
                 "set target.trtllm_version to a 1.2.x release, or use runtime: pytorch",
             )
         )
-    image = spec.target.container or ""
-    tag = image.rsplit(":", 1)[-1].split("-", 1)[0] if "tritonserver:" in image and "-trtllm" in image else None
-    if tag in CONTAINERS:
-        llm, trt = CONTAINERS[tag]
-        if spec.target.trtllm_version != llm or not trt.startswith(spec.target.tensorrt_version):
-            out.append(
-                Problem(
-                    None,
-                    f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
-                    f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
-                    f"{spec.target.tensorrt_version}",
-                    f'set target.trtllm_version: "{llm}" and target.tensorrt_version: '
-                    f'"{".".join(trt.split(".")[:3])}", or pick the container of the release you want',
-                )
-            )
+    container = _container_problem(spec)
+    if container is not None:
+        out.append(container)
     if spec.runtime == "pytorch" and ver < PYTORCH_MIN:
         out.append(
             Problem(
@@ -81,15 +86,13 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
                 "set target.trtllm_version to 1.2.x or later",
             )
         )
-    if s.streaming and not s.decoupled:
-        out.append(
-            Problem(
-                None,
-                "serving.streaming needs the decoupled transaction policy (the tensorrtllm backend "
-                "rejects streaming otherwise)",
-                "set serving.decoupled: true",
-            )
-        )
+    return out
+
+
+def _paged_context_problems(spec: EngineSpec) -> list[Problem]:
+    """KV-cache format and build options that rule out paged context (prefix caching, chunked prefill, IFB)."""
+    out: list[Problem] = []
+    s, b, q = spec.serving, spec.build, spec.quantization
     wants_paged_ctx = s.enable_prefix_caching or s.enable_chunked_prefill
     if q.kv_cache == "int8" and wants_paged_ctx:
         out.append(
@@ -127,6 +130,26 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
                 "set build.kv_cache_type: paged",
             )
         )
+    return out
+
+
+def check_spec(spec: EngineSpec) -> list[Problem]:
+    """Rules that do not depend on a matrix cell."""
+    from toolchain.specs import lora, speculative
+
+    out: list[Problem] = speculative.problems(spec) + lora.problems(spec)
+    s, b, q = spec.serving, spec.build, spec.quantization
+    out += _release_problems(spec)
+    if s.streaming and not s.decoupled:
+        out.append(
+            Problem(
+                None,
+                "serving.streaming needs the decoupled transaction policy (the tensorrtllm backend "
+                "rejects streaming otherwise)",
+                "set serving.decoupled: true",
+            )
+        )
+    out += _paged_context_problems(spec)
     if b.use_fp8_context_fmha and q.kv_cache != "fp8" and q.weights not in ("fp8", "w4a8_awq", "nvfp4"):
         out.append(
             Problem(
@@ -138,34 +161,36 @@ def check_spec(spec: EngineSpec) -> list[Problem]:
     return out
 
 
-def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
-    """Rules for one matrix cell; ``arch`` (a ModelArch) enables the shape rules."""
-    from toolchain.specs import speculative
+def _weight_format_problem(cell: Cell) -> Problem | None:
+    """The cell's weight format when its GPU cannot run it, with the reason that applies to that GPU."""
+    q, gpu = cell.spec.quantization, cell.gpu
+    if q.weights in gpu.precisions:
+        return None
+    if q.weights == "nvfp4":
+        msg, fix = (
+            f"NVFP4 needs SM >= 100 (Blackwell); {gpu.name} is SM {gpu.compute_capability}",
+            "use fp8 or int4_awq on this GPU, or a B200/GB200",
+        )
+    elif gpu.sm >= 100:
+        msg, fix = (
+            f"{q.weights} is INT8/INT4 quantization, which TensorRT-LLM rejects on SM >= 100 "
+            f"({gpu.name} is SM {gpu.compute_capability})",
+            "use fp8 or nvfp4 on Blackwell",
+        )
+    elif q.weights in ("fp8", "w4a8_awq"):
+        msg, fix = (
+            f"{q.weights} needs FP8 tensor cores, SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
+            "use int8_sq or int4_awq on this GPU, or an Ada/Hopper GPU (L4, L40S, H100, H200)",
+        )
+    else:
+        msg, fix = (f"{q.weights} is not supported on {gpu.name}", "choose a supported weight format")
+    return Problem(cell.id, msg, fix)
 
-    out: list[Problem] = speculative.cell_problems(cell)
-    spec, gpu = cell.spec, cell.gpu
-    q, b, s = spec.quantization, spec.build, spec.serving
-    cid = cell.id
-    if q.weights not in gpu.precisions:
-        if q.weights == "nvfp4":
-            msg, fix = (
-                f"NVFP4 needs SM >= 100 (Blackwell); {gpu.name} is SM {gpu.compute_capability}",
-                "use fp8 or int4_awq on this GPU, or a B200/GB200",
-            )
-        elif gpu.sm >= 100:
-            msg, fix = (
-                f"{q.weights} is INT8/INT4 quantization, which TensorRT-LLM rejects on SM >= 100 "
-                f"({gpu.name} is SM {gpu.compute_capability})",
-                "use fp8 or nvfp4 on Blackwell",
-            )
-        elif q.weights in ("fp8", "w4a8_awq"):
-            msg, fix = (
-                f"{q.weights} needs FP8 tensor cores, SM >= 89; {gpu.name} is SM {gpu.compute_capability}",
-                "use int8_sq or int4_awq on this GPU, or an Ada/Hopper GPU (L4, L40S, H100, H200)",
-            )
-        else:
-            msg, fix = (f"{q.weights} is not supported on {gpu.name}", "choose a supported weight format")
-        out.append(Problem(cid, msg, fix))
+
+def _sm_problems(cell: Cell) -> list[Problem]:
+    """KV-cache formats and FP8 context FMHA the cell's GPU generation (SM) cannot run."""
+    out: list[Problem] = []
+    q, b, gpu, cid = cell.spec.quantization, cell.spec.build, cell.gpu, cell.id
     if q.kv_cache == "fp8" and gpu.sm < 89:
         out.append(
             Problem(
@@ -186,6 +211,13 @@ def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
                 "remove build.use_fp8_context_fmha",
             )
         )
+    return out
+
+
+def _length_problems(cell: Cell) -> list[Problem]:
+    """The cell's lengths and batch against each other: input vs sequence, CUDA-graph sizes, max_num_tokens."""
+    out: list[Problem] = []
+    b, s, cid = cell.spec.build, cell.spec.serving, cell.id
     if cell.max_input_len > cell.max_seq_len:
         out.append(
             Problem(
@@ -212,48 +244,76 @@ def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
                 "raise build.max_num_tokens or enable serving.enable_chunked_prefill",
             )
         )
+    return out
+
+
+def _awq_group_problem(cell: Cell, arch: Any) -> Problem | None:
+    """The first AWQ-quantized layer whose per-rank input dimension the AWQ group size does not divide."""
+    q = cell.spec.quantization
+    if q.weights not in ("int4_awq", "w4a8_awq"):
+        return None
+    g = q.awq_group_size
+    dims = {
+        "q/k/v_proj, gate/up_proj (hidden_size)": arch.hidden_size,
+        f"o_proj (hidden/TP{cell.tp})": arch.num_heads * arch.head_dim // cell.tp,
+        f"down_proj (intermediate/TP{cell.tp})": arch.intermediate_size // cell.tp,
+    }
+    for layer, dim in dims.items():
+        if dim % g:
+            return Problem(
+                cell.id,
+                f"AWQ group size {g} does not divide the input dimension {dim} of {layer}",
+                "use awq_group_size 64 or 32, or a smaller TP",
+            )
+    return None
+
+
+def _shape_problems(cell: Cell, arch: Any) -> list[Problem]:
+    """The model's shape against the cell's parallelism: heads and KV heads over TP, layers over PP, AWQ groups."""
+    out: list[Problem] = []
+    cid = cell.id
+    if arch.num_heads % cell.tp:
+        out.append(
+            Problem(
+                cid,
+                f"TP {cell.tp} does not divide the {arch.num_heads} attention heads",
+                f"use a TP that divides {arch.num_heads}",
+            )
+        )
+    elif arch.num_kv_heads % cell.tp and cell.tp % arch.num_kv_heads:
+        out.append(
+            Problem(
+                cid,
+                f"TP {cell.tp} and the {arch.num_kv_heads} KV heads do not divide each other",
+                "use a TP that divides the KV heads or a multiple of them",
+            )
+        )
+    if arch.num_layers % cell.pp:
+        out.append(
+            Problem(
+                cid,
+                f"PP {cell.pp} does not divide the {arch.num_layers} layers",
+                f"use a PP that divides {arch.num_layers}",
+            )
+        )
+    awq = _awq_group_problem(cell, arch)
+    if awq is not None:
+        out.append(awq)
+    return out
+
+
+def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
+    """Rules for one matrix cell; ``arch`` (a ModelArch) enables the shape rules."""
+    from toolchain.specs import speculative
+
+    out: list[Problem] = speculative.cell_problems(cell)
+    weight_format = _weight_format_problem(cell)
+    if weight_format is not None:
+        out.append(weight_format)
+    out += _sm_problems(cell)
+    out += _length_problems(cell)
     if arch is not None:
-        if arch.num_heads % cell.tp:
-            out.append(
-                Problem(
-                    cid,
-                    f"TP {cell.tp} does not divide the {arch.num_heads} attention heads",
-                    f"use a TP that divides {arch.num_heads}",
-                )
-            )
-        elif arch.num_kv_heads % cell.tp and cell.tp % arch.num_kv_heads:
-            out.append(
-                Problem(
-                    cid,
-                    f"TP {cell.tp} and the {arch.num_kv_heads} KV heads do not divide each other",
-                    "use a TP that divides the KV heads or a multiple of them",
-                )
-            )
-        if arch.num_layers % cell.pp:
-            out.append(
-                Problem(
-                    cid,
-                    f"PP {cell.pp} does not divide the {arch.num_layers} layers",
-                    f"use a PP that divides {arch.num_layers}",
-                )
-            )
-        if q.weights in ("int4_awq", "w4a8_awq"):
-            g = q.awq_group_size
-            dims = {
-                "q/k/v_proj, gate/up_proj (hidden_size)": arch.hidden_size,
-                f"o_proj (hidden/TP{cell.tp})": arch.num_heads * arch.head_dim // cell.tp,
-                f"down_proj (intermediate/TP{cell.tp})": arch.intermediate_size // cell.tp,
-            }
-            for layer, dim in dims.items():
-                if dim % g:
-                    out.append(
-                        Problem(
-                            cid,
-                            f"AWQ group size {g} does not divide the input dimension {dim} of {layer}",
-                            "use awq_group_size 64 or 32, or a smaller TP",
-                        )
-                    )
-                    break
+        out += _shape_problems(cell, arch)
     return out
 
 

@@ -212,16 +212,12 @@ def draft_cell(cell: Cell) -> Cell:
     return replace(cell, spec=draft_spec(cell.spec))
 
 
-def problems(spec: EngineSpec) -> list[Problem]:
-    """Mode vs runtime, precision and serving rules that need the whole spec."""
+def _mode_support_problems(spec: EngineSpec, sd: SpeculativeDecoding) -> list[Problem]:
+    """The mode against the runtime, the weight format and the KV-cache format its support matrix lists."""
     from toolchain.specs.rules import Problem
 
-    sd = spec.speculative
-    if sd is None:
-        return []
     out: list[Problem] = []
-    m = sd.mode
-    q = spec.quantization
+    m, q = sd.mode, spec.quantization
     if spec.runtime == "pytorch" and m not in LLMAPI_DECODING_TYPE:
         out.append(
             Problem(
@@ -247,9 +243,19 @@ def problems(spec: EngineSpec) -> list[Problem]:
                 "set quantization.kv_cache: auto",
             )
         )
-    if spec.runtime == "tensorrt" and spec.build.kv_cache_type != "paged":
+    return out
+
+
+def _engine_problems(spec: EngineSpec, m: str) -> list[Problem]:
+    """What a TensorRT engine built for mode ``m`` needs: paged KV cache, paged context FMHA, no streaming."""
+    from toolchain.specs.rules import Problem
+
+    out: list[Problem] = []
+    if spec.runtime != "tensorrt":
+        return out
+    if spec.build.kv_cache_type != "paged":
         out.append(Problem(None, f"speculative mode {m} needs a paged KV cache", "set build.kv_cache_type: paged"))
-    if spec.runtime == "tensorrt" and m in ("draft_target", "eagle") and spec.build.use_paged_context_fmha is False:
+    if m in ("draft_target", "eagle") and spec.build.use_paged_context_fmha is False:
         out.append(
             Problem(
                 None,
@@ -258,7 +264,7 @@ def problems(spec: EngineSpec) -> list[Problem]:
                 "remove build.use_paged_context_fmha: false",
             )
         )
-    if spec.runtime == "tensorrt" and m == "draft_target" and spec.serving.streaming:
+    if m == "draft_target" and spec.serving.streaming:
         out.append(
             Problem(
                 None,
@@ -266,15 +272,31 @@ def problems(spec: EngineSpec) -> list[Problem]:
                 "set serving.streaming: false",
             )
         )
-    if spec.runtime == "tensorrt" and m == "eagle":
-        if spec.parallelism.pp > 1:
-            out.append(Problem(None, "EAGLE does not support pipeline parallelism", "set parallelism.pp: 1"))
-        if spec.serving.enable_chunked_prefill:
-            out.append(
-                Problem(None, "EAGLE does not support chunked context", "set serving.enable_chunked_prefill: false")
-            )
-        if spec.serving.cuda_graphs.enabled:
-            out.append(Problem(None, "EAGLE does not support CUDA graphs", "set serving.cuda_graphs.enabled: false"))
+    return out
+
+
+def _eagle_engine_problems(spec: EngineSpec) -> list[Problem]:
+    """Features an EAGLE TensorRT engine does not support: pipeline parallelism, chunked context, CUDA graphs."""
+    from toolchain.specs.rules import Problem
+
+    out: list[Problem] = []
+    if spec.parallelism.pp > 1:
+        out.append(Problem(None, "EAGLE does not support pipeline parallelism", "set parallelism.pp: 1"))
+    if spec.serving.enable_chunked_prefill:
+        out.append(Problem(None, "EAGLE does not support chunked context", "set serving.enable_chunked_prefill: false"))
+    if spec.serving.cuda_graphs.enabled:
+        out.append(Problem(None, "EAGLE does not support CUDA graphs", "set serving.cuda_graphs.enabled: false"))
+    return out
+
+
+def problems(spec: EngineSpec) -> list[Problem]:
+    """Mode vs runtime, precision and serving rules that need the whole spec."""
+    sd = spec.speculative
+    if sd is None:
+        return []
+    out = _mode_support_problems(spec, sd) + _engine_problems(spec, sd.mode)
+    if spec.runtime == "tensorrt" and sd.mode == "eagle":
+        out += _eagle_engine_problems(spec)
     return out
 
 
