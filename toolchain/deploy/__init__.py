@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from toolchain.deploy.context import ENTRYPOINT, KUBESSH, copy_source, dockerfile, pinned_image
+from toolchain.deploy.context import ENTRYPOINT, KUBESSH, ImageRef, copy_source, dockerfile, pinned_image
 from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import check_replaceable, staged_dir
@@ -136,28 +136,62 @@ def write_deployment(
     ``repository`` is the emitted Triton repository whose engine paths already point under
     ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
     """
+    o = _with_frontend(cell, options)
+    _check_inputs(o, repository, engine_key)
+    base = _base_image(cell)
+    sizing = _sizing(cell, plan, o)
+    app = app_name(cell)
+    image = str(pinned_image(o.image or f"{app}:{engine_key[:12]}", "--image"))
+    out = _checked_out(Path(out), o.force)
+    target = _target(o, app, image, engine_key)
+    with staged_dir(out) as tmp:
+        ctx = tmp / "image"
+        _write_image_context(ctx, cell, o, base=base, repository=repository, multi_node=sizing.multi_node)
+        _write_manifests(tmp / "k8s", target, cell, sizing, _header(cell, engine_key))
+        decision = _decision(cell, o, target, base=str(base), sizing=sizing)
+        (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
+        leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))
+        _refuse_leaks(tmp, leaks, skip=ctx / "src")
+        files = _written_files(tmp)
+    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image))
+
+
+def _with_frontend(cell: Cell, options: DeployOptions) -> DeployOptions:
+    """The checked options with the runtime's default frontend filled in; refuse a frontend of the other runtime."""
     o = options
     check_options(o)
     if o.frontend is None:
         o = dataclasses.replace(o, frontend="trtllm-serve" if cell.spec.runtime == "pytorch" else "openai")
-    frontend = str(o.frontend)
     if (cell.spec.runtime == "pytorch") != (o.frontend == "trtllm-serve"):
         raise DeployError(
             f"runtime {cell.spec.runtime} is not served by frontend {o.frontend}",
             "runtime pytorch is served by trtllm-serve; runtime tensorrt by openai or kserve",
         )
+    return o
+
+
+def _check_inputs(o: DeployOptions, repository: Path | None, engine_key: str) -> None:
+    """Refuse a repository the frontend does not serve and an engine key that is not a full one."""
     if (repository is None) != (o.frontend == "trtllm-serve"):
         raise DeployError("a Triton model repository goes with the Triton frontends only", "report this as a bug")
     if not re.fullmatch(r"[0-9a-f]{64}", engine_key):
         raise DeployError(
             f"engine key '{engine_key}' is not a full 64-hex key", "resolve it with `toolchain cache show`"
         )
+
+
+def _base_image(cell: Cell) -> ImageRef:
+    """The pinned image the build context is FROM: the spec's target.container."""
     if not cell.spec.target.container:
         raise DeployError(
             f"spec '{cell.spec.name}' names no target.container to build the image FROM",
             "set target.container to e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
         )
-    base = pinned_image(cell.spec.target.container, "target.container")
+    return pinned_image(cell.spec.target.container, "target.container")
+
+
+def _sizing(cell: Cell, plan: PlanLike, o: DeployOptions) -> Sizing:
+    """The cell's pod and fleet sizing; refuse a trtllm-serve replica that spans nodes."""
     sizing = size_cell(
         cell, plan, gpus_per_node=o.gpus_per_node, min_replicas=o.min_replicas, max_replicas=o.max_replicas
     )
@@ -167,95 +201,124 @@ def write_deployment(
             "`toolchain deploy` runs trtllm-serve on one node",
             "raise --gpus-per-node to the GPUs of your nodes, or lower TP x PP",
         )
-    app = app_name(cell)
-    image = str(pinned_image(o.image or f"{app}:{engine_key[:12]}", "--image"))
-    out = Path(out).resolve()
-    if out.exists() and any(out.iterdir()) and not o.force:
+    return sizing
+
+
+def _checked_out(out: Path, force: bool) -> Path:
+    """The resolved output directory, refused when it holds files (unless forced) or is not ours to replace."""
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()) and not force:
         raise OutputExistsError(f"{out} is not empty")
     check_replaceable(out, "deploy.json")
-    target = Target(
+    return out
+
+
+def _target(o: DeployOptions, app: str, image: str, engine_key: str) -> Target:
+    """What the manifests deploy: the app, its image, the engine and where the pod finds them."""
+    return Target(
         app=app,
         image=image,
         engine_key=engine_key,
         registry=_registry_in_pod(o),
         registry_secret=o.registry_secret,
         registry_pvc=o.registry_pvc,
-        frontend=frontend,
+        frontend=str(o.frontend),
         engines_root=o.engines_root,
         model_repository=f"{o.image_root.rstrip('/')}/model_repository",
         queue_target_ms=o.queue_target_ms,
         prometheus_url=o.prometheus_url,
         namespace=o.namespace,
     )
-    header = (
+
+
+def _header(cell: Cell, engine_key: str) -> str:
+    """The comment at the top of every manifest: what it deploys and the pinned versions it is written for."""
+    return (
         f"# toolchain deploy: {cell.spec.name} cell {cell.id}, engine {engine_key[:16]}; written for Kubernetes "
         f"{PINNED['kubernetes']} (KEDA {PINNED['keda']}, prometheus-operator {PINNED['prometheus-operator']}, "
         f"LeaderWorkerSet {PINNED['lws']})\n"
     )
-    with staged_dir(out) as tmp:
-        ctx = tmp / "image"
-        ctx.mkdir()
-        if repository is not None:
-            shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
-        for script in (ENTRYPOINT, KUBESSH):
-            shutil.copyfile(script, ctx / script.name)
-            os.chmod(ctx / script.name, 0o755)
-        copy_source(ctx / "src")
-        (ctx / "Dockerfile").write_text(
-            dockerfile(
-                base,
-                trtllm_version=cell.spec.target.trtllm_version,
-                image_root=o.image_root,
-                engines_root=o.engines_root,
-                repository=repository is not None,
-                kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if sizing.multi_node else None,
-            )
+
+
+def _write_image_context(
+    ctx: Path, cell: Cell, o: DeployOptions, *, base: ImageRef, repository: Path | None, multi_node: bool
+) -> None:
+    """The docker build context: model repository, entrypoint scripts, toolchain source, Dockerfile."""
+    ctx.mkdir()
+    if repository is not None:
+        shutil.copytree(repository, ctx / "model_repository", ignore=shutil.ignore_patterns("__pycache__"))
+    for script in (ENTRYPOINT, KUBESSH):
+        shutil.copyfile(script, ctx / script.name)
+        os.chmod(ctx / script.name, 0o755)
+    copy_source(ctx / "src")
+    (ctx / "Dockerfile").write_text(
+        dockerfile(
+            base,
+            trtllm_version=cell.spec.target.trtllm_version,
+            image_root=o.image_root,
+            engines_root=o.engines_root,
+            repository=repository is not None,
+            kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if multi_node else None,
         )
-        (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")
-        k8s = tmp / "k8s"
-        k8s.mkdir()
-        res = manifests(target, cell, sizing)
-        for name, obj in res.items():
-            (k8s / name).write_text(_yaml(obj, header))
-        (k8s / "kustomization.yaml").write_text(_yaml(kustomization(target, list(res)), header))
-        decision = {
-            "spec": cell.spec.name,
-            "cell": cell.id,
-            "engine_key": engine_key,
-            "app": app,
-            "base_image": str(base),
-            "image": image,
-            "registry": target.registry,
-            "registry_secret": o.registry_secret,
-            "frontend": o.frontend,
-            "engines_root": o.engines_root,
-            "pinned": PINNED,
-            "sizing": sizing.to_json(),
-            "sizing_explained": sizing.explain(),
-            "next": [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"],
-        }
-        (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
-        # every host path that went in, except those holding the image or engines root (a test may lay the
-        # image out on this machine to run the entrypoint)
-        roots = (o.image_root, o.engines_root)
-        leaks = [
-            p
-            for p in (*host_paths, *([repository] if repository else []), tmp, out)
-            if not any(r.startswith(str(p.resolve())) for r in roots)
-        ]
-        _refuse_leaks(tmp, tuple(leaks), skip=ctx / "src")
-        files = sorted(
-            str(p.relative_to(tmp))
-            for p in tmp.rglob("*")
-            if p.is_file() and p.relative_to(tmp).parts[:2] != ("image", "src")
-        )
+    )
+    (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")
+
+
+def _write_manifests(k8s: Path, target: Target, cell: Cell, sizing: Sizing, header: str) -> None:
+    """The Kubernetes manifests and the kustomization that lists them."""
+    k8s.mkdir()
+    res = manifests(target, cell, sizing)
+    for name, obj in res.items():
+        (k8s / name).write_text(_yaml(obj, header))
+    (k8s / "kustomization.yaml").write_text(_yaml(kustomization(target, list(res)), header))
+
+
+def _decision(cell: Cell, o: DeployOptions, target: Target, *, base: str, sizing: Sizing) -> dict[str, Any]:
+    """deploy.json: what was decided and why, and the commands to run next."""
+    image = target.image
+    return {
+        "spec": cell.spec.name,
+        "cell": cell.id,
+        "engine_key": target.engine_key,
+        "app": target.app,
+        "base_image": base,
+        "image": image,
+        "registry": target.registry,
+        "registry_secret": o.registry_secret,
+        "frontend": o.frontend,
+        "engines_root": o.engines_root,
+        "pinned": PINNED,
+        "sizing": sizing.to_json(),
+        "sizing_explained": sizing.explain(),
+        "next": [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"],
+    }
+
+
+def _host_paths_to_refuse(o: DeployOptions, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Every host path that went in, except those holding the image or engines root (a test may lay the
+    image out on this machine to run the entrypoint)."""
+    roots = (o.image_root, o.engines_root)
+    return tuple(p for p in paths if not any(r.startswith(str(p.resolve())) for r in roots))
+
+
+def _written_files(tmp: Path) -> list[str]:
+    """The files written under ``tmp``, relative and sorted, leaving out the copied toolchain source."""
+    return sorted(
+        str(p.relative_to(tmp))
+        for p in tmp.rglob("*")
+        if p.is_file() and p.relative_to(tmp).parts[:2] != ("image", "src")
+    )
+
+
+def _notes(image: str) -> list[str]:
+    """Advice on the chosen image: one that names no registry host goes to Docker Hub."""
     notes = []
     if registry_host(image) is None:
         notes.append(
             f"image {image} names no registry host: `docker push` sends it to Docker Hub and nodes pull it from "
             "there; pass --image REGISTRY/REPOSITORY:TAG (e.g. registry.example.com/llm/app:1) for your own registry"
         )
-    return DeployResult(out, app, image, engine_key, sizing, files, notes)
+    return notes
 
 
 def _refuse_leaks(root: Path, host_paths: tuple[Path, ...], *, skip: Path) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.keys import profile_id
@@ -20,6 +20,9 @@ from toolchain.deploy import DeployOptions, DeployResult, Sizing, check_options,
 from toolchain.errors import DeployError, PlanError, TritonRepoError
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
+
+if TYPE_CHECKING:
+    from toolchain.triton.emit import EngineInfo
 
 _FULL_KEY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -89,7 +92,7 @@ def deploy_cell(
     progress: Any = lambda s: None,
 ) -> DeployResult:
     """Plan, emit and write the deployment of one cell."""
-    from toolchain.triton.emit import EngineInfo, emit_repository
+    from toolchain.triton.emit import emit_repository
 
     check_options(options)  # before any work: a registry the pod cannot reach, an unknown frontend
     cell = _cell(spec, cell_id)
@@ -110,22 +113,8 @@ def deploy_cell(
             options=options,
             host_paths=(cache().root, spec.base_dir),
         )
-    if tokenizer is not None:
-        tok = tokenizer
-    else:
-        try:
-            tok = art.tokenizer_dir()
-        except TritonRepoError as e:
-            raise DeployError(
-                e.message, "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`"
-            ) from e
-    in_pod = f"{options.engines_root.rstrip('/')}/{key}"
-    info = dataclasses.replace(
-        EngineInfo.predicted(cell),
-        engine_dir=None if reference else in_pod,
-        source=f"predicted from spec {spec.name} for engine {key[:16]}, restored at start to {in_pod}",
-    )
-    identity = {"spec": spec.name, "cell": cell.id, "engine_key": key, "profile_id": profile_id(cell, key)}
+    tok = tokenizer if tokenizer is not None else _tokenizer_dir(art)
+    info, identity = _in_pod_engine(cell, key, options.engines_root, reference)
     progress("emitting the Triton repository" + (" (CPU reference model)" if reference else ""))
     with tempfile.TemporaryDirectory(prefix="toolchain-deploy-") as scratch:
         repo = emit_repository(
@@ -139,8 +128,38 @@ def deploy_cell(
             engines_root=options.engines_root,
         )
         progress(f"writing the build context and manifests to {out}")
-        host: tuple[Path, ...] = (cache().root, spec.base_dir, Path(scratch), tok)
-        local = spec.local_source()
-        if local is not None:
-            host += (local,)
+        host = _host_paths(spec, Path(scratch), tok)
         return write_deployment(cell, plan, repository=repo, engine_key=key, out=out, options=options, host_paths=host)
+
+
+def _host_paths(spec: EngineSpec, scratch: Path, tok: Path) -> tuple[Path, ...]:
+    """The paths of this machine that went into the deployment (none may appear in what is written)."""
+    host: tuple[Path, ...] = (cache().root, spec.base_dir, scratch, tok)
+    local = spec.local_source()
+    if local is not None:
+        host += (local,)
+    return host
+
+
+def _tokenizer_dir(art: CellArtifacts) -> Path:
+    """The cell's tokenizer directory, or the deploy option that names one when there is none."""
+    try:
+        return art.tokenizer_dir()
+    except TritonRepoError as e:
+        raise DeployError(
+            e.message, "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`"
+        ) from e
+
+
+def _in_pod_engine(cell: Cell, key: str, engines_root: str, reference: bool) -> tuple[EngineInfo, dict[str, Any]]:
+    """The engine as the pod will see it (restored under ``engines_root``) and the repository's identity."""
+    from toolchain.triton.emit import EngineInfo
+
+    in_pod = f"{engines_root.rstrip('/')}/{key}"
+    info = dataclasses.replace(
+        EngineInfo.predicted(cell),
+        engine_dir=None if reference else in_pod,
+        source=f"predicted from spec {cell.spec.name} for engine {key[:16]}, restored at start to {in_pod}",
+    )
+    identity = {"spec": cell.spec.name, "cell": cell.id, "engine_key": key, "profile_id": profile_id(cell, key)}
+    return info, identity

@@ -26,6 +26,7 @@ from typing import Any
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import Serving
 from toolchain.specs.speculative import engine_max_seq_len
 from toolchain.triton import speculative as SP
 from toolchain.triton import tensors as T
@@ -206,25 +207,44 @@ def build_configs(
     s = cell.spec.serving
     logits = "TYPE_FP32" if engine.logits_dtype == "float32" else "TYPE_FP16"
     tmbs = engine.max_batch_size
-    tok = TOKENIZER_REL
-
-    def batching(cfg: Any) -> None:
-        cfg.dynamic_batching.max_queue_delay_microseconds = s.max_queue_delay_us
-        cfg.dynamic_batching.default_queue_policy.max_queue_size = s.max_queue_size
-
-    pre = pb.ModelConfig(name="preprocessing", backend="python", max_batch_size=tmbs)
-    pre.input.extend(_io(pb, T.PRE_INPUTS, logits))
-    pre.output.extend(_io(pb, T.PRE_OUTPUTS, logits, output=True))
-    batching(pre)
-    pre.instance_group.append(_cpu_group(pb, s.instances.preprocessing))
-    _params(pre, {"tokenizer_dir": tok, "add_special_tokens": True})
-
+    pre = _preprocessing_config(pb, s, tmbs, logits)
     llm = pb.ModelConfig(name="tensorrt_llm", backend="python" if reference else "tensorrtllm", max_batch_size=tmbs)
     llm.model_transaction_policy.decoupled = s.decoupled
     llm.input.extend(_io(pb, T.TRTLLM_INPUTS, logits, reshape=T.SCALARS_RESHAPED))
     llm.output.extend(_io(pb, T.TRTLLM_OUTPUTS, logits, output=True))
-    batching(llm)
+    _batching(llm, s)
     llm.instance_group.append(_cpu_group(pb, 1))
+    _params(llm, _llm_parameters(cell, engine, reference, gpt_model_path, reference_model_path))
+    post = _postprocessing_config(pb, s, tmbs, logits)
+    ens = _ensemble_config(pb, tmbs, logits)
+    bls = _bls_config(pb, s, tmbs, logits)
+    if s.gpu_device_ids:
+        llm.parameters["gpu_device_ids"].string_value = ";".join(",".join(map(str, g)) for g in s.gpu_device_ids)
+    return {"preprocessing": pre, "tensorrt_llm": llm, "postprocessing": post, "ensemble": ens, "tensorrt_llm_bls": bls}
+
+
+def _batching(cfg: Any, s: Serving) -> None:
+    """Dynamic batching with the spec's queue delay and queue size."""
+    cfg.dynamic_batching.max_queue_delay_microseconds = s.max_queue_delay_us
+    cfg.dynamic_batching.default_queue_policy.max_queue_size = s.max_queue_size
+
+
+def _preprocessing_config(pb: Any, s: Serving, tmbs: int, logits: str) -> Any:
+    """The preprocessing model: tokenizes the prompt with the repository's tokenizer."""
+    pre = pb.ModelConfig(name="preprocessing", backend="python", max_batch_size=tmbs)
+    pre.input.extend(_io(pb, T.PRE_INPUTS, logits))
+    pre.output.extend(_io(pb, T.PRE_OUTPUTS, logits, output=True))
+    _batching(pre, s)
+    pre.instance_group.append(_cpu_group(pb, s.instances.preprocessing))
+    _params(pre, {"tokenizer_dir": TOKENIZER_REL, "add_special_tokens": True})
+    return pre
+
+
+def _llm_parameters(
+    cell: Cell, engine: EngineInfo, reference: bool, gpt_model_path: str, reference_model_path: str
+) -> dict[str, Any]:
+    """The tensorrt_llm model's parameters (the reference model's own ones added with ``reference``)."""
+    s = cell.spec.serving
     cg = s.cuda_graphs
     graph_cache = cg.cache_size or (len(cg.batch_sizes) if cg.batch_sizes else 0)
     p: dict[str, Any] = {
@@ -253,15 +273,22 @@ def build_configs(
                 "tokens_per_block": engine.tokens_per_block,
             }
         )
-    _params(llm, p)
+    return p
 
+
+def _postprocessing_config(pb: Any, s: Serving, tmbs: int, logits: str) -> Any:
+    """The postprocessing model: detokenizes the output with the repository's tokenizer."""
     post = pb.ModelConfig(name="postprocessing", backend="python", max_batch_size=tmbs)
     post.input.extend(_io(pb, T.POST_INPUTS, logits))
     post.output.extend(_io(pb, T.POST_OUTPUTS, logits, output=True))
     post.dynamic_batching.SetInParent()
     post.instance_group.append(_cpu_group(pb, s.instances.postprocessing))
-    _params(post, {"tokenizer_dir": tok, "skip_special_tokens": True})
+    _params(post, {"tokenizer_dir": TOKENIZER_REL, "skip_special_tokens": True})
+    return post
 
+
+def _ensemble_config(pb: Any, tmbs: int, logits: str) -> Any:
+    """The ensemble: preprocessing, tensorrt_llm and postprocessing wired in a row."""
     ens = pb.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=tmbs)
     ens.input.extend(_io(pb, T.ENSEMBLE_INPUTS, logits))
     ens.output.extend(_io(pb, T.ENSEMBLE_OUTPUTS, logits, output=True))
@@ -275,7 +302,11 @@ def build_configs(
             step.input_map[k] = v
         for k, v in mo.items():
             step.output_map[k] = v
+    return ens
 
+
+def _bls_config(pb: Any, s: Serving, tmbs: int, logits: str) -> Any:
+    """The tensorrt_llm_bls model: the Python alternative to the ensemble."""
     bls = pb.ModelConfig(name="tensorrt_llm_bls", backend="python", max_batch_size=tmbs)
     bls.model_transaction_policy.decoupled = s.decoupled
     bls.input.extend(_io(pb, T.BLS_INPUTS, logits))
@@ -285,9 +316,7 @@ def build_configs(
         bls,
         {"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm", "tensorrt_llm_draft_model_name": ""},
     )
-    if s.gpu_device_ids:
-        llm.parameters["gpu_device_ids"].string_value = ";".join(",".join(map(str, g)) for g in s.gpu_device_ids)
-    return {"preprocessing": pre, "tensorrt_llm": llm, "postprocessing": post, "ensemble": ens, "tensorrt_llm_bls": bls}
+    return bls
 
 
 def to_pbtxt(cfg: Any) -> str:
@@ -342,6 +371,36 @@ def emit_repository(
     must provide the engine there (``toolchain-repo.json`` lists the mounts).
     """
     out = Path(out).resolve()
+    _check_emit_inputs(cell, engine, tokenizer_dir, engines_root)
+    local_reference = reference and engines_root is None
+    if local_reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
+        raise TritonRepoError(
+            "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
+        )
+    _check_out(out, identity, force)
+    gpt_path, reference_path, mounts = _engine_paths(
+        out, engine, identity, reference, reference_model_dir, engines_root
+    )
+    configs = build_configs(
+        cell, engine, reference=reference, gpt_model_path=gpt_path, reference_model_path=reference_path
+    )
+    # speculative decoding / LoRA parameters, and draft-target's tensorrt_llm_draft (triton.speculative)
+    draft_path = SP.draft_model_path(cell, draft_dir, reference=reference, out=out, engines_root=engines_root)
+    SP.apply_features(configs, cell, draft_model_path=draft_path)
+    sources = model_sources()
+    with staged_dir(out) as tmp:
+        _write_models(tmp, configs, sources, tokenizer_dir)
+        _stage_engine(tmp, sources, engine, reference, reference_model_dir if local_reference else None, engines_root)
+        (tmp / "ensemble" / "1" / ".keep").write_text("")
+        if draft_dir is not None and draft_path is not None:
+            SP.stage_draft(tmp, draft_dir, reference=reference, sources=sources)
+        meta = _repo_meta(cell, engine, identity, reference, gpt_path, engines_root, mounts)
+        (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
+    return out
+
+
+def _check_emit_inputs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, engines_root: str | None) -> None:
+    """Refuse a relative engines root, a directory with no tokenizer and serving options the engine cannot do."""
     if engines_root is not None and not engines_root.startswith("/"):
         raise TritonRepoError(
             f"engines root {engines_root!r} is not an absolute path",
@@ -362,17 +421,27 @@ def emit_repository(
             "rebuild with `trtllm-build --use_paged_context_fmha enable` "
             "or disable serving.enable_prefix_caching/enable_chunked_prefill",
         )
-    local_reference = reference and engines_root is None
-    if local_reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
-        raise TritonRepoError(
-            "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
-        )
+
+
+def _check_out(out: Path, identity: dict[str, Any], force: bool) -> None:
+    """Refuse to replace another model's repository (or other files) at ``out`` unless forced."""
     if out.exists():
         marker = out / "toolchain-repo.json"
         same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
         if not same and not force and any(out.iterdir()):
             raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
         check_replaceable(out, "toolchain-repo.json")
+
+
+def _engine_paths(
+    out: Path,
+    engine: EngineInfo,
+    identity: dict[str, Any],
+    reference: bool,
+    reference_model_dir: Path | None,
+    engines_root: str | None,
+) -> tuple[str, str, list[dict[str, str]]]:
+    """The configs' engine path and reference model path, and the mounts the server must provide."""
     mounts: list[dict[str, str]] = []
     reference_path = REFERENCE_MODEL_REL
     if reference:
@@ -385,50 +454,65 @@ def emit_repository(
         mounts.append({"source": str(engine.engine_dir), "target": gpt_path, "what": "engine"})
     else:
         gpt_path = str(out / ENGINE_REL)
-    configs = build_configs(
-        cell, engine, reference=reference, gpt_model_path=gpt_path, reference_model_path=reference_path
-    )
-    # speculative decoding / LoRA parameters, and draft-target's tensorrt_llm_draft (triton.speculative)
-    draft_path = SP.draft_model_path(cell, draft_dir, reference=reference, out=out, engines_root=engines_root)
-    SP.apply_features(configs, cell, draft_model_path=draft_path)
-    sources = model_sources()
-    with staged_dir(out) as tmp:
-        for name, cfg in configs.items():
-            d = tmp / name
-            (d / "1").mkdir(parents=True)
-            (d / "config.pbtxt").write_text(to_pbtxt(cfg))
-        for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
-            shutil.copyfile(sources / name / "1" / "model.py", tmp / name / "1" / "model.py")
-        copy_tokenizer(tokenizer_dir, tmp / TOKENIZER_HOME)
-        if reference:
-            shutil.copyfile(
-                sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
-            )
-            if local_reference:
-                assert reference_model_dir is not None
-                copy_tree(reference_model_dir, tmp / "tensorrt_llm" / REFERENCE_MODEL_REL)
-        elif engines_root is None:
-            assert engine.engine_dir is not None
-            copy_tree(Path(engine.engine_dir), tmp / ENGINE_REL)
-        (tmp / "ensemble" / "1" / ".keep").write_text("")
-        if draft_dir is not None and draft_path is not None:
-            SP.stage_draft(tmp, draft_dir, reference=reference, sources=sources)
-        meta = {
-            **identity,
-            "features_build_config": SP.predicted_build_config(cell),
-            "reference": reference,
-            "reference_note": REFERENCE_NOTE if reference else None,
-            "engine": {
-                **asdict(engine),
-                "engine_dir": gpt_path or None,
-                "source": f"{gpt_path}/config.json" if gpt_path else engine.source,
-            },
-            "engines_root": engines_root,
-            "mounts": [{k: v for k, v in m.items() if k != "source"} for m in mounts],  # no host path inside
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
-    return out
+    return gpt_path, reference_path, mounts
+
+
+def _write_models(tmp: Path, configs: dict[str, Any], sources: Path, tokenizer_dir: Path) -> None:
+    """Every model's config.pbtxt and version directory, the Python models' sources and the tokenizer."""
+    for name, cfg in configs.items():
+        d = tmp / name
+        (d / "1").mkdir(parents=True)
+        (d / "config.pbtxt").write_text(to_pbtxt(cfg))
+    for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
+        shutil.copyfile(sources / name / "1" / "model.py", tmp / name / "1" / "model.py")
+    copy_tokenizer(tokenizer_dir, tmp / TOKENIZER_HOME)
+
+
+def _stage_engine(
+    tmp: Path,
+    sources: Path,
+    engine: EngineInfo,
+    reference: bool,
+    local_reference_dir: Path | None,
+    engines_root: str | None,
+) -> None:
+    """What the tensorrt_llm model runs: the CPU reference model (with its local checkpoint, if copied in),
+    or the engine copied into the repository (nothing with ``engines_root``)."""
+    if reference:
+        shutil.copyfile(
+            sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / "tensorrt_llm" / "1" / "model.py"
+        )
+        if local_reference_dir is not None:
+            copy_tree(local_reference_dir, tmp / "tensorrt_llm" / REFERENCE_MODEL_REL)
+    elif engines_root is None:
+        assert engine.engine_dir is not None
+        copy_tree(Path(engine.engine_dir), tmp / ENGINE_REL)
+
+
+def _repo_meta(
+    cell: Cell,
+    engine: EngineInfo,
+    identity: dict[str, Any],
+    reference: bool,
+    gpt_path: str,
+    engines_root: str | None,
+    mounts: list[dict[str, str]],
+) -> dict[str, Any]:
+    """toolchain-repo.json: where the repository came from, the engine it serves and what must be mounted."""
+    return {
+        **identity,
+        "features_build_config": SP.predicted_build_config(cell),
+        "reference": reference,
+        "reference_note": REFERENCE_NOTE if reference else None,
+        "engine": {
+            **asdict(engine),
+            "engine_dir": gpt_path or None,
+            "source": f"{gpt_path}/config.json" if gpt_path else engine.source,
+        },
+        "engines_root": engines_root,
+        "mounts": [{k: v for k, v in m.items() if k != "source"} for m in mounts],  # no host path inside
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -43,20 +43,41 @@ def emit_for_cell(
         return _emit_llmapi(art, engine, Path(out), identity, force, engines_root)
     tok = art.tokenizer_dir()
     if engine == "reference":
-        info = EngineInfo.predicted(cell)
-        src = cell.spec.local_source()
-        repo = emit_repository(
-            cell,
-            info,
-            tok,
-            out,
-            identity=identity,
-            reference=True,
-            reference_model_dir=src,
-            force=force,
-            draft_dir=_reference_draft(cell),
-        )
-        return _result(repo, "inflight_batcher_llm", True, identity)
+        return _emit_reference(art, tok, out, identity, force)
+    return _emit_engine_dir(art, engine, tok, out, identity, force, engines_root, draft_engine)
+
+
+def _emit_reference(art: CellArtifacts, tok: Path, out: Path, identity: dict[str, Any], force: bool) -> dict[str, Any]:
+    """Emit the repository that serves the cell's checkpoint on the CPU reference model."""
+    cell = art.cell
+    info = EngineInfo.predicted(cell)
+    src = cell.spec.local_source()
+    repo = emit_repository(
+        cell,
+        info,
+        tok,
+        out,
+        identity=identity,
+        reference=True,
+        reference_model_dir=src,
+        force=force,
+        draft_dir=_reference_draft(cell),
+    )
+    return _result(repo, "inflight_batcher_llm", True, identity)
+
+
+def _emit_engine_dir(
+    art: CellArtifacts,
+    engine: str,
+    tok: Path,
+    out: Path,
+    identity: dict[str, Any],
+    force: bool,
+    engines_root: str | None,
+    draft_engine: str | None,
+) -> dict[str, Any]:
+    """Emit the repository that serves the engine directory ``engine``, refused when built for another cell."""
+    cell = art.cell
     path = Path(engine)
     if not path.is_dir():
         raise TritonRepoError(f"engine {engine} is not a directory", "give an engine directory or a registry key")

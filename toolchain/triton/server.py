@@ -200,53 +200,13 @@ def start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shm_prefix = f"tc{os.getpid()}x{ports.grpc}_"
     env = dict(os.environ)
-    net = [
-        f"--http-address={host}",
-        f"--http-port={ports.http}",
-        f"--grpc-address={host}",
-        f"--grpc-port={ports.grpc}",
-        f"--metrics-address={host}",
-        f"--metrics-port={ports.metrics}",
-    ]
+    net = _net_args(host, ports)
     if CONTAINER_TRITON.is_file():
         cmd = container_command(CONTAINER_TRITON, repo, net, shm_prefix, world_size)
     else:
-        if world_size > 1:
-            raise ServerError(
-                f"the engine has {world_size} ranks; serving it needs NVIDIA's Triton container on {world_size} GPUs",
-                hint="run `toolchain serve` on the GPU host",
-            )
-        _check_python_env()
-        ts = pytriton_dir()
-        bk = prepare_backends(ts)
-        venv_bin = str(Path(sys.executable).parent)
-        env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
-        libs = [str(ts.parent / "nvidia_pytriton.libs")]
-        # The stub embeds libpython; it must be this interpreter's own (a distro libpython of another
-        # patch release mixes with this stdlib and fails to import extension modules such as _ssl).
-        libdir = sysconfig.get_config_var("LIBDIR") or ""
-        if glob.glob(f"{libdir}/libpython{sys.version_info[0]}.{sys.version_info[1]}*.so*"):
-            libs.insert(0, libdir)
-        if env.get("LD_LIBRARY_PATH"):
-            libs.append(env["LD_LIBRARY_PATH"])
-        env["LD_LIBRARY_PATH"] = ":".join(libs)
-        cmd = [
-            str(ts / "bin" / "tritonserver"),
-            f"--model-repository={repo}",
-            f"--backend-directory={bk}",
-            f"--cache-directory={ts / 'caches'}",
-            *net,
-            "--allow-gpu-metrics=false",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
-        ]
+        cmd = _pytriton_command(repo, net, shm_prefix, world_size, env)
     cmd += extra_args or []
-    with open(log_path, "wb") as log:
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
-        log.flush()
-        # The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs)
-        # to this process: it dies with us even on SIGKILL, and the stubs die with the server.
-        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid()), "--", *cmd]
-        proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = _launch(cmd, log_path, env)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
@@ -254,22 +214,9 @@ def start(
     try:
         beat.__enter__()
         while True:
-            if proc.poll() is not None:
-                text = log_path.read_text(errors="replace")
-                failed = _failed_models(text)
-                which = f" (model{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed to load)" if failed else ""
-                raise ServerError(
-                    f"tritonserver exited with code {proc.returncode}{which}:\n{tail(log_path, 12)}", log_path=log_path
-                )
-            text = log_path.read_text(errors="replace")
-            if any(s in text for s in STUB_FAILURES):
-                raise ServerError(f"the Python backend stub could not start:\n{tail(log_path, 8)}", log_path=log_path)
-            try:
-                with urllib.request.urlopen(f"{server.http_url}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return server
-            except (urllib.error.URLError, OSError):
-                pass
+            _raise_if_failed(proc, log_path)
+            if _is_ready(server.http_url):
+                return server
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}", log_path=log_path
@@ -280,6 +227,87 @@ def start(
         raise
     finally:
         beat.__exit__()
+
+
+def _net_args(host: str, ports: Ports) -> list[str]:
+    """tritonserver's address and port flags for HTTP, gRPC and metrics."""
+    return [
+        f"--http-address={host}",
+        f"--http-port={ports.http}",
+        f"--grpc-address={host}",
+        f"--grpc-port={ports.grpc}",
+        f"--metrics-address={host}",
+        f"--metrics-port={ports.metrics}",
+    ]
+
+
+def _pytriton_command(repo: Path, net: list[str], shm_prefix: str, world_size: int, env: dict[str, str]) -> list[str]:
+    """The command of the nvidia-pytriton wheel's tritonserver (one rank only); sets PATH and LD_LIBRARY_PATH
+    in ``env`` for its Python backend stub."""
+    if world_size > 1:
+        raise ServerError(
+            f"the engine has {world_size} ranks; serving it needs NVIDIA's Triton container on {world_size} GPUs",
+            hint="run `toolchain serve` on the GPU host",
+        )
+    _check_python_env()
+    ts = pytriton_dir()
+    bk = prepare_backends(ts)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+    libs = [str(ts.parent / "nvidia_pytriton.libs")]
+    # The stub embeds libpython; it must be this interpreter's own (a distro libpython of another
+    # patch release mixes with this stdlib and fails to import extension modules such as _ssl).
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    if glob.glob(f"{libdir}/libpython{sys.version_info[0]}.{sys.version_info[1]}*.so*"):
+        libs.insert(0, libdir)
+    if env.get("LD_LIBRARY_PATH"):
+        libs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = ":".join(libs)
+    return [
+        str(ts / "bin" / "tritonserver"),
+        f"--model-repository={repo}",
+        f"--backend-directory={bk}",
+        f"--cache-directory={ts / 'caches'}",
+        *net,
+        "--allow-gpu-metrics=false",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+    ]
+
+
+def _launch(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` under the watchdog in a new session, its output (after the command line) in ``log_path``."""
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        # The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs)
+        # to this process: it dies with us even on SIGKILL, and the stubs die with the server.
+        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid()), "--", *cmd]
+        return subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _raise_if_failed(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Raise with the log tail when tritonserver exited or its Python backend stub could not start."""
+    if proc.poll() is not None:
+        text = log_path.read_text(errors="replace")
+        failed = _failed_models(text)
+        which = f" (model{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed to load)" if failed else ""
+        raise ServerError(
+            f"tritonserver exited with code {proc.returncode}{which}:\n{tail(log_path, 12)}", log_path=log_path
+        )
+    text = log_path.read_text(errors="replace")
+    if any(s in text for s in STUB_FAILURES):
+        raise ServerError(f"the Python backend stub could not start:\n{tail(log_path, 8)}", log_path=log_path)
+
+
+def _is_ready(http_url: str) -> bool:
+    """Whether the server answers its readiness endpoint with 200 (False while it cannot be reached)."""
+    try:
+        with urllib.request.urlopen(f"{http_url}/v2/health/ready", timeout=1) as r:
+            if r.status == 200:
+                return True
+    except (urllib.error.URLError, OSError):
+        pass
+    return False
 
 
 _LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
