@@ -270,6 +270,16 @@ def test_pytorch_runtime_with_engines_root_and_missing_checkpoint(tiny_checkpoin
         emit_for_cell(for_cell(expand(load_spec(quantized))[0]), "reference", tmp_path / "repo2")
 
 
+def test_pytorch_runtime_refuses_a_tensorrt_engine_directory(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The LLM API loads a Hugging Face checkpoint; an engine directory also has a config.json, and was taken."""
+    spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
+    cell = expand(load_spec(spec))[0]
+    eng = _engine_dir(tmp_path / "engine")
+    with pytest.raises(TritonRepoError, match=r"holds a TensorRT engine, but spec .* runs on the PyTorch runtime"):
+        emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
 def test_pytorch_repository_carries_its_draft_and_adapters(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -164,6 +164,15 @@ def _carry_models(art: CellArtifacts, engine: str, dest: Path) -> None:
             )
 
 
+def _is_engine_config(path: Path) -> bool:
+    """A TensorRT-LLM engine's config.json (``build_config`` and ``pretrained_config``), not a checkpoint's."""
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and "build_config" in cfg and "pretrained_config" in cfg
+
+
 def _emit_llmapi(
     art: CellArtifacts,
     engine: str,
@@ -190,6 +199,13 @@ def _emit_llmapi(
         raise TritonRepoError(
             f"no Hugging Face checkpoint at {model}",
             "run `toolchain quantize SPEC` (quantized specs) or `toolchain build SPEC --cell ID` first",
+        )
+    if isinstance(model, Path) and _is_engine_config(model / "config.json"):
+        raise TritonRepoError(
+            f"{model} holds a TensorRT engine, but spec {art.cell.spec.name} runs on the PyTorch runtime "
+            "(the LLM API loads a Hugging Face checkpoint)",
+            "emit from the cell's PyTorch-runtime artifact (`toolchain build SPEC --cell ID`), "
+            "or set runtime: tensorrt",
         )
     if isinstance(model, str):
         name = model  # a hub id: the LLM API downloads it where it runs
