@@ -142,6 +142,16 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     assert "trtllm-build --use_paged_context_fmha enable" in e.value.hint
     with pytest.raises(TritonRepoError, match="no tokenizer"):
         emit_repository(cell, info, tmp_path, tmp_path / "b", identity={}, reference=True)
+    with pytest.raises(TritonRepoError, match="needs a local Hugging Face checkpoint"):  # its mount needs a source
+        emit_repository(
+            cell,
+            info,
+            cell.spec.local_source() or tmp_path,
+            tmp_path / "m",
+            identity={},
+            reference=True,
+            engines_root="/engines",
+        )
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "other.txt").write_text("x")
     with pytest.raises(OutputExistsError):

@@ -373,7 +373,8 @@ def emit_repository(
     out = Path(out).resolve()
     _check_emit_inputs(cell, engine, tokenizer_dir, engines_root)
     local_reference = reference and engines_root is None
-    if local_reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
+    # with an engines root too: the checkpoint's mount needs a source
+    if reference and (reference_model_dir is None or not (reference_model_dir / "config.json").is_file()):
         raise TritonRepoError(
             "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
         )
@@ -448,7 +449,7 @@ def _engine_paths(
         gpt_path = ""
         if engines_root is not None:
             reference_path = engine_target(engines_root, identity, engine)
-            mounts.append({"source": str(reference_model_dir or ""), "target": reference_path, "what": "checkpoint"})
+            mounts.append({"source": str(reference_model_dir), "target": reference_path, "what": "checkpoint"})
     elif engines_root is not None:
         gpt_path = engine_target(engines_root, identity, engine)
         mounts.append({"source": str(engine.engine_dir), "target": gpt_path, "what": "engine"})
