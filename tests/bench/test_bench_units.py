@@ -247,3 +247,21 @@ def test_bench_refuses_a_damaged_repository_marker_in_one_line(cli: Cli, tmp_pat
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert lines[-1].startswith("Error: ") and "toolchain-repo.json" in lines[-1] and "triton emit" in lines[-1]
     assert "Traceback" not in r.output
+
+
+def test_bench_refuses_a_negative_warmup_in_one_line(cli: Cli) -> None:
+    """--warmup -1 used to shrink the run silently (4 requests asked, 1 measured)."""
+    r = cli("bench", "--url", "127.0.0.1:1", "--concurrency", "1", "--requests", "4", "--warmup", "-1")
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines[-1].startswith("Error: ") and "--warmup must be 0 or more" in lines[-1] and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(("over", "said"), [({"warmup": -2}, "--warmup"), ({"timeout": float("nan")}, "--timeout")])
+def test_make_config_refuses_what_the_cli_would(over: dict[str, Any], said: str) -> None:
+    from tests.bench.workloads import bench_args
+    from toolchain.bench.setup import make_config
+    from toolchain.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=said):
+        make_config(**bench_args(concurrency="1", **over))

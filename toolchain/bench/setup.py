@@ -108,6 +108,10 @@ def make_config(
     loads = _loads(concurrency, rate, poisson, duration)
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
+    if warmup < 0:
+        raise UserInputError(f"--warmup must be 0 or more, not {warmup}", "pass --warmup 0 to measure every request")
+    if not timeout > 0:  # also NaN
+        raise UserInputError(f"--timeout must be a positive number of seconds, not {timeout}")
     cell = None
     art: CellArtifacts | None = None
     prov: dict[str, Any] = {}
