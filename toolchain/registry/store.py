@@ -214,26 +214,7 @@ class Registry:
             raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
         algo = fastest_algo()
         stat_cache = self._src_cache if algo == "blake3" else shared_stat_cache(cache().statcache)
-        found: list[tuple[str, Path, os.stat_result]] = []
-        for dirpath, dirnames, filenames in os.walk(src):
-            for d in dirnames:
-                if (Path(dirpath) / d).is_symlink():
-                    raise UserInputError(f"{Path(dirpath) / d} is a symlink", "the registry stores regular files only")
-            for name in sorted(filenames):
-                p = Path(dirpath) / name
-                st = p.lstat()
-                if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-                    raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
-                try:
-                    rel = safe_relpath(p.relative_to(src).as_posix())
-                except ValueError as e:
-                    raise UserInputError(
-                        f"'{_printable(str(p)[:200])}': the file name cannot be stored ({e}); entries hold portable "
-                        "relative "
-                        "paths only",
-                        "rename the file (no backslashes or control characters), then push again",
-                    ) from e
-                found.append((rel, p, st))
+        found = _source_files(src)
         if not found:
             raise UserInputError(f"{src} holds no files")
         files: dict[str, FileEntry] = {}
@@ -408,6 +389,31 @@ class Registry:
                     continue
                 self.backend.delete(p)
         return freed
+
+
+def _source_files(src: Path) -> list[tuple[str, Path, os.stat_result]]:
+    """(portable relative path, path, lstat) of every file under ``src``; links, special files and
+    names an entry cannot hold are refused."""
+    found: list[tuple[str, Path, os.stat_result]] = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        for d in dirnames:
+            if (Path(dirpath) / d).is_symlink():
+                raise UserInputError(f"{Path(dirpath) / d} is a symlink", "the registry stores regular files only")
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                raise UserInputError(f"{p} is not a regular file", "the registry stores regular files only")
+            try:
+                rel = safe_relpath(p.relative_to(src).as_posix())
+            except ValueError as e:
+                raise UserInputError(
+                    f"'{_printable(str(p)[:200])}': the file name cannot be stored ({e}); "
+                    "entries hold portable relative paths only",
+                    "rename the file (no backslashes or control characters), then push again",
+                ) from e
+            found.append((rel, p, st))
+    return found
 
 
 def open_registry(url: str | None, *, must_exist: bool = False) -> Registry:
