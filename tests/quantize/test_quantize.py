@@ -264,3 +264,37 @@ def test_cli_prints_the_result_on_stdout_and_calibration_progress_on_stderr(
     assert p.stdout.startswith(f"wrote {tmp_path / 'q'} (fp8") and "rel logit err" in p.stdout
     assert "importing torch, transformers and ModelOpt" in p.stderr  # said before the slow imports
     assert "calibration: 2 / 2 batch (100%)" in p.stderr
+
+
+def test_a_failing_check_does_not_wait_for_every_digest(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exports are hashed on a second thread while the accuracy check runs; when the check fails (or
+    Ctrl-C), the hashing stops at the next file instead of finishing an output that is being dropped."""
+    import threading
+    import time
+
+    from toolchain.digest import hash_file
+    from toolchain.quantize import run as run_mod
+
+    exported = len(quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "ok").manifest["files"])
+    hashed: list[Path] = []
+    started = threading.Event()
+    real = hash_file
+
+    def slow_hash(path: Path, *args: Any, **kw: Any) -> str:
+        started.set()
+        hashed.append(path)
+        time.sleep(0.3)
+        return real(path, *args, **kw)
+
+    def failing_check(self: Any, calibrated: Any, export_dir: Path) -> Any:
+        assert started.wait(10)
+        raise AccuracyGateError("accuracy gate failed (dequant): on purpose")
+
+    monkeypatch.setattr("toolchain.artifacts.quantized.hash_file", slow_hash)
+    monkeypatch.setattr(run_mod._Run, "check_export", failing_check)
+    with pytest.raises(AccuracyGateError, match="on purpose"):
+        quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q")
+    assert 1 <= len(hashed) <= 2 < exported  # a whole export is config, weights and tokenizer files, twice
+    assert not (tmp_path / "q").exists()

@@ -174,16 +174,7 @@ def quantize(
     with staged_dir(out) as tmp:
         run.export(calibrated, DECODER_TYPE[cfg["architectures"][0]], tmp)
         progress("checking accuracy")
-        # The exports are final: hash and fsync them on a second thread while the accuracy check reads them.
-        stop = threading.Event()
-        with ThreadPoolExecutor(1, thread_name_prefix="seal") as pool:
-            sealed = pool.submit(_seal, tmp, stop)
-            try:
-                dq = run.check_export(calibrated, tmp / "hf")
-            except BaseException:
-                stop.set()  # an error or Ctrl-C does not wait for the digests of an output that is dropped
-                raise
-            files, hashed = sealed.result()
+        dq, (files, hashed) = _check_and_seal(run, calibrated, tmp)
         primary = calibrated.fake if calibrated.fake is not None else dq
         manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
         if accuracy_limits is not None:
@@ -192,6 +183,21 @@ def quantize(
         _fsync(tmp / "manifest.json")
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
+
+
+def _check_and_seal(
+    run: _Run, calibrated: _Calibrated, tmp: Path
+) -> tuple[Any, tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]]:
+    """The dequantized-export check, while a second thread hashes and fsyncs the (final) exports."""
+    stop = threading.Event()
+    with ThreadPoolExecutor(1, thread_name_prefix="seal") as pool:
+        sealed = pool.submit(_seal, tmp, stop)
+        try:
+            dq = run.check_export(calibrated, tmp / "hf")
+        except BaseException:
+            stop.set()  # an error or Ctrl-C does not wait for the digests of an output that is dropped
+            raise
+        return dq, sealed.result()
 
 
 def _check_request(recipe: Recipe, device: str, device_map: str | dict[str, Any] | None, gate_method: str) -> None:
