@@ -230,3 +230,28 @@ def test_pytorch_artifact_carries_its_local_draft_and_adapters(tiny_checkpoint: 
     assert (tmp_path / "art" / "draft" / "config.json").is_file()
     assert (tmp_path / "art" / "lora" / "0-sql" / "adapter_config.json").is_file()
     assert str(tmp_path) not in text and str(tiny_checkpoint) not in text
+
+
+@pytest.mark.parametrize(
+    ("target", "installed", "ok"),
+    [
+        ("10.13.3", "10.13.3.9", True),
+        ("10.13", "10.13.3.9", True),
+        ("10.1", "10.13.3.9", False),
+        ("10.13.3", "10.13.30", False),
+    ],
+)
+def test_installed_tensorrt_matches_the_target_by_version_parts(target: str, installed: str, ok: bool) -> None:
+    """A spec targeting TensorRT "10.1" used to be taken as matching an installed 10.13.3.9 (a string prefix)."""
+    from toolchain.compile.engine import _check_versions
+    from toolchain.errors import CompatibilityError
+
+    cell = expand(load_spec(SPECS / "llama-3.1-8b-fp8.yaml"))[0]
+    spec = cell.spec.model_copy(update={"target": cell.spec.target.model_copy(update={"tensorrt_version": target})})
+    cell = Cell(**{**cell.__dict__, "spec": spec})
+    versions: dict[str, str | None] = {"tensorrt_llm": spec.target.trtllm_version, "tensorrt": installed}
+    if ok:
+        _check_versions(cell, versions)
+    else:
+        with pytest.raises(CompatibilityError, match="installed TensorRT is"):
+            _check_versions(cell, versions)

@@ -103,6 +103,24 @@ def test_a_checkpoint_missing_a_weight_is_refused_before_calibration(tiny_checkp
     assert not (tmp_path / "q").exists()
 
 
+def test_a_checkpoint_with_a_weight_of_another_shape_is_refused_in_one_line(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Transformers raised a RuntimeError from inside from_pretrained (a traceback through the CLI)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    tensors = load_file(str(broken / "model.safetensors"))
+    name = next(k for k in tensors if k.endswith("mlp.down_proj.weight"))
+    tensors[name] = torch.cat([tensors[name], tensors[name][:, :1]], dim=1)  # one column wider
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"0 missing, 1 of another shape \\(first: {name}\\)"):
+        quantize(broken, Recipe("fp8", "none", **FAST), tmp_path / "q")
+    assert not (tmp_path / "q").exists()
+
+
 def test_gate_fails_logits_that_are_not_finite() -> None:
     from toolchain.quantize.accuracy import Accuracy, gate
     from toolchain.specs.models import AccuracyGate

@@ -150,7 +150,8 @@ def _check_versions(cell: Cell, versions: dict[str, str | None]) -> None:
             f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
             f"build inside the container for {t.trtllm_version}, or change target.trtllm_version",
         )
-    if got_trt is not None and not str(got_trt).startswith(t.tensorrt_version):
+    asked = t.tensorrt_version.split(".")
+    if got_trt is not None and str(got_trt).split(".")[: len(asked)] != asked:  # "10.13" matches 10.13.3.9
         raise CompatibilityError(
             f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
             "use the matching container, or correct target.tensorrt_version",

@@ -194,10 +194,10 @@ def _check_and_seal(
         sealed = pool.submit(_seal, tmp, stop)
         try:
             dq = run.check_export(calibrated, tmp / "hf")
+            return dq, sealed.result()
         except BaseException:
             stop.set()  # an error or Ctrl-C does not wait for the digests of an output that is dropped
             raise
-        return dq, sealed.result()
 
 
 def _check_request(recipe: Recipe, device: str, device_map: str | dict[str, Any] | None, gate_method: str) -> None:
@@ -263,14 +263,15 @@ class _Run:
         architecture is missing or of another shape (Transformers would fill it with random values, and
         the calibrated model, its exports and the accuracy reference would all share them)."""
         auto = self.transformers.AutoModelForCausalLM
-        kw: dict[str, Any] = {"dtype": self.dtype, "output_loading_info": True}
+        # mismatched sizes are reported (and refused below) instead of raised from inside Transformers
+        kw: dict[str, Any] = {"dtype": self.dtype, "output_loading_info": True, "ignore_mismatched_sizes": True}
         if self.device_map is not None:
             kw["device_map"] = self.device_map
         elif self.device == "cuda":  # straight onto the GPU, never a full copy in host memory first
             kw["device_map"] = {"": 0}
         model, info = auto.from_pretrained(self.model_dir, **kw)
         missing = sorted(info.get("missing_keys") or ())
-        mismatched = sorted(str(k) for k in info.get("mismatched_keys") or ())
+        mismatched = sorted(k[0] if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys") or ())
         if missing or mismatched:
             first = (missing or mismatched)[0]
             raise CheckpointError(
