@@ -198,3 +198,33 @@ def test_golden_key_is_the_same_on_every_run_and_python() -> None:
     key = engine_key(cell, source_identity(cell.spec))  # type: ignore[arg-type]
     assert key == "42b3bdd95c34a0e604e1f7ff1fa9f9655a8fe732ffb0282b8ba03b16a440c43d"
     assert profile_id(cell, key) == "4dddbc8cd57712bb0201d31a42c2fd51e56048159ce6a9de56cbd81969e12e76"
+
+
+def test_pytorch_artifact_key_follows_what_it_carries(tmp_path: Any) -> None:
+    """A PyTorch-runtime artifact holds its checkpoint, its LLM-API options file and the draft/adapters it
+    carries; it used to be keyed on the checkpoint and build fields only, so editing a local adapter, naming
+    another one or changing a serving option reused the old artifact (stale adapters and options)."""
+    adapter = tmp_path / "sql"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"v1")
+
+    def key(**over: Any) -> str:
+        d = BASE.model_dump(mode="json")
+        d["runtime"] = "pytorch"
+        d["target"] = {**d["target"], "trtllm_version": "1.2.1", "container": None}
+        d["lora"] = {"adapters": [str(adapter)], "max_rank": 8}
+        for path, value in over.items():
+            _set(d, path, value)
+        return _ids(EngineSpec.model_validate(d))[0]
+
+    first = key()
+    assert key() == first  # stable
+    (adapter / "adapter_model.safetensors").write_bytes(b"v2")
+    edited = key()
+    assert edited != first
+    assert key(**{"lora.adapters": [str(adapter), "hf://org/other@v1"]}) != edited
+    assert key(**{"serving.kv_cache_free_gpu_mem_fraction": 0.5}) != edited
+    tensorrt = BASE.model_dump(mode="json")
+    tensorrt["serving"]["kv_cache_free_gpu_mem_fraction"] = 0.5
+    assert _ids(EngineSpec.model_validate(tensorrt))[0] == _ids(BASE)[0]  # an engine does not hold options

@@ -75,7 +75,34 @@ def key_material(cell: Cell, source: SourceIdentity) -> dict[str, Any]:
     heads = heads_identity(spec)
     if heads is not None:
         material["speculative_heads"] = heads
+    if spec.runtime == "pytorch":
+        material["llmapi"] = llmapi_identity(cell)
     return material
+
+
+def llmapi_identity(cell: Cell) -> dict[str, Any]:
+    """A PyTorch-runtime artifact is its checkpoint, its LLM-API options file and the models it carries
+    (draft, LoRA adapters; ``toolchain.specs.llmapi.bundled_models``): the options as written, and each
+    carried directory's content digest (or repo@revision). Editing a local adapter, pointing the spec at
+    another one, or changing an option makes another artifact."""
+    from toolchain.errors import CompatibilityError
+    from toolchain.specs.llmapi import bundled_models, llmapi_options
+
+    carried: dict[str, Any] = {}
+    for rel, source in sorted(bundled_models(cell.spec).items()):
+        path = Path(source)
+        if source.startswith("hf://"):
+            repo, _, rev = source.removeprefix("hf://").partition("@")
+            carried[rel] = {"hf": repo, "revision": rev}
+        elif path.is_dir():
+            carried[rel] = {"digest": directory_digest(path)}
+        else:
+            carried[rel] = {"source": source}  # not there yet (CI plans jobs before anything exists)
+    try:
+        options: Any = llmapi_options(cell)
+    except CompatibilityError as e:  # spec validation refuses the spec; a key still needs to be computable
+        options = {"unsupported": str(e)}
+    return {"options": options, "carried": carried}
 
 
 def heads_identity(spec: EngineSpec) -> SourceIdentity | None:
