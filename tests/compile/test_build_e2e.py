@@ -208,6 +208,7 @@ def test_pytorch_artifact_carries_its_local_draft_and_adapters(tiny_checkpoint: 
     adapter = tmp_path / "sql"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
     spec = _spec(
         tmp_path,
         tiny_checkpoint,

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tests.conftest import Cli
 from tests.serving.conftest import write_tiny_spec
 from toolchain.artifacts.cell import for_cell
-from toolchain.errors import OutputExistsError, TritonRepoError, UserInputError
+from toolchain.errors import CheckpointError, OutputExistsError, TritonRepoError, UserInputError
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.triton.emit import EngineInfo, emit_repository
@@ -302,9 +302,11 @@ def test_pytorch_repository_carries_its_draft_and_adapters(
     adapter = tmp_path / "sql"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
     hub = tmp_path / "hub-snapshot"
     hub.mkdir()
     (hub / "adapter_config.json").write_text('{"r": 4}')
+    (hub / "adapter_model.safetensors").write_bytes(b"weights")
     asked: list[tuple[str, str | None]] = []
 
     def snapshot_download(repo: str, revision: str | None = None, **kw: Any) -> str:
@@ -331,6 +333,11 @@ def test_pytorch_repository_carries_its_draft_and_adapters(
     assert asked == [("org/pinned", "abc123")]
     assert str(tmp_path) not in text
     assert [f.line() for f in lint_repository(tmp_path / "repo") if f.severity == "error"] == []
+    # a carried adapter without safetensors weights (a snapshot of *.json only) is refused, naming its field
+    (hub / "adapter_model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"lora.adapters\[1\] \(hf://org/pinned@abc123\) has no adapter_model"):
+        emit_for_cell(for_cell(cell), "reference", tmp_path / "repo2")
+    assert not (tmp_path / "repo2").exists()
 
 
 def test_cli_lint_exit_codes(cli: Cli, reference_repo: Path, tmp_path: Path) -> None:

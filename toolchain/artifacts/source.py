@@ -18,15 +18,28 @@ def source_dir(spec: EngineSpec) -> Path:
     return _download(repo, rev, "model.source")
 
 
-def model_dir(source: str, what: str) -> Path:
+def model_dir(source: str, what: str, *, adapter: bool = False) -> Path:
     """A carried model's local directory: ``source`` is an absolute local path or ``hf://org/name@rev``
-    (downloaded at that revision into HF's cache). ``what`` names the spec field, for errors."""
+    (downloaded at that revision into HF's cache). ``what`` names the spec field, for errors. It must hold
+    safetensors weights: a LoRA adapter its ``adapter_config.json`` and ``adapter_model.safetensors``, a
+    draft model ``config.json`` and ``*.safetensors`` (pickle weights are not carried)."""
     if source.startswith("hf://"):
         repo, _, rev = source.removeprefix("hf://").partition("@")
-        return _download(repo, rev or None, what)
-    p = Path(source)
-    if not p.is_dir():
-        raise CheckpointError(f"{what} {p} is not a directory", f"point {what} at the model's local directory")
+        p = _download(repo, rev or None, what)
+    else:
+        p = Path(source)
+        if not p.is_dir():
+            raise CheckpointError(f"{what} {p} is not a directory", f"point {what} at the model's local directory")
+    need = ["adapter_config.json", "adapter_model.safetensors"] if adapter else ["config.json"]
+    missing = [n for n in need if not (p / n).is_file()]
+    if not adapter and not any(p.glob("*.safetensors")):
+        missing.append("*.safetensors")
+    if missing:
+        raise CheckpointError(
+            f"{what} ({source}) has no {', '.join(missing)}",
+            "carried models need safetensors weights: convert pickle (*.bin) weights with safetensors, "
+            f"or point {what} at a complete {'adapter' if adapter else 'checkpoint'}",
+        )
     return p
 
 

@@ -39,7 +39,7 @@ from toolchain.errors import (
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
-from toolchain.specs.llmapi import DRAFT_REL, bundled_models, llmapi_options
+from toolchain.specs.llmapi import DRAFT_REL, bundled_models, carried_field, llmapi_options
 from toolchain.specs.matrix import Cell
 from toolchain.specs.rules import require_compatible
 
@@ -415,8 +415,8 @@ def _carry_models(cell: Cell, out: Path) -> None:
     where the building host's paths do not exist; a pinned hf:// one is downloaded at its revision.
     Unpinned Hub ids stay ids."""
     for rel, source in bundled_models(cell.spec).items():
-        what = "speculative draft/heads source" if rel == DRAFT_REL else "lora adapter"
-        shutil.copytree(model_dir(source, what), out / rel, copy_function=shutil.copy2)
+        src = model_dir(source, carried_field(rel), adapter=rel != DRAFT_REL)
+        shutil.copytree(src, out / rel, copy_function=shutil.copy2)
 
 
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:

@@ -165,6 +165,13 @@ def bundled_models(spec: EngineSpec) -> dict[str, str]:
     return out
 
 
+def carried_field(rel: str) -> str:
+    """The spec field a carried directory comes from (for messages): ``draft`` or ``lora/<i>-<name>``."""
+    if rel == DRAFT_REL:
+        return "speculative.draft.source"
+    return f"lora.adapters[{rel.removeprefix('lora/').split('-', 1)[0]}]"
+
+
 def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
     """``speculative_config`` / ``lora_config`` for ``extra_llm_api_options`` (PyTorch runtime).
 
