@@ -100,6 +100,9 @@ def test_lookahead_draft_len_follows_the_upstream_formula() -> None:
         ({**DRAFT, "max_draft_len": 0}, "greater than or equal to 1"),
         ({**DRAFT, "draft": {"source": "./d", "weights": "int4_awq"}}, "speculative.draft.weights"),
         ({**DRAFT, "draft": {"source": "s3://bucket/d"}}, "unsupported scheme"),
+        ({**DRAFT, "draft": {"source": "hf://org/draft@"}}, "is not hf://org/name[@revision]"),
+        ({**DRAFT, "draft": {"source": "hf://org@v1"}}, "is not hf://org/name[@revision]"),
+        ({"mode": "eagle", "heads": {"source": "hf://org/e/extra@v1"}}, "is not hf://org/name[@revision]"),
     ],
 )
 def test_bad_speculative_blocks_are_one_line_errors(block: dict[str, Any], message: str) -> None:
@@ -190,3 +193,11 @@ def test_cli_reports_one_line(cli: Cli, fixture: str, expected: str) -> None:
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and expected in lines[0], r.output
+
+
+@pytest.mark.parametrize("adapter", ["hf://org/ad@", "hf://org@v1", "hf://org/ad/sub@v1"])
+def test_bad_hub_adapters_are_one_line_errors(adapter: str) -> None:
+    """`hf://org/ad@` (an empty revision) was taken as pinned, and the build downloaded main instead."""
+    with pytest.raises(SpecError) as e:
+        spec(lora={"adapters": [adapter]})
+    assert "is not hf://org/name[@revision]" in str(e.value) and "\n" not in str(e.value)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolchain.specs.sources import check_hf_source
+
 JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
@@ -128,6 +130,7 @@ class LoraServing(_Strict):
                 raise ValueError("an adapter source is empty")
             if "://" in a and not a.startswith("hf://"):
                 raise ValueError(f"unsupported scheme in '{a}'; use a local directory or hf://org/name@revision")
+            check_hf_source(a)
         if len(set(v)) != len(v):
             raise ValueError("adapters must not repeat")
         return v

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from toolchain.specs.lora import LoraServing
+from toolchain.specs.sources import HF_SOURCE
 from toolchain.specs.speculative import SpeculativeDecoding
 
 JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
@@ -32,9 +33,7 @@ RUNTIME: JsonDict = {"scope": "runtime"}
 PLAN: JsonDict = {"scope": "plan"}
 
 # Patterns are matched with fullmatch (``$`` would accept a trailing newline) and are ASCII only.
-_HF_SOURCE = re.compile(
-    r"hf://(?P<repo>[A-Za-z0-9_.\-]{1,96}/[A-Za-z0-9_.\-]{1,96})(@(?P<rev>[A-Za-z0-9_.\-/]{1,128}))?"
-)
+_HF_SOURCE = HF_SOURCE
 _VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,6})?([a-z0-9.+]{0,32})")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._\-]{0,79}")
 

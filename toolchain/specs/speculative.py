@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolchain.specs.sources import check_hf_source
+
 JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ def _check_source(v: str) -> str:
         raise ValueError("source is empty; give a local directory or hf://org/name@revision")
     if "://" in v and not v.startswith("hf://"):
         raise ValueError(f"unsupported scheme in '{v}'; use a local directory or hf://org/name@revision")
+    check_hf_source(v)
     return v
 
 

@@ -1,0 +1,17 @@
+"""What a model source in a spec may be: a local directory, or ``hf://org/name[@revision]``."""
+
+from __future__ import annotations
+
+import re
+
+# Matched with fullmatch (``$`` would accept a trailing newline); ASCII only. The revision is a branch,
+# tag or commit (``refs/pr/3`` style names included); an empty one after ``@`` is refused.
+HF_SOURCE = re.compile(
+    r"hf://(?P<repo>[A-Za-z0-9_.\-]{1,96}/[A-Za-z0-9_.\-]{1,96})(@(?P<rev>[A-Za-z0-9_.\-/]{1,128}))?"
+)
+
+
+def check_hf_source(v: str) -> None:
+    """Refuse an ``hf://`` source that is not ``hf://org/name`` with an optional non-empty revision."""
+    if v.startswith("hf://") and not HF_SOURCE.fullmatch(v):
+        raise ValueError(f"'{v[:120]}' is not hf://org/name[@revision]")
