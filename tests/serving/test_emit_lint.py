@@ -333,6 +333,14 @@ def test_pytorch_repository_carries_its_draft_and_adapters(
     assert asked == [("org/pinned", "abc123")]
     assert str(tmp_path) not in text
     assert [f.line() for f in lint_repository(tmp_path / "repo") if f.severity == "error"] == []
+    # lint reads the draft and adapters too: a carried one gone, or a host path, is reported
+    shutil.rmtree(here / "lora" / "0-sql")
+    my["speculative_config"]["speculative_model"] = str(tiny_checkpoint)  # a path of this host
+    (here / "model.yaml").write_text(yaml.safe_dump(my))
+    found = {(f.field, f.severity): f.message for f in lint_repository(tmp_path / "repo")}
+    assert "LoRA adapter lora/0-sql does not exist here" in found[("lora_config.lora_dir[0]", "error")]
+    assert "is a path on this host" in found[("speculative_config.speculative_model", "warning")]
+    assert not any(k[0] in ("lora_config.lora_dir[1]", "lora_config.lora_dir[2]") for k in found)  # there / a hub id
     # a carried adapter without safetensors weights (a snapshot of *.json only) is refused, naming its field
     (hub / "adapter_model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"lora.adapters\[1\] \(hf://org/pinned@abc123\) has no adapter_model"):

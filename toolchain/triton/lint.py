@@ -441,6 +441,8 @@ def _lint_models(repo: Path, configs: dict[str, Any], files: dict[str, str]) -> 
 
 
 def _lint_llmapi(repo: Path, meta: dict[str, Any]) -> list[Finding]:
+    """model.yaml's checkpoint, draft model and LoRA adapters: each a directory beside it (or mounted), or a
+    Hugging Face repo id; a host path outside the engines root is flagged."""
     import yaml
 
     p = repo / "tensorrt_llm" / "1" / "model.yaml"
@@ -450,21 +452,55 @@ def _lint_llmapi(repo: Path, meta: dict[str, Any]) -> list[Finding]:
         opts = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
         return [Finding(str(p), "-", f"does not parse: {e}", "fix the YAML")]
-    model = str(opts.get("model") or "")
-    local = _resolve(p.parent, model)
-    hub_id = not model.startswith(("/", ".")) and model.count("/") == 1 and not local.exists()
+    if not isinstance(opts, dict):
+        return [Finding(str(p), "-", "is not a mapping of LLM-API options", "re-emit the repository")]
+    out = []
+    for field, value, marker, what in _llmapi_paths(opts):
+        found = _llmapi_path_finding(p, meta, field, value, marker, what)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _llmapi_paths(opts: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(field, value, file the directory must hold, what it is) of every path-valued LLM-API option."""
+    out = [("model", str(opts.get("model") or ""), "config.json", "checkpoint directory")]
+    sc = opts.get("speculative_config")
+    if isinstance(sc, dict) and sc.get("speculative_model"):
+        out.append(("speculative_config.speculative_model", str(sc["speculative_model"]), "config.json", "draft model"))
+    lc = opts.get("lora_config")
+    dirs = lc.get("lora_dir") if isinstance(lc, dict) else None
+    for i, d in enumerate(dirs if isinstance(dirs, list) else []):
+        out.append((f"lora_config.lora_dir[{i}]", str(d), "adapter_config.json", "LoRA adapter"))
+    return out
+
+
+def _llmapi_path_finding(
+    p: Path, meta: dict[str, Any], field: str, value: str, marker: str, what: str
+) -> Finding | None:
+    local = _resolve(p.parent, value)
+    carried = value in (meta.get("carried") or [])
+    hub_id = not carried and not value.startswith(("/", ".")) and value.count("/") == 1 and not local.exists()
     if hub_id:
-        return []
-    found = _path_finding(
+        return None
+    root = meta.get("engines_root")
+    if Path(value).is_absolute() and local.is_dir() and not (root and value.startswith(root.rstrip("/") + "/")):
+        return Finding(
+            str(p),
+            field,
+            f"{what} {value} is a path on this host; the server host must have it at the same place",
+            "re-emit the repository (it carries local drafts and adapters beside model.yaml)",
+            "warning",
+        )
+    return _path_finding(
         str(p),
-        "model",
-        model,
-        bool(model) and (local / "config.json").is_file(),
+        field,
+        value,
+        bool(value) and (local / marker).is_file(),
         meta,
-        "checkpoint directory",
-        "re-emit the repository, or name a Hugging Face repo id or a directory with config.json",
+        what,
+        "re-emit the repository, or name a Hugging Face repo id or a directory with " + marker,
     )
-    return [found] if found is not None else []
 
 
 def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any]) -> list[Finding]:

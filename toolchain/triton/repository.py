@@ -179,6 +179,7 @@ def _emit_llmapi(
     force: bool,
     engines_root: str | None,
 ) -> dict[str, Any]:
+    from toolchain.specs.llmapi import bundled_models
     from toolchain.triton.llmapi_repo import MODEL_REL, llmapi_files, model_source
 
     out = out.resolve()
@@ -223,6 +224,7 @@ def _emit_llmapi(
             copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
         _carry_models(art, engine, tmp / "tensorrt_llm" / "1")
         inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
-        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside}
+        carried = sorted(bundled_models(cell.spec))  # directories beside model.yaml that it names
+        meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside, "carried": carried}
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
     return _result(out, "llmapi", False, identity, str(model) if mounts else "")
