@@ -159,9 +159,9 @@ def test_pytorch_options_file_carries_the_features() -> None:
     assert o["speculative_config"]["decoding_type"] == "Draft_Target"
     # carried models are named where the artifact holds them; a pinned hub adapter keeps its revision there
     assert o["speculative_config"]["speculative_model"] == "draft"
-    assert o["lora_config"]["lora_dir"] == ["lora/0-ad", "org/floating", "lora/2-ad"]
+    assert o["lora_config"]["lora_dir"] == ["lora/0-ad", "lora/1-floating", "lora/2-ad"]
     carried = bundled_models(c.spec)
-    assert carried["lora/0-ad"] == "hf://org/ad@v1" and "org/floating" not in str(carried)
+    assert carried["lora/0-ad"] == "hf://org/ad@v1" and carried["lora/1-floating"] == "hf://org/floating"
     assert Path(carried["draft"]).is_absolute() and Path(carried["lora/2-ad"]).is_absolute()
     assert validate_options({**o, "lora_config": {"lora_dirs": []}}) == ["unknown lora_config key lora_dirs"]
 

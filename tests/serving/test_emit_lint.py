@@ -295,7 +295,7 @@ def test_pytorch_repository_carries_its_draft_and_adapters(
 ) -> None:
     """model.yaml names the draft model and LoRA adapters relative to the model, and the repository holds
     them (measured before: the building host's absolute paths, and a pinned hf:// adapter lost its
-    revision); an unpinned hf:// adapter stays a Hub id the LLM API downloads where it runs."""
+    revision); an unpinned hf:// adapter is downloaded too (the LLM API's LoRA loader reads a local directory)."""
     import huggingface_hub
     import yaml
 
@@ -326,11 +326,11 @@ def test_pytorch_repository_carries_its_draft_and_adapters(
     text = (here / "model.yaml").read_text()
     my = yaml.safe_load(text)
     assert my["speculative_config"]["speculative_model"] == "draft"
-    assert my["lora_config"]["lora_dir"] == ["lora/0-sql", "lora/1-pinned", "org/floating"]
+    assert my["lora_config"]["lora_dir"] == ["lora/0-sql", "lora/1-pinned", "lora/2-floating"]
     assert (here / "draft" / "config.json").is_file()
     assert (here / "lora" / "0-sql" / "adapter_config.json").read_text() == '{"r": 8}'
     assert (here / "lora" / "1-pinned" / "adapter_config.json").read_text() == '{"r": 4}'
-    assert asked == [("org/pinned", "abc123")]
+    assert asked == [("org/pinned", "abc123"), ("org/floating", None)]  # unpinned: the default branch, now
     assert str(tmp_path) not in text
     assert [f.line() for f in lint_repository(tmp_path / "repo") if f.severity == "error"] == []
     # lint reads the draft and adapters too: a carried one gone, or a host path, is reported

@@ -93,7 +93,7 @@ def llmapi_identity(cell: Cell) -> dict[str, Any]:
         path = Path(source)
         if source.startswith("hf://"):
             repo, _, rev = source.removeprefix("hf://").partition("@")
-            carried[rel] = {"hf": repo, "revision": rev}
+            carried[rel] = {"hf": repo, "revision": rev or "main"}  # as source_identity names an unpinned one
         elif path.is_dir():
             carried[rel] = {"digest": directory_digest(path)}
         else:

@@ -148,20 +148,19 @@ def bundled_models(spec: EngineSpec) -> dict[str, str]:
     """The draft (or EAGLE-3) checkpoint and LoRA adapters an LLM-API artifact or Triton repository carries
     with it, as {directory relative to the options file: source}.
 
-    A source is a local directory (made absolute against the spec file) or a pinned ``hf://org/name@rev``:
-    the LLM API takes a path or a Hub id for these and has no revision field, so a pinned one is
-    downloaded at its revision and carried. An unpinned ``hf://`` one is not carried: the LLM API
-    downloads it where it runs (its options name the Hub id)."""
+    A source is a local directory (made absolute against the spec file) or ``hf://org/name[@rev]``. Every
+    one is carried: the LLM API has no revision field for these, and its LoRA loader reads
+    ``adapter_config.json`` from a local directory, so a Hub source is downloaded (at its revision, else
+    the default branch) where the artifact or repository is made, never where it is served."""
     out: dict[str, str] = {}
     sd = spec.speculative
     if sd is not None and sd.mode in LLMAPI_DECODING_TYPE:
         source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
-        if source and _carried(source):
+        if source:
             out[DRAFT_REL] = _absolute(spec, source)
     if spec.lora is not None:
         for i, a in enumerate(spec.lora.adapters):
-            if _carried(a):
-                out[_adapter_rel(i, a)] = _absolute(spec, a)
+            out[_adapter_rel(i, a)] = _absolute(spec, a)
     return out
 
 
@@ -186,13 +185,12 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None) -> dict[
             raise CompatibilityError(
                 f"speculative mode {sd.mode} is not available on the PyTorch runtime", "use runtime: tensorrt"
             )
-        source = sd.draft.source if sd.draft else sd.heads.source if sd.heads else ""
-        model = draft_dir or (DRAFT_REL if _carried(source) else _hub_id(source))
+        model = draft_dir or DRAFT_REL
         opts["speculative_config"] = {"decoding_type": kind, "max_draft_len": sd.draft_len, "speculative_model": model}
     lo = spec.lora
     if lo is not None:
         lc: dict[str, Any] = {
-            "lora_dir": [_adapter_rel(i, a) if _carried(a) else _hub_id(a) for i, a in enumerate(lo.adapters)],
+            "lora_dir": [_adapter_rel(i, a) for i, a in enumerate(lo.adapters)],
             "max_lora_rank": lo.max_rank,
             "lora_target_modules": list(lo.target_modules),
         }
@@ -200,15 +198,6 @@ def llmapi_feature_options(cell: Cell, *, draft_dir: str | None = None) -> dict[
             lc["max_loras"] = lo.max_loras
         opts["lora_config"] = lc
     return opts
-
-
-def _carried(source: str) -> bool:
-    """Local directories and pinned hf:// sources are carried; an unpinned hf:// one is downloaded where it runs."""
-    return not source.startswith("hf://") or "@" in source
-
-
-def _hub_id(source: str) -> str:
-    return source.removeprefix("hf://")
 
 
 def _adapter_rel(i: int, source: str) -> str:
