@@ -127,8 +127,10 @@ def test_gate_fails_logits_that_are_not_finite() -> None:
 
     limits = AccuracyGate(max_rel_logit_error=0.2, min_top1_agreement=0.7, max_ppl_increase=0.1)
     gate(Accuracy("dequant", 0.1, 0.9, 10.0, 10.5, 40), limits)
-    with pytest.raises(AccuracyGateError, match="not finite"):
+    with pytest.raises(AccuracyGateError, match="quantized model's logits are not finite"):
         gate(Accuracy("dequant", float("nan"), 0.9, 10.0, float("nan"), 40), limits)
+    with pytest.raises(AccuracyGateError, match="original model's logits are not finite in float16"):
+        gate(Accuracy("dequant", float("nan"), 0.9, float("inf"), float("nan"), 40, "float16"), limits)
 
 
 def test_accuracy_gate_passes_good_and_fails_corrupted_scale(tiny_checkpoint: Path, tmp_path: Path) -> None:

@@ -278,9 +278,10 @@ def check_export(
 def gate(acc: Accuracy, limits: Any) -> None:
     """Raise AccuracyGateError when any metric is over the spec's threshold."""
     fails = []
-    measured = (acc.rel_logit_error, acc.top1_agreement, acc.ppl_original, acc.ppl_quantized)
-    if not all(math.isfinite(v) for v in measured):
-        fails.append("the logits are not finite (NaN or infinity): the quantized model does not compute")
+    if not math.isfinite(acc.ppl_original):
+        fails.append(f"the original model's logits are not finite in {acc.dtype} (NaN or infinity); try dtype bfloat16")
+    elif not all(math.isfinite(v) for v in (acc.rel_logit_error, acc.top1_agreement, acc.ppl_quantized)):
+        fails.append("the quantized model's logits are not finite (NaN or infinity)")
     if acc.rel_logit_error > limits.max_rel_logit_error:
         fails.append(f"relative logit error {acc.rel_logit_error:.3f} > {limits.max_rel_logit_error}")
     if acc.top1_agreement < limits.min_top1_agreement:
