@@ -432,12 +432,9 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
             "spec": cell.spec.model_dump(mode="json"),
             "cell": cell.axes(),
             "cell_id": cell.id,
-            "command": [
-                "trtllm-serve",
-                "<artifact>/hf",
-                "--extra_llm_api_options",
-                "<artifact>/extra_llm_api_options.yaml",
-            ],
+            # run in the artifact's directory: the options name the carried draft/adapters relative to it
+            "cwd": "<artifact>",
+            "command": ["trtllm-serve", "hf", "--extra_llm_api_options", "extra_llm_api_options.yaml"],
             "target": cell.spec.target.model_dump(),
         }
         registry.put(plan.key, out, kind="llmapi-profile", provenance=prov, force=force)  # --force replaces it
