@@ -96,7 +96,7 @@ def test_gc_waits_for_a_push_in_progress_and_never_breaks_it(
     backend = type(r.backend)
     blobs_written = threading.Event()
     release = threading.Event()
-    real = backend.write_bytes
+    real = backend.write_new  # a new entry's manifest is created (never written over) by write_new
 
     def slow_manifest(
         self: Any, path: str, data: bytes
@@ -106,7 +106,7 @@ def test_gc_waits_for_a_push_in_progress_and_never_breaks_it(
             release.wait(30)
         return real(self, path, data)
 
-    monkeypatch.setattr(backend, "write_bytes", slow_manifest)
+    monkeypatch.setattr(backend, "write_new", slow_manifest)
     errors: list[BaseException] = []
 
     def push() -> None:

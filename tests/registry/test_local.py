@@ -223,3 +223,32 @@ def test_read_commands_refuse_a_mistyped_registry_and_create_nothing(cli: Cli, t
     r = cli("cache", *[str(tmp_path / "out") if a == "OUT" else a for a in args], "--registry", missing)
     assert r.exit_code == 2, r.output
     assert "no registry at" in r.output and not missing.exists()
+
+
+def test_a_push_racing_another_for_one_key_never_overwrites_it(
+    tmp_path: Path, engine_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both pushes checked that the key was free, then both wrote their manifest: the last one silently
+    replaced the first (seen as [0, 0, 0, 0] exit codes in the concurrent-push fault test). The manifest is
+    now created with link(2), so the second push sees the first and is refused (or agrees, same content)."""
+    from toolchain.errors import UserInputError
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "rank0.engine").write_bytes(b"other content")
+    first, second = open_registry(str(tmp_path / "reg")), open_registry(str(tmp_path / "reg"))
+    real = first.backend.put_entry
+
+    def interleaved(*args: Any, **kw: Any) -> bool:
+        second.put(K1, other)  # the other push wins the race after our key check
+        return real(*args, **kw)
+
+    monkeypatch.setattr(first.backend, "put_entry", interleaved)
+    with pytest.raises(UserInputError, match=r"already holds entry .* with different content"):
+        first.put(K1, engine_dir)
+    assert set(first.show(K1).files) == {"rank0.engine"} and first.show(K1).files["rank0.engine"].size == 13
+    monkeypatch.setattr(first.backend, "put_entry", real)
+    first.put(K1, engine_dir, force=True)  # --force still replaces it
+    assert first.show(K1).files.keys() == {
+        f.relative_to(engine_dir).as_posix() for f in engine_dir.rglob("*") if f.is_file()
+    }

@@ -91,14 +91,27 @@ class Backend:
         digest is needed before the upload (remote stores: ``put_file`` then sends the bytes)."""
         return None
 
-    def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
-        """Blobs first (in parallel), the manifest last: the entry appears only when complete."""
+    def put_entry(
+        self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes, *, replace: bool = True
+    ) -> bool:
+        """Blobs first (in parallel), the manifest last: the entry appears only when complete. Without
+        ``replace`` the manifest is only created, never written over (False: another push got there first)."""
         with ThreadPoolExecutor(max_workers=8) as pool:
             for f, src in [(pool.submit(self.put_file, p, src, d), src) for p, src, d in blobs]:
                 f.result()
                 if self.meter is not None and not self.streams_bytes:
                     self.meter(src.stat().st_size)
-        self.write_bytes(manifest_path, manifest)
+        if replace:
+            self.write_bytes(manifest_path, manifest)
+            return True
+        return self.write_new(manifest_path, manifest)
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        """Create ``path`` unless it exists (False then). Remote stores check first (a narrow race remains)."""
+        if self.exists(path):
+            return False
+        self.write_bytes(path, data)
+        return True
 
 
 # --- local -------------------------------------------------------------------------------------
@@ -204,6 +217,27 @@ class LocalBackend(Backend):
     def write_bytes(self, path: str, data: bytes) -> None:
         with staged_file(self._p(path), tmp_dir=self.root / "tmp") as fd:
             write_all(fd, data)
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        """Create ``path`` atomically unless it exists: a complete temp file hard-linked into place
+        (link(2) fails when the name is taken), so of two pushes racing for one key exactly one wins."""
+        dst = self._p(path)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=self.root / "tmp")
+        try:
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, dst)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def put_file(self, path: str, src: Path, digest: str) -> None:
         dst = self._p(path)
@@ -491,14 +525,20 @@ class HFBackend(Backend):
 
         self._commit([CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(src))], f"toolchain: blob {digest}")
 
-    def put_entry(self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes) -> None:
+    def put_entry(
+        self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes, *, replace: bool = True
+    ) -> bool:
         from huggingface_hub import CommitOperationAdd
+
+        if not replace and self.exists(manifest_path):
+            return False
 
         ops = [
             CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(src)) for p, src, _ in blobs if not self.exists(p)
         ]
         ops.append(CommitOperationAdd(path_in_repo=manifest_path, path_or_fileobj=manifest))
         self._commit(ops, f"toolchain: entry {manifest_path}")
+        return True
 
     def get_file(self, path: str, dest: Path) -> None:
         local = self.api.hf_hub_download(self.repo_id, path)

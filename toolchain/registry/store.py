@@ -239,6 +239,7 @@ class Registry:
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         unique = list({b[0]: b for b in blobs}.values())
+        replace = force
         if self.exists(key):
             try:
                 old: EntryManifest | None = self.show(key)
@@ -249,13 +250,17 @@ class Registry:
                     self.backend.touch(bp)  # reused blobs are young again for gc's grace period
                 return old  # the same content: nothing to do
             if old is not None and not force:
-                raise UserInputError(
-                    f"{self.url} already holds entry {key[:16]} with different content "
-                    f"({len(old.files)} files, {old.total_size:,} bytes)",
-                    "pass --force to replace it, or push under another --key",
-                )
+                raise _different_content(self.url, key, old)
+            replace = True
         with self._metered(f"push {key[:12]}", sum(p.stat().st_size for _, p, _ in unique)):
-            self.backend.put_entry(unique, manifest_path(key), m.model_dump_json(indent=2).encode())
+            written = self.backend.put_entry(
+                unique, manifest_path(key), m.model_dump_json(indent=2).encode(), replace=replace
+            )
+        if not written:  # another push created the entry since the check above: same content, or refused
+            winner = self.show(key)
+            if winner.files != files:
+                raise _different_content(self.url, key, winner)
+            return winner
         return m
 
     # --- get ----------------------------------------------------------------------------------
@@ -389,6 +394,14 @@ class Registry:
                     continue
                 self.backend.delete(p)
         return freed
+
+
+def _different_content(url: str, key: str, old: EntryManifest) -> UserInputError:
+    return UserInputError(
+        f"{url} already holds entry {key[:16]} with different content "
+        f"({len(old.files)} files, {old.total_size:,} bytes)",
+        "pass --force to replace it, or push under another --key",
+    )
 
 
 def _source_files(src: Path) -> list[tuple[str, Path, os.stat_result]]:
