@@ -24,6 +24,7 @@ from toolchain.digest import dir_digest as dir_digest  # re-exported: tests and 
 from toolchain.specs.fields import values_in_scope
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.sources import hf_repo_revision
 
 KEY_SCHEMA = 1
 
@@ -92,7 +93,7 @@ def llmapi_identity(cell: Cell) -> dict[str, Any]:
     for rel, source in sorted(bundled_models(cell.spec).items()):
         path = Path(source)
         if source.startswith("hf://"):
-            repo, _, rev = source.removeprefix("hf://").partition("@")
+            repo, rev = hf_repo_revision(source)
             carried[rel] = {"hf": repo, "revision": rev or "main"}  # as source_identity names an unpinned one
         elif path.is_dir():
             carried[rel] = {"digest": directory_digest(path)}

@@ -7,6 +7,7 @@ from pathlib import Path
 from toolchain._deps import require
 from toolchain.errors import CheckpointError
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.sources import hf_repo_revision
 
 
 def source_dir(spec: EngineSpec) -> Path:
@@ -24,8 +25,8 @@ def model_dir(source: str, what: str, *, adapter: bool = False) -> Path:
     safetensors weights: a LoRA adapter its ``adapter_config.json`` and ``adapter_model.safetensors``, a
     draft model ``config.json`` and ``*.safetensors`` (pickle weights are not carried)."""
     if source.startswith("hf://"):
-        repo, _, rev = source.removeprefix("hf://").partition("@")
-        p = _download(repo, rev or None, what)
+        repo, rev = hf_repo_revision(source)
+        p = _download(repo, rev, what)
     else:
         p = Path(source)
         if not p.is_dir():
@@ -41,6 +42,14 @@ def model_dir(source: str, what: str, *, adapter: bool = False) -> Path:
             f"or point {what} at a complete {'adapter' if adapter else 'checkpoint'}",
         )
     return p
+
+
+def carried_dir(rel: str, source: str) -> Path:
+    """The local directory of a model an LLM-API artifact or repository carries at ``rel``
+    (``toolchain.specs.llmapi.bundled_models``), checked to hold its weights."""
+    from toolchain.specs.llmapi import DRAFT_REL, carried_field
+
+    return model_dir(source, carried_field(rel), adapter=rel != DRAFT_REL)
 
 
 def _download(repo: str, rev: str | None, what: str) -> Path:

@@ -24,7 +24,7 @@ from toolchain import settings
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
-from toolchain.artifacts.source import model_dir, source_dir
+from toolchain.artifacts.source import carried_dir, source_dir
 from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.provenance import installed_versions, provenance
 from toolchain.compile.speculative import heads_architecture, heads_convert_args, heads_dir
@@ -39,9 +39,9 @@ from toolchain.errors import (
 )
 from toolchain.proc import run_logged, tail
 from toolchain.progress import Heartbeat, Progress, silent
-from toolchain.specs.llmapi import DRAFT_REL, bundled_models, carried_field, llmapi_options
+from toolchain.specs.llmapi import bundled_models, llmapi_options
 from toolchain.specs.matrix import Cell
-from toolchain.specs.rules import require_compatible
+from toolchain.specs.rules import require_compatible, version_matches
 
 ENGINE_CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 (TensorRT-LLM 1.1.0)"
 
@@ -150,8 +150,7 @@ def _check_versions(cell: Cell, versions: dict[str, str | None]) -> None:
             f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
             f"build inside the container for {t.trtllm_version}, or change target.trtllm_version",
         )
-    asked = t.tensorrt_version.split(".")
-    if got_trt is not None and str(got_trt).split(".")[: len(asked)] != asked:  # "10.13" matches 10.13.3.9
+    if got_trt is not None and not version_matches(t.tensorrt_version, str(got_trt)):
         raise CompatibilityError(
             f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
             "use the matching container, or correct target.tensorrt_version",
@@ -415,8 +414,7 @@ def _carry_models(cell: Cell, out: Path) -> None:
     where the building host's paths do not exist; a pinned hf:// one is downloaded at its revision.
     Unpinned Hub ids stay ids."""
     for rel, source in bundled_models(cell.spec).items():
-        src = model_dir(source, carried_field(rel), adapter=rel != DRAFT_REL)
-        shutil.copytree(src, out / rel, copy_function=shutil.copy2)
+        shutil.copytree(carried_dir(rel, source), out / rel, copy_function=shutil.copy2)
 
 
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from toolchain.specs.lora import LoraServing
-from toolchain.specs.sources import HF_SOURCE
+from toolchain.specs.sources import HF_SOURCE, hf_repo_revision
 from toolchain.specs.speculative import SpeculativeDecoding
 
 JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
@@ -33,7 +33,6 @@ RUNTIME: JsonDict = {"scope": "runtime"}
 PLAN: JsonDict = {"scope": "plan"}
 
 # Patterns are matched with fullmatch (``$`` would accept a trailing newline) and are ASCII only.
-_HF_SOURCE = HF_SOURCE
 _VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,6})?([a-z0-9.+]{0,32})")
 _NAME = re.compile(r"[a-z0-9][a-z0-9._\-]{0,79}")
 
@@ -71,7 +70,7 @@ class ModelSource(_Strict):
     def _check_source(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("model.source is empty; give a local directory or hf://org/name@revision")
-        if v.startswith("hf://") and not _HF_SOURCE.fullmatch(v):
+        if v.startswith("hf://") and not HF_SOURCE.fullmatch(v):
             raise ValueError(f"'{v}' is not hf://org/name[@revision]")
         if "://" in v and not v.startswith("hf://"):
             raise ValueError(f"unsupported scheme in '{v[:80]}'; use a local directory or hf://org/name@revision")
@@ -84,10 +83,7 @@ class ModelSource(_Strict):
         return self.source.startswith("hf://")
 
     def hf_repo_revision(self) -> tuple[str, str | None]:
-        m = _HF_SOURCE.fullmatch(self.source)
-        if not m:
-            raise ValueError(f"{self.source} is not an hf:// source")
-        return m.group("repo"), m.group("rev")
+        return hf_repo_revision(self.source)
 
 
 class Calibration(_Strict):

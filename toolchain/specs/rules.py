@@ -42,6 +42,13 @@ def _version_tuple(v: str) -> tuple[int, int]:
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
 
 
+def version_matches(asked: str, actual: str) -> bool:
+    """``actual`` is the release ``asked`` names, compared part by part: "10.13" matches 10.13.3.9,
+    "10.1" does not."""
+    parts = asked.split(".")
+    return actual.split(".")[: len(parts)] == parts
+
+
 def _container_problem(spec: EngineSpec) -> Problem | None:
     """A Triton TensorRT-LLM container whose shipped releases differ from the spec's target versions."""
     image = spec.target.container or ""
@@ -49,8 +56,7 @@ def _container_problem(spec: EngineSpec) -> Problem | None:
     if tag not in CONTAINERS:
         return None
     llm, trt = CONTAINERS[tag]
-    asked = spec.target.tensorrt_version.split(".")
-    if spec.target.trtllm_version == llm and trt.split(".")[: len(asked)] == asked:  # "10.13" matches 10.13.3.9
+    if spec.target.trtllm_version == llm and version_matches(spec.target.tensorrt_version, trt):
         return None
     return Problem(
         None,

@@ -15,3 +15,11 @@ def check_hf_source(v: str) -> None:
     """Refuse an ``hf://`` source that is not ``hf://org/name`` with an optional non-empty revision."""
     if v.startswith("hf://") and not HF_SOURCE.fullmatch(v):
         raise ValueError(f"'{v[:120]}' is not hf://org/name[@revision]")
+
+
+def hf_repo_revision(source: str) -> tuple[str, str | None]:
+    """(org/name, revision or None) of a valid ``hf://`` source."""
+    m = HF_SOURCE.fullmatch(source)
+    if m is None:
+        raise ValueError(f"{source} is not an hf:// source")
+    return m.group("repo"), m.group("rev")

@@ -151,15 +151,15 @@ def _carry_models(art: CellArtifacts, engine: str, dest: Path) -> None:
     """The draft model and LoRA adapters model.yaml names relative to the model (``draft/``,
     ``lora/<n>-<name>/``): from the built artifact where it carries them, else from the spec's sources
     (a pinned hf:// one downloaded at its revision). No path of this host is left in the repository."""
-    from toolchain.artifacts.source import model_dir
-    from toolchain.specs.llmapi import DRAFT_REL, bundled_models, carried_field
+    from toolchain.artifacts.source import carried_dir
+    from toolchain.specs.llmapi import bundled_models
 
     built = Path(engine) if engine != "reference" else None
     for rel, source in bundled_models(art.cell.spec).items():
         if built is not None and (built / rel).is_dir():
             copy_tree(built / rel, dest / rel)
         else:
-            copy_tree(model_dir(source, carried_field(rel), adapter=rel != DRAFT_REL), dest / rel)
+            copy_tree(carried_dir(rel, source), dest / rel)
 
 
 def _is_engine_config(path: Path) -> bool:
