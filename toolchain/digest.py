@@ -178,9 +178,12 @@ def dir_digest(
 
 
 @contextlib.contextmanager
-def staged_file(dest: Path, *, tmp_dir: Path | None = None, mode: int | None = None) -> Iterator[int]:
+def staged_file(
+    dest: Path, *, tmp_dir: Path | None = None, mode: int | None = None, exclusive: bool = False
+) -> Iterator[int]:
     """A file descriptor on a unique temp file (beside ``dest`` or in ``tmp_dir``): fsynced and renamed
-    over ``dest`` when the block succeeds, removed when it fails, so ``dest`` is never half-written."""
+    over ``dest`` when the block succeeds, removed when it fails, so ``dest`` is never half-written.
+    ``exclusive``: hard-linked into place instead, never over an existing ``dest`` (FileExistsError)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=tmp_dir or dest.parent)
     try:
@@ -190,7 +193,11 @@ def staged_file(dest: Path, *, tmp_dir: Path | None = None, mode: int | None = N
         fd = -1
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, dest)
+        if exclusive:
+            os.link(tmp, dest)  # link(2) fails when the name is taken: of two writers exactly one wins
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, dest)
     except BaseException:
         if fd >= 0:
             with contextlib.suppress(OSError):

@@ -29,7 +29,7 @@ from toolchain._deps import require
 from toolchain.artifacts.keys import directory_digest
 from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
-from toolchain.digest import canonical_json, check_replaceable, sha256_text, staged_dir
+from toolchain.digest import atomic_write_text, canonical_json, check_replaceable, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
@@ -179,8 +179,7 @@ def quantize(
         manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
         if accuracy_limits is not None:
             run.acc.gate(primary, accuracy_limits)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        _fsync(tmp / "manifest.json")
+        atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
 

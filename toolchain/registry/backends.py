@@ -219,25 +219,14 @@ class LocalBackend(Backend):
             write_all(fd, data)
 
     def write_new(self, path: str, data: bytes) -> bool:
-        """Create ``path`` atomically unless it exists: a complete temp file hard-linked into place
-        (link(2) fails when the name is taken), so of two pushes racing for one key exactly one wins."""
-        dst = self._p(path)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=self.root / "tmp")
+        """Create ``path`` atomically unless it exists (``staged_file(exclusive=True)``): of two pushes
+        racing for one key exactly one wins."""
         try:
-            try:
+            with staged_file(self._p(path), tmp_dir=self.root / "tmp", exclusive=True) as fd:
                 write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, dst)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        except FileExistsError:
+            return False
+        return True
 
     def put_file(self, path: str, src: Path, digest: str) -> None:
         dst = self._p(path)
