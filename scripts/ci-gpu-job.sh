@@ -9,9 +9,13 @@
 # .toolchain-cache/logs in the checkout, which is where the CI definitions upload them from.
 #
 # environment: TOOLCHAIN_REGISTRY (required: the shared registry; a runner-local one would lose the engine),
-#              PYTHON (the container's interpreter, default python3), TOOLCHAIN_CACHE (default .toolchain-cache)
+#              PYTHON (the container's interpreter, default python3), TOOLCHAIN_CACHE (default .toolchain-cache),
+#              registry credentials as the CI passes them (README "CI credentials"): AWS_* / HF_TOKEN, or
+#              AWS_ROLE_ARN + the job's OIDC token AWS_ID_TOKEN (see scripts/ci-aws-web-identity.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/ci-aws-web-identity.sh
+. scripts/ci-aws-web-identity.sh
 die() { echo "Error: $1 — $2" >&2; exit 2; }
 
 [ -n "${TOOLCHAIN_REGISTRY:-}" ] || die "TOOLCHAIN_REGISTRY is empty" \

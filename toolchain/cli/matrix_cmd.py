@@ -16,6 +16,12 @@ def matrix(
     registry: RegistryOpt = None,
     runner_map: Annotated[Path | None, typer.Option("--runner-map", help="YAML: GPU name -> runner label")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Do not ask the registry what is cached")] = False,
+    gitlab_max_jobs: Annotated[
+        int,
+        typer.Option(
+            "--gitlab-max-jobs", min=1, help="Jobs GitLab allows in one pipeline (GitLab.com Free 500, Premium 1500)"
+        ),
+    ] = 500,
 ) -> None:
     """Jobs per cell (runner label, engine key, cached or not) and per quantization group.
 
@@ -23,11 +29,9 @@ def matrix(
       toolchain matrix engine_specs/*.yaml --format github --registry s3://engines/prod
       toolchain matrix engine_specs/*.yaml --format gitlab > child-pipeline.yml
     """
-    import yaml
-
     from toolchain.cli.render import err, print_json
     from toolchain.errors import UserInputError
-    from toolchain.pipeline.matrix import build_matrix, github, gitlab, load_runner_map
+    from toolchain.pipeline.matrix import build_matrix, github, gitlab, gitlab_yaml, load_runner_map
     from toolchain.registry import open_registry
 
     if registry is not None and not registry.strip():
@@ -40,7 +44,7 @@ def matrix(
     if fmt is MatrixFormat.github:
         print_json(github(m))
     elif fmt is MatrixFormat.gitlab:
-        typer.echo(yaml.safe_dump(gitlab(m), sort_keys=False))
+        typer.echo(gitlab_yaml(gitlab(m, max_jobs=gitlab_max_jobs)))
     else:
         print_json(m)
     cached = sum(b["cached"] for b in m["build"])

@@ -62,8 +62,9 @@ say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
 if [ "$FRONTEND" = trtllm-serve ]; then
     # runtime pytorch: the artifact is the LLM-API checkpoint (hf/) and its options; trtllm-serve is the
     # OpenAI server and starts its own workers for TP x PP on this node
-    [ -f "$dest/hf/config.json" ] && [ -f "$dest/extra_llm_api_options.yaml" ] ||
+    if [ ! -f "$dest/hf/config.json" ] || [ ! -f "$dest/extra_llm_api_options.yaml" ]; then
         fail "entry $ENGINE_KEY is not an LLM-API artifact (hf/ + extra_llm_api_options.yaml); not serving"
+    fi
     set -- trtllm-serve "$dest/hf" --backend pytorch --tp_size "${TOOLCHAIN_TP:-1}" --pp_size "${TOOLCHAIN_PP:-1}" \
         --extra_llm_api_options "$dest/extra_llm_api_options.yaml" --host "$HOST" --port "$HTTP_PORT"
     say "starting: $*"
@@ -132,7 +133,7 @@ if [ "$WORLD" -gt 1 ] || [ "$ROLE" = leader ]; then
             pods=$(kubectl get pods -n "${POD_NAMESPACE:-default}" \
                 -l "leaderworkerset.sigs.k8s.io/group-key=$GROUP_KEY" --field-selector status.phase=Running \
                 -o 'jsonpath={.items[*].metadata.name}') || fail "kubectl cannot list the group's pods (RBAC?)"
-            count=$(printf '%s\n' $pods | grep -c .) || true
+            count=$(printf '%s\n' "$pods" | tr ' ' '\n' | grep -c .) || true
             [ "$count" -ge "$nodes" ] && break
             [ "$waited" -ge "$READY_TIMEOUT" ] && fail "only $count of $nodes pods of group $GROUP_KEY are running"
             say "waiting for the group: $count of $nodes pods running"
@@ -149,9 +150,10 @@ if [ "$WORLD" -gt 1 ] || [ "$ROLE" = leader ]; then
                 waited=$((waited + 5))
             done
         done
-        hosts=$(printf '%s\n' $pods | sort | sed "s/\$/:$per_node/" | paste -sd, -)
+        hosts=$(printf '%s\n' "$pods" | tr ' ' '\n' | sort | sed "s/\$/:$per_node/" | paste -sd, -)
         launch="$launch -mca plm_rsh_agent ${ROOT_DIR}/kubessh --host $hosts"
     fi
+    # shellcheck disable=SC2086 # $launch is the word list built above (mpirun and its options), split on purpose
     set -- $launch -x LD_LIBRARY_PATH -n 1 "$@"
     rank=1
     while [ "$rank" -lt "$WORLD" ]; do

@@ -7,11 +7,23 @@ GitHub Actions allows at most 256 jobs per matrix and 1 MB of outputs per job
 (docs.github.com "Running variations of jobs in a workflow" and "Passing information between jobs"):
 the build list is split into matrices of at most 256 jobs, as many as the workflow has build stages
 (``GITHUB_BUILD_STAGES``), and the whole output is checked against the size limit.
+GitLab has no per-matrix limit here (the child pipeline lists its jobs one by one), but a pipeline may hold at
+most ``ci_pipeline_size`` jobs — 500 on GitLab.com's Free tier, the smallest documented default, 1500 on
+Premium, 2000 on Ultimate, unlimited on a self-managed instance unless its admin sets one — and a dynamic child
+pipeline's YAML comes from an artifact of at most 5 MB (``max_artifacts_content_include_size``): GitLab docs
+``doc/user/gitlab_com/_index.md`` ("Maximum jobs in a single pipeline") and ``doc/administration/cicd/limits.md``
+("Maximum number of jobs in a pipeline", "Maximum size of the CI artifacts archive"). Both are checked.
+
+Every job runs in the container its spec names (``target.container``); a spec that names none gets the Triton
+TensorRT-LLM container that ships its ``target.trtllm_version`` (``toolchain.specs.rules.CONTAINERS``), so the
+TensorRT-LLM version in the engine key is the one the job builds with. Keys with no value are left out of every
+entry (a ``null`` in an inlined matrix fails GitHub's workflow schema).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,10 +35,13 @@ from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.compile.draft import draft_artifacts
 from toolchain.errors import CompatibilityError, UserInputError
 from toolchain.specs.loader import load_spec, safe_yaml
-from toolchain.specs.rules import require_compatible
+from toolchain.specs.models import EngineSpec
+from toolchain.specs.rules import CONTAINERS, require_compatible
 
 FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
+TRITON_TRTLLM_IMAGE = "nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3"
+CPU_IMAGE = "busybox:1.37"  # the child pipeline's one CPU job when nothing is left to build
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
     "A100-80GB-SXM": "gpu-a100",
@@ -64,6 +79,25 @@ def load_runner_map(path: Path | None) -> dict[str, str]:
     return m
 
 
+def job_container(spec: EngineSpec, path: Path) -> str:
+    """The image a spec's CI jobs run in: its ``target.container``, else the newest Triton TensorRT-LLM
+    container that ships its ``target.trtllm_version``."""
+    if spec.target.container:
+        return spec.target.container
+    for tag in sorted(CONTAINERS, reverse=True):
+        if CONTAINERS[tag][0] == spec.target.trtllm_version:
+            return TRITON_TRTLLM_IMAGE.format(tag=tag)
+    raise UserInputError(
+        f"{path}: no target.container, and no Triton container ships TensorRT-LLM {spec.target.trtllm_version}",
+        "set target.container to the image that has that release (the CI jobs run in it)",
+    )
+
+
+def _present(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry without its absent (None) values."""
+    return {k: v for k, v in entry.items() if v is not None}
+
+
 def build_matrix(
     specs: list[Path], *, registry: Any = None, runners: dict[str, str] | None = None
 ) -> dict[str, list[dict[str, Any]]]:
@@ -76,7 +110,8 @@ def build_matrix(
         _add_jobs(specs, runners, quantize, builds)
         held = set(listing.result()) if listing is not None else set()
     for b in builds:  # a draft-target cell is cached only when its draft engine is held too
-        b["cached"] = b["engine_key"] in held and (b["draft_engine_key"] is None or b["draft_engine_key"] in held)
+        draft = b.get("draft_engine_key")
+        b["cached"] = b.get("engine_key") in held and (draft is None or draft in held)
     return {"quantize": list(quantize.values()), "build": builds}
 
 
@@ -91,43 +126,52 @@ def _add_jobs(
             raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
         for art in for_cells(spec):
             cell, q = art.cell, spec.quantization
+            container = job_container(spec, path)
             qid = quantize_job_id(art.quantized_key)
             runner = runners.get(cell.gpu.name)
             if runner is None:
                 raise UserInputError(f"no runner label for GPU {cell.gpu.name}", "add it to the --runner-map file")
             quantize.setdefault(
                 qid,
-                {
-                    "id": qid,
-                    "spec": str(path),
-                    "weights": q.weights,
-                    "kv_cache": q.kv_cache,
-                    "tp": cell.tp,
-                    "pp": cell.pp,
-                    "runner": runner,
-                },
+                _present(
+                    {
+                        "id": qid,
+                        "spec": str(path),
+                        "weights": q.weights,
+                        "kv_cache": q.kv_cache,
+                        "tp": cell.tp,
+                        "pp": cell.pp,
+                        "runner": runner,
+                        "container": container,
+                    }
+                ),
             )
             key = art.engine_key
             draft = draft_artifacts(art)
             builds.append(
-                {
-                    "id": build_job_id(spec, cell),
-                    "spec": str(path),
-                    "cell": cell.id,
-                    "gpu": cell.gpu.name,
-                    "runner": runner,
-                    "world_size": cell.world_size,
-                    "engine_key": key,
-                    "draft_engine_key": draft.engine_key if draft is not None else None,
-                    "cached": False,
-                    "needs": qid,
-                }
+                _present(
+                    {
+                        "id": build_job_id(spec, cell),
+                        "spec": str(path),
+                        "cell": cell.id,
+                        "gpu": cell.gpu.name,
+                        "runner": runner,
+                        "container": container,
+                        "world_size": cell.world_size,
+                        "engine_key": key,
+                        "draft_engine_key": draft.engine_key if draft is not None else None,
+                        "cached": False,
+                        "needs": qid,
+                    }
+                )
             )
 
 
 GITHUB_MAX_JOBS = 256  # per matrix
 GITHUB_MAX_OUTPUT_BYTES = 1_000_000  # all outputs of one job
 GITHUB_BUILD_STAGES = 4  # build-0 .. build-3 in ci/github/engine-matrix.yml
+GITLAB_MAX_JOBS = 500  # jobs in one pipeline: GitLab.com Free tier (Premium 1500, Ultimate 2000)
+GITLAB_MAX_YAML_BYTES = 5 * 2**20  # a dynamic child pipeline's YAML artifact (max_artifacts_content_include_size)
 
 
 def pending(m: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -169,36 +213,61 @@ def github(m: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def gitlab(m: dict[str, list[dict[str, Any]]], image: str = CI_IMAGE) -> dict[str, Any]:
+def gitlab(
+    m: dict[str, list[dict[str, Any]]], image: str | None = None, *, max_jobs: int = GITLAB_MAX_JOBS
+) -> dict[str, Any]:
     """A child pipeline: one quantize job per group still needed, one build job per cell not in the registry
-    (cached cells get no job at all); every job runs scripts/ci-gpu-job.sh in NVIDIA's container."""
+    (cached cells get no job at all); every job runs scripts/ci-gpu-job.sh in its spec's container (``image``
+    overrides it for every job). At most ``max_jobs`` jobs (GitLab's ``ci_pipeline_size``) and 5 MB of YAML."""
     todo = pending(m)
+    n = len(todo["quantize"]) + len(todo["build"])
+    if n > max_jobs:
+        raise UserInputError(
+            f"{n} jobs exceed the {max_jobs} jobs GitLab allows in one pipeline "
+            f"({'GitLab.com Free tier' if max_jobs == GITLAB_MAX_JOBS else '--gitlab-max-jobs'})",
+            "split the specs over several pipelines (toolchain matrix SPEC... per pipeline), or pass "
+            "--gitlab-max-jobs with your plan's limit (GitLab.com Premium 1500, Ultimate 2000)",
+        )
     doc: dict[str, Any] = {
         "stages": ["quantize", "build"],
-        "default": {"image": image},
+        # an OIDC token for AWS role assumption (scripts/ci-aws-web-identity.sh); unused with static keys
+        "default": {"id_tokens": {"AWS_ID_TOKEN": {"aud": "sts.amazonaws.com"}}},
         "variables": {"TOOLCHAIN_CACHE": "$CI_PROJECT_DIR/.toolchain-cache"},
     }
-    logs = {"when": "always", "paths": [".toolchain-cache/logs/"]}
     for q in todo["quantize"]:
         doc[q["id"]] = {
             "stage": "quantize",
+            "image": image or q.get("container", CI_IMAGE),
             "tags": [q["runner"]],
-            "script": [f"scripts/ci-gpu-job.sh quantize {q['spec']}"],
-            "artifacts": logs,
+            "script": [shlex.join(["scripts/ci-gpu-job.sh", "quantize", q["spec"]])],
+            "artifacts": {"when": "always", "paths": [".toolchain-cache/logs/"]},
         }
     for b in todo["build"]:
         doc[b["id"]] = {
             "stage": "build",
+            "image": image or b.get("container", CI_IMAGE),
             "tags": [b["runner"]],
             "needs": [b["needs"]] if b["needs"] in doc else [],
-            "variables": {"ENGINE_KEY": b["engine_key"] or ""},
-            "script": [f"scripts/ci-gpu-job.sh build {b['spec']} {b['cell']}"],
-            "artifacts": logs,
+            "variables": {"ENGINE_KEY": b.get("engine_key") or ""},
+            "script": [shlex.join(["scripts/ci-gpu-job.sh", "build", b["spec"], b["cell"]])],
+            "artifacts": {"when": "always", "paths": [".toolchain-cache/logs/"]},
         }
     if not todo["build"] and not todo["quantize"]:  # a child pipeline needs one job: a CPU one that says so
         doc["nothing-to-build"] = {
             "stage": "build",
-            "image": "busybox",
-            "script": [f"echo every engine is in the registry ({len(m['build'])} cells)"],
+            "image": CPU_IMAGE,
+            "script": [shlex.join(["echo", f"every engine is in the registry ({len(m['build'])} cells)"])],
         }
+    size = len(gitlab_yaml(doc).encode())
+    if size > GITLAB_MAX_YAML_BYTES:
+        raise UserInputError(
+            f"the child pipeline is {size:,} bytes; GitLab reads at most {GITLAB_MAX_YAML_BYTES:,} bytes "
+            "of a dynamic child pipeline",
+            "split the specs over several pipelines",
+        )
     return doc
+
+
+def gitlab_yaml(doc: dict[str, Any]) -> str:
+    """The child pipeline as the YAML `toolchain matrix --format gitlab` prints."""
+    return yaml.safe_dump(doc, sort_keys=False)
