@@ -98,7 +98,13 @@ def test_a_replica_wider_than_a_node_is_a_leaderworkerset() -> None:
     assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"  # one node's GPUs per pod
     assert s.shm_bytes == 2 * GIB  # /dev/shm for the one rank each pod holds, not for the whole group (3 GiB)
     assert "startupProbe" in leader["containers"][0] and "startupProbe" not in worker["containers"][0]
-    assert leader["serviceAccountName"] == worker["serviceAccountName"] == "app"
+    # only the leader talks to the API (kubessh): the workers mount no service-account token
+    assert leader["serviceAccountName"] == "app" and leader["automountServiceAccountToken"] is True
+    assert "serviceAccountName" not in worker and worker["automountServiceAccountToken"] is False
+    # the PodDisruptionBudget covers every pod of every group, leaders and workers
+    sel = res["pdb.yaml"]["spec"]["selector"]["matchLabels"]
+    for tmpl in (group["leaderTemplate"], group["workerTemplate"]):
+        assert sel.items() <= tmpl["metadata"]["labels"].items()
     role = res["role.yaml"]
     assert {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]} in role["rules"]
     assert res["rolebinding.yaml"]["subjects"] == [{"kind": "ServiceAccount", "name": "app"}]

@@ -19,7 +19,12 @@ def deploy(
         str | None, typer.Option("--engine", help="Registry key or tag to serve (default: the cell's engine key)")
     ] = None,
     image: Annotated[
-        str | None, typer.Option("--image", help="Image to build and run, repository:tag (default <app>:<key>)")
+        str | None,
+        typer.Option(
+            "--image",
+            help="Image to run: repository@sha256:digest (recommended, once built) or repository:tag to build "
+            "(default <app>:<key>)",
+        ),
     ] = None,
     registry_secret: Annotated[
         str | None,
@@ -28,7 +33,9 @@ def deploy(
     registry_pvc: Annotated[
         str | None, typer.Option("--registry-pvc", help="PersistentVolumeClaim holding a directory registry")
     ] = None,
-    namespace: Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Kubernetes namespace the manifests name (default: default)")
+    ] = None,
     frontend: Annotated[
         Frontend | None,
         typer.Option(
@@ -128,12 +135,8 @@ def deploy(
         highlight=False,
         markup=False,
     )
-    err.print(
-        f"next: docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
-        f"kubectl apply -k {out / 'k8s'}",
-        highlight=False,
-        markup=False,
-    )
+    build = "" if "@" in res.image else f"docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
+    err.print(f"next: {build}kubectl apply -k {out / 'k8s'}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,8 +27,16 @@ from typing import Any
 
 import yaml
 
-from toolchain.deploy.context import ENTRYPOINT, KUBESSH, ImageRef, copy_source, dockerfile, pinned_image
-from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
+from toolchain.deploy.context import (
+    ENTRYPOINT,
+    KUBESSH,
+    ImageRef,
+    copy_source,
+    dockerfile,
+    pinned_image,
+    readable_by_all,
+)
+from toolchain.deploy.manifests import DEFAULT_NAMESPACE, PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import DeployError, OutputExistsError
@@ -153,7 +161,7 @@ def write_deployment(
         leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))
         _refuse_leaks(tmp, leaks, skip=ctx / "src")
         files = _written_files(tmp)
-    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image))
+    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image, o.namespace))
 
 
 def _with_frontend(cell: Cell, options: DeployOptions) -> DeployOptions:
@@ -227,7 +235,7 @@ def _target(o: DeployOptions, app: str, image: str, engine_key: str) -> Target:
         model_repository=f"{o.image_root.rstrip('/')}/model_repository",
         queue_target_ms=o.queue_target_ms,
         prometheus_url=o.prometheus_url,
-        namespace=o.namespace,
+        namespace=o.namespace or DEFAULT_NAMESPACE,
     )
 
 
@@ -251,6 +259,7 @@ def _write_image_context(
         shutil.copyfile(script, ctx / script.name)
         os.chmod(ctx / script.name, 0o755)
     copy_source(ctx / "src")
+    readable_by_all(ctx)  # the image's non-root user reads what COPY puts in (a temporary dir is mode 0700)
     (ctx / "Dockerfile").write_text(
         dockerfile(
             base,
@@ -290,7 +299,7 @@ def _decision(cell: Cell, o: DeployOptions, target: Target, *, base: str, sizing
         "pinned": PINNED,
         "sizing": sizing.to_json(),
         "sizing_explained": sizing.explain(),
-        "next": [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"],
+        "next": next_commands(image),
     }
 
 
@@ -310,13 +319,38 @@ def _written_files(tmp: Path) -> list[str]:
     )
 
 
-def _notes(image: str) -> list[str]:
-    """Advice on the chosen image: one that names no registry host goes to Docker Hub."""
+def next_commands(image: str) -> list[str]:
+    """What to run after writing: build and push the image by tag, or, for an image named by digest (already
+    built from this context and pushed), only apply."""
+    if "@" in image:
+        return ["kubectl apply -k k8s"]
+    return [f"docker build -t {image} image", f"docker push {image}", "kubectl apply -k k8s"]
+
+
+def _notes(image: str, namespace: str | None) -> list[str]:
+    """Advice on the chosen image (Docker Hub, a tag rather than a digest) and on the namespace."""
     notes = []
     if registry_host(image) is None:
         notes.append(
             f"image {image} names no registry host: `docker push` sends it to Docker Hub and nodes pull it from "
             "there; pass --image REGISTRY/REPOSITORY:TAG (e.g. registry.example.com/llm/app:1) for your own registry"
+        )
+    if "@" in image:
+        notes.append(
+            f"image {image} is named by digest: it must be the image built from this image/ context (build and "
+            "push it by tag once; the push prints the digest)"
+        )
+    else:
+        repo = image.rsplit(":", 1)[0]
+        notes.append(
+            f"image {image} is named by tag, which can be moved (pods pull it Always); after `docker push` pin the "
+            f"digest it printed: `(cd k8s && kustomize edit set image {repo}@sha256:DIGEST)`, or write the "
+            f"deployment with --image {repo}@sha256:DIGEST"
+        )
+    if namespace is None:
+        notes.append(
+            f"no --namespace: the manifests name namespace '{DEFAULT_NAMESPACE}' (the autoscaler's query is scoped "
+            "to it, and kubectl refuses another); pass --namespace NS to deploy elsewhere"
         )
     return notes
 

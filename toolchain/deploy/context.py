@@ -19,6 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.deploy.manifests import SERVER_UID
 from toolchain.errors import DeployError
 
 ENTRYPOINT = Path(__file__).with_name("entrypoint.sh")
@@ -92,17 +93,33 @@ def dockerfile(
         "",
         *([f"COPY model_repository {root}/model_repository"] if repository else []),
         f"COPY entrypoint.sh kubessh {root}/",
+        # the entrypoint finds the tokenizer in the repository (preprocessing/tokenizer) by default
         f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
-        f"    TOOLCHAIN_TOKENIZER={root}/model_repository/preprocessing/tokenizer \\",
         f"    ENGINES_ROOT={engines_root} \\",
         f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache",
         *(_kubectl(kubectl_minor) if kubectl_minor else []),
+        "",
+        "# the non-root user NGC's Triton images create for the server (triton-server, uid/gid 1000); the",
+        "# manifests run the pod as it too (runAsUser), and everything copied above is readable by it",
+        f"USER {SERVER_UID}:{SERVER_UID}",
         "EXPOSE 8000 8001 8002 9000",
         f'ENTRYPOINT ["{root}/entrypoint.sh"]',
         'CMD ["server"]',
         "",
     ]
     return "\n".join(lines)
+
+
+def readable_by_all(root: Path) -> None:
+    """Directories 0755, files 0644 (executables 0755) under ``root``: what the image's non-root user needs
+    to read everything the Dockerfile copies in."""
+    for p in [root, *root.rglob("*")]:
+        if p.is_symlink():
+            continue
+        if p.is_dir():
+            p.chmod(0o755)
+        else:
+            p.chmod(0o755 if p.stat().st_mode & 0o100 else 0o644)
 
 
 def copy_source(dest: Path) -> None:
@@ -125,6 +142,10 @@ def _kubectl(minor: str) -> list[str]:
     return [
         "",
         f"# kubectl {minor}: the group leader lists its pods and starts ranks in them (kubessh, Open MPI's rsh agent)",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        "# The packages are not pinned to exact versions: curl and gnupg come from the base image's own Ubuntu",
+        "# release, which NVIDIA moves with each container, and kubectl from a repository of one Kubernetes minor.",
+        "# hadolint ignore=DL3008",
         "RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl gnupg \\",
         f"    && curl -fsSL {repo}Release.key | gpg --dearmor -o /usr/share/keyrings/kubernetes.gpg \\",
         f"    && echo 'deb [signed-by=/usr/share/keyrings/kubernetes.gpg] {repo} /' \\",

@@ -6,6 +6,14 @@ metrics, OpenAI), a ServiceMonitor, a PodDisruptionBudget and a KEDA ScaledObjec
 Triton queue time per request — the signal ``toolchain diagnose`` reads — between the planner's min and max.
 Registry credentials come from a Secret by reference (``envFrom.secretRef``); no value is ever written.
 The API versions and the cluster version they were validated against are pinned in ``PINNED``.
+
+Every pod meets the Pod Security Standards' ``restricted`` profile: it runs as the non-root user NGC's Triton
+images create for this (``triton-server``, uid/gid 1000: triton-inference-server/server ``build.py``), with no
+privilege escalation, every capability dropped and the runtime's default seccomp profile. Only the leader of a
+multi-node group mounts a service-account token (it lists its group's pods and starts ranks in them with
+``kubectl exec``). Memory is requested and limited from the plan (``toolchain.deploy.sizing``). The manifests
+always name their namespace (``default`` unless ``--namespace``): the autoscaler's Prometheus query is scoped to
+it, and kubectl refuses to apply them to another.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ PINNED = {
     "lws": "0.10.0",
 }
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
+SERVER_UID = 1000  # triton-server in NGC's Triton images (triton-inference-server/server build.py)
+DEFAULT_NAMESPACE = "default"  # where kubectl puts namespace-less objects; written out so the query can name it
 QUEUE_MODEL = "tensorrt_llm"  # the model whose queue time `toolchain diagnose` reads
 
 
@@ -58,6 +68,11 @@ def app_name(cell: Cell) -> str:
     return raw
 
 
+def namespace(t: Target) -> str:
+    """The namespace the manifests are written for (and the autoscaler's query is scoped to)."""
+    return t.namespace or DEFAULT_NAMESPACE
+
+
 def _labels(t: Target, cell: Cell) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": t.app,
@@ -85,6 +100,8 @@ def _env(t: Target, cell: Cell, s: Sizing) -> list[dict[str, Any]]:
         {"name": "TOOLCHAIN_REGISTRY", "value": t.registry},
         {"name": "ENGINE_KEY", "value": t.engine_key},
         {"name": "ENGINES_ROOT", "value": t.engines_root},
+        # a writable home for caches whatever the image's passwd says about uid 1000 (the engines volume)
+        {"name": "HOME", "value": f"{t.engines_root.rstrip('/')}/.home"},
         {"name": "TOOLCHAIN_MODEL_REPOSITORY", "value": t.model_repository},
         {"name": "TOOLCHAIN_WORLD_SIZE", "value": str(s.ranks)},
         {"name": "TOOLCHAIN_TP", "value": str(cell.tp)},
@@ -126,13 +143,19 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
     container: dict[str, Any] = {
         "name": "server",
         "image": t.image,
-        "imagePullPolicy": "IfNotPresent",
+        # a digest names one image for good; a tag may have moved since the node pulled it
+        "imagePullPolicy": "IfNotPresent" if "@" in t.image else "Always",
         "args": [role],
         "env": _env(t, cell, s),
         "ports": container_ports(t) if role != "worker" else [],
         "resources": {
             "requests": {"cpu": str(max(4, 4 * gpus)), "memory": _quantity(s.memory_request_bytes)},
-            "limits": {"nvidia.com/gpu": str(gpus)},
+            "limits": {"nvidia.com/gpu": str(gpus), "memory": _quantity(s.memory_limit_bytes)},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
         },
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -147,6 +170,14 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         container["startupProbe"] = _probe(ready, s.startup_period_s, s.startup_failure_threshold)
         container["readinessProbe"] = _probe(ready, 5, 3)
         container["livenessProbe"] = _probe(live, 10, 3)
+    else:
+        # a worker is ready once its engine is restored, verified and linted (the file the leader waits for);
+        # its ranks are the leader's mpirun's, so a failed rank fails the leader and the group is recreated
+        container["readinessProbe"] = {
+            "exec": {"command": ["test", "-f", f"{t.engines_root.rstrip('/')}/.ready-{t.engine_key}"]},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        }
     if t.registry_secret:
         container["envFrom"] = [{"secretRef": {"name": t.registry_secret, "optional": False}}]
     if s.multi_node:
@@ -170,10 +201,18 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         "nodeSelector": {"nvidia.com/gpu.product": cell.gpu.gfd_product},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 60,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVER_UID,
+            "runAsGroup": SERVER_UID,
+            "fsGroup": SERVER_UID,  # the engines volume is writable by the server
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": role == "leader",
         "containers": [container],
         "volumes": volumes,
     }
-    if s.multi_node:
+    if role == "leader":
         pod["serviceAccountName"] = t.app  # the leader's mpirun starts ranks in the workers with kubectl exec
     return pod
 
@@ -250,23 +289,22 @@ def service_monitor(t: Target, cell: Cell) -> dict[str, Any]:
 
 
 def pdb(t: Target, cell: Cell) -> dict[str, Any]:
+    """At most one pod of the workload evicted at a time, over every pod: a Deployment's replicas, or each
+    group's leader and workers. Evicting one pod of a group takes its whole group down (the LeaderWorkerSet's
+    ``RecreateGroupOnPodRestart`` recreates all of it), and its pods count as unavailable until the group is
+    back, so drains take one group at a time and the others keep serving."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(t, cell),
-        "spec": {
-            "maxUnavailable": 1,
-            "selector": {"matchLabels": {**_selector(t), "app.kubernetes.io/component": "llm-server"}},
-        },
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(t)}},
     }
 
 
 def queue_query(t: Target) -> str:
     """Mean Triton queue time per request (ms) over the cell's pods: what `toolchain diagnose` compares with
     its 200 ms "undersized" threshold (nv_inference_queue_duration_us ÷ nv_inference_request_success)."""
-    sel = f'model="{QUEUE_MODEL}",service="{t.app}"'
-    if t.namespace:
-        sel += f',namespace="{t.namespace}"'
+    sel = f'model="{QUEUE_MODEL}",service="{t.app}",namespace="{namespace(t)}"'
     return (
         f"sum(rate(nv_inference_queue_duration_us{{{sel}}}[2m])) / "
         f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[2m])), 0.001) / 1000"
@@ -355,18 +393,18 @@ def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
 
 
 def kustomization(t: Target, files: list[str]) -> dict[str, Any]:
-    if "@" in t.image:
-        repo, digest = t.image.split("@", 1)
-        image: dict[str, Any] = {"name": repo, "digest": digest}
-    else:
-        repo, _, tag = t.image.rpartition(":")
-        image = {"name": repo, "newTag": tag}  # `kustomize edit set image` changes it; the tag stays pinned
+    named, _, digest = t.image.partition("@")
+    path, _, last = named.rpartition("/")
+    name, _, tag = last.partition(":")
+    repo = f"{path}/{name}" if path else name
+    image: dict[str, Any] = (
+        {"name": repo, "digest": digest} if digest else {"name": repo, "newTag": tag}
+    )  # `kustomize edit set image` changes it; a tag stays pinned, a digest exact
     k: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": files,
         "images": [image],
     }
-    if t.namespace:
-        k["namespace"] = t.namespace
+    k["namespace"] = namespace(t)
     return k

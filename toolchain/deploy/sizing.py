@@ -12,6 +12,11 @@
   probe covers pull (engine bytes ÷ pull rate) + verify (÷ hash rate) + load (bytes per rank ÷ load rate)
   + a fixed allowance for the server, the executor and CUDA-graph capture, times a safety factor.
   Engine bytes ≈ the planner's weight bytes (an engine holds the weights of its rank and little else).
+- Host memory per pod: the request is the memory volume + the page cache of one rank's engine (at most 32 GiB)
+  + 8 GiB for the server; the limit adds every rank of the pod holding its whole engine in host memory at once
+  (TensorRT reads an engine into host memory before copying it to the GPU) + 8 GiB more for the frontend,
+  tokenizers and MPI, so loading never meets the OOM killer while a runaway process still does. ``/dev/shm``
+  counts against the limit (a memory-backed volume is charged to the pod).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Sizing:
     startup_failure_threshold: int
     startup_period_s: int
     memory_request_bytes: int
+    memory_limit_bytes: int
 
     @property
     def multi_node(self) -> bool:
@@ -83,6 +89,9 @@ class Sizing:
             f"{self.engine_bytes_total / g:.1f} GB ÷ {VERIFY_BYTES_S / g:.1f} GB/s verify + "
             f"{self.engine_bytes_per_rank / g:.1f} GB ÷ {LOAD_BYTES_S / g:.1f} GB/s load + {FIXED_START_S:.0f} s) × "
             f"{SAFETY:g} = {self.startup_budget_s} s → {self.startup_failure_threshold} × {self.startup_period_s} s",
+            f"host memory per pod: request {self.memory_request_bytes / GIB:.0f} GiB (/dev/shm + one rank's engine "
+            f"pages up to 32 GiB + 8 GiB), limit {self.memory_limit_bytes / GIB:.0f} GiB (/dev/shm + every rank's "
+            "engine in host memory while it loads + 16 GiB)",
         ]
 
 
@@ -153,6 +162,7 @@ def size_cell(
         startup_period_s=STARTUP_PERIOD_S,
         # page cache of the engine files being loaded + the memory volume + the server itself
         memory_request_bytes=_round_gib(shm + min(per_rank, 32 * GIB) + 8 * GIB),
+        memory_limit_bytes=_round_gib(shm + ranks_per_pod * per_rank + 16 * GIB),
     )
 
 
