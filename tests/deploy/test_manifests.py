@@ -40,6 +40,7 @@ def test_every_resource_validates(cell: Any, validate_manifest: Callable[[dict[s
         "ServiceMonitor",
         "PodDisruptionBudget",
         "ScaledObject",
+        "NetworkPolicy",
     }
     for r in res.values():
         validate_manifest(r)

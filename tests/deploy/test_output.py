@@ -115,6 +115,7 @@ def test_kustomization_renders_and_validates(
         "ServiceMonitor",
         "PodDisruptionBudget",
         "ScaledObject",
+        "NetworkPolicy",
     ]
     for r in resources:
         assert r["metadata"]["namespace"] == "llm"
@@ -216,7 +217,7 @@ def test_pytorch_runtime_is_served_by_trtllm_serve(
     assert not (res.out / "image/model_repository").exists()
     assert "COPY model_repository" not in (res.out / "image/Dockerfile").read_text()
     resources = render_kustomization(res.out / "k8s")
-    assert [r["kind"] for r in resources] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [r["kind"] for r in resources] == ["Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"]
     for r in resources:
         validate_manifest(r)
     dep = resources[0]

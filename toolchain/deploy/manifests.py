@@ -2,8 +2,8 @@
 
 One replica is one serving instance (TP × PP ranks). A replica that fits one node is a Deployment; one that
 spans nodes is a LeaderWorkerSet (leader + workers, one pod per node). Around it: a Service (HTTP, gRPC,
-metrics, OpenAI), a ServiceMonitor, a PodDisruptionBudget and a KEDA ScaledObject that scales on the mean
-Triton queue time per request — the signal ``toolchain diagnose`` reads — between the planner's min and max.
+metrics, OpenAI), a ServiceMonitor, a PodDisruptionBudget, a NetworkPolicy and a KEDA ScaledObject that scales
+on the mean Triton queue time per request — the signal ``toolchain diagnose`` reads — between the planner's min and max.
 Registry credentials come from a Secret by reference (``envFrom.secretRef``); no value is ever written.
 The API versions and the cluster version they were validated against are pinned in ``PINNED``.
 
@@ -301,6 +301,23 @@ def pdb(t: Target, cell: Cell) -> dict[str, Any]:
     }
 
 
+def network_policy(t: Target, cell: Cell) -> dict[str, Any]:
+    """Ingress to the workload's pods: its serving and metrics ports from anywhere (clients, Prometheus), and
+    anything from the workload's own pods (a multi-node group's MPI and NCCL traffic). Egress is left open:
+    the pods pull their engine from the registry."""
+    ports = [{"protocol": "TCP", "port": p["containerPort"]} for p in container_ports(t)]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(t, cell),
+        "spec": {
+            "podSelector": {"matchLabels": _selector(t)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": ports}, {"from": [{"podSelector": {"matchLabels": _selector(t)}}]}],
+        },
+    }
+
+
 def queue_query(t: Target) -> str:
     """Mean Triton queue time per request (ms) over the cell's pods: what `toolchain diagnose` compares with
     its 200 ms "undersized" threshold (nv_inference_queue_duration_us ÷ nv_inference_request_success)."""
@@ -381,7 +398,12 @@ def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
         # trtllm-serve's /metrics is JSON, not Prometheus, and has no queue time: nothing to scrape or scale on,
         # so the fleet runs at the planner's max
         work["spec"]["replicas"] = s.max_replicas
-        return {f"{kind}.yaml": work, "service.yaml": service(t, cell), "pdb.yaml": pdb(t, cell)}
+        return {
+            f"{kind}.yaml": work,
+            "service.yaml": service(t, cell),
+            "pdb.yaml": pdb(t, cell),
+            "networkpolicy.yaml": network_policy(t, cell),
+        }
     return {
         **(rbac(t, cell) if s.multi_node else {}),
         f"{kind}.yaml": work,
@@ -389,6 +411,7 @@ def manifests(t: Target, cell: Cell, s: Sizing) -> dict[str, dict[str, Any]]:
         "servicemonitor.yaml": service_monitor(t, cell),
         "pdb.yaml": pdb(t, cell),
         "scaledobject.yaml": scaled_object(t, cell, s, work),
+        "networkpolicy.yaml": network_policy(t, cell),
     }
 
 
