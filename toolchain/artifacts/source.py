@@ -65,3 +65,43 @@ def _download(repo: str, rev: str | None, what: str) -> Path:
             f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
             f"check network and HF_TOKEN, or download it and point {what} at the directory",
         ) from e
+
+
+def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
+    """The tokenizer files (``files``, those that exist) of ``repo`` at ``rev``, fetched one by one into HF's
+    cache and nothing else (no weights): their snapshot directory. Offline (``HF_HUB_OFFLINE``) or with the Hub
+    unreachable, only what the cache already holds; neither holding a tokenizer is a CheckpointError."""
+    hub = require("huggingface_hub", "hf")
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from toolchain import settings
+    from toolchain.specs.arch import HUB_PROBE_TIMEOUT_S, _reachable
+
+    where = f"{repo}@{rev or 'main'}"
+    offline = settings.hf_offline(constants.HF_HUB_OFFLINE)
+    endpoint = settings.hf_endpoint(constants.ENDPOINT)
+    why = "HF_HUB_OFFLINE is set" if offline else None
+    if why is None and not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
+        why = f"the Hugging Face Hub at {endpoint} is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s"
+    got: list[Path] = []
+    for name in files:
+        try:
+            if why is not None:
+                path = hub.hf_hub_download(repo, name, revision=rev, local_files_only=True)
+            else:
+                path = hub.hf_hub_download(
+                    repo, name, revision=rev, endpoint=endpoint, etag_timeout=HUB_PROBE_TIMEOUT_S
+                )
+        except EntryNotFoundError:  # not in the repository (or, offline, not in the cache)
+            continue
+        except Exception as e:
+            raise CheckpointError(
+                f"cannot fetch the tokenizer of {where} ({type(e).__name__})",
+                "check the network and HF_TOKEN, or pass --tokenizer DIR (the model's tokenizer files)",
+            ) from e
+        got.append(Path(path))
+    if not any(p.name in ("tokenizer.json", "tokenizer_config.json") for p in got):
+        state = f"not cached and {why}" if why else "the repository has no tokenizer.json or tokenizer_config.json"
+        raise CheckpointError(f"cannot fetch the tokenizer of {where}: {state}", "pass --tokenizer DIR")
+    return got[0].parent

@@ -113,7 +113,7 @@ def deploy_cell(
             options=options,
             host_paths=(cache().root, spec.base_dir),
         )
-    tok = tokenizer if tokenizer is not None else _tokenizer_dir(art)
+    tok = tokenizer if tokenizer is not None else _tokenizer_dir(art, progress)
     info, identity = _in_pod_engine(cell, key, options.engines_root, reference)
     progress("emitting the Triton repository" + (" (CPU reference model)" if reference else ""))
     with tempfile.TemporaryDirectory(prefix="toolchain-deploy-") as scratch:
@@ -141,11 +141,27 @@ def _host_paths(spec: EngineSpec, scratch: Path, tok: Path) -> tuple[Path, ...]:
     return host
 
 
-def _tokenizer_dir(art: CellArtifacts) -> Path:
-    """The cell's tokenizer directory, or the deploy option that names one when there is none."""
+def _tokenizer_dir(art: CellArtifacts, progress: Any) -> Path:
+    """The cell's tokenizer directory; for an ``hf://org/name@rev`` model with none here, its tokenizer files
+    alone fetched from the Hub at that revision; else the deploy option that names one."""
     try:
         return art.tokenizer_dir()
     except TritonRepoError as e:
+        source = art.spec.model.source
+        if source.startswith("hf://"):
+            from toolchain.artifacts.source import hub_tokenizer
+            from toolchain.errors import CheckpointError
+            from toolchain.triton.emit import TOKENIZER_FILES
+
+            repo, rev = art.spec.model.hf_repo_revision()
+            progress(f"fetching the tokenizer of {repo}@{rev or 'main'} from the Hugging Face Hub (no weights)")
+            try:
+                return hub_tokenizer(repo, rev, TOKENIZER_FILES)
+            except CheckpointError as fetch_error:
+                raise DeployError(
+                    f"no tokenizer for cell {art.cell.id} here, and {fetch_error.message}",
+                    "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`",
+                ) from fetch_error
         raise DeployError(
             e.message, "pass --tokenizer DIR (the model's tokenizer files), or run `toolchain quantize SPEC`"
         ) from e
