@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11) with the toolchain and every extra: ModelOpt on CPU, Triton 2.51 from
-# nvidia-pytriton, tritonclient, boto3/moto, test tools. Idempotent: a second run only checks.
+# nvidia-pytriton, tritonclient, boto3/moto, test tools and validators (actionlint, check-jsonschema, hadolint;
+# checkov in .venv-tools; Debian's shellcheck). Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -11,7 +12,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.toolchain-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv-tools/bin/checkov ] \
+  && command -v shellcheck >/dev/null 2>&1; then
   exit 0
 fi
 echo "setup: installing into .venv (first run takes a few minutes)" >&2
@@ -21,6 +23,26 @@ echo "setup: installing into .venv (first run takes a few minutes)" >&2
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis" \
   || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
+# The validators the tests run on the CI and deploy artifacts (tests/validators.py): actionlint,
+# check-jsonschema and hadolint come with the dev extras; checkov gets its own venv (.venv-tools) because its
+# pins would downgrade boto3 and packaging in .venv; shellcheck is Debian's.
+for t in actionlint check-jsonschema hadolint; do
+  [ -x ".venv/bin/$t" ] || { echo "setup: .venv/bin/$t is missing; see pip's output above" >&2; exit 1; }
+done
+[ -x .venv-tools/bin/python ] || "$PY" -m venv .venv-tools
+.venv-tools/bin/pip install -q --disable-pip-version-check checkov==3.3.30 2>&1 | grep -v "^WARNING: Location" || true
+.venv-tools/bin/checkov --version >/dev/null 2>&1 || { echo "setup: checkov did not install into .venv-tools" >&2; exit 1; }
+if ! command -v shellcheck >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing shellcheck for the CI and entrypoint tests" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck || { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck; }; } >/dev/null 2>&1 \
+      || { echo "setup: could not install shellcheck (apt-get install shellcheck); the tests need it" >&2; exit 1; }
+  else
+    echo "setup: shellcheck is not installed and this is not root with apt-get; install it (the tests need it)" >&2
+    exit 1
+  fi
+fi
 # The HTML report test opens reports in Debian's headless chromium; install it where we can (root + apt).
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
