@@ -31,7 +31,8 @@ def image(tmp_path: Path) -> dict[str, str]:
     py.chmod(0o755)
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
-    shutil.copy2(REPO / "scripts" / "ci-gpu-job.sh", checkout / "scripts" / "ci-gpu-job.sh")
+    for script in ("ci-gpu-job.sh", "ci-aws-web-identity.sh"):  # the job sources the credentials helper
+        shutil.copy2(REPO / "scripts" / script, checkout / "scripts" / script)
     env = {
         "PATH": f"{FAKES / 'bin'}:/usr/bin:/bin",
         "HOME": str(tmp_path / "home"),
