@@ -206,6 +206,7 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
             "runAsUser": SERVER_UID,
             "runAsGroup": SERVER_UID,
             "fsGroup": SERVER_UID,  # the engines volume is writable by the server
+            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a large registry volume at each start
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "automountServiceAccountToken": role == "leader",
