@@ -75,8 +75,9 @@ def _write_set(d: Path, res: dict[str, dict[str, Any]], namespace: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def written(tiny_spec_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """`toolchain deploy` of the tiny spec: by digest in a namespace, and by tag with no namespace."""
+def written(tiny_spec_file: Path, tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`toolchain deploy` of the tiny spec by digest in a namespace and by tag with no namespace, and of the 70B
+    spec across nodes."""
     root = tmp_path_factory.mktemp("written")
     out = {}
     for name, opts in {
@@ -90,6 +91,15 @@ def written(tiny_spec_file: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     }.items():
         res = deploy_cell(load_spec(tiny_spec_file), cell_id=None, out=root / name, options=opts)
         out[name] = res.out
+    # the 70B TP2 spec across two one-GPU nodes: a LeaderWorkerSet, RBAC and kubectl in the image
+    lws = DeployOptions(
+        registry="s3://engines/prod", namespace="llm", image=f"registry.example.com/llm/70b@{DIGEST}", gpus_per_node=1
+    )
+    res = deploy_cell(
+        load_spec(SHIPPED[1]), cell_id=None, out=root / "lws", options=lws, engine="a" * 64, tokenizer=tiny_checkpoint
+    )
+    assert res.sizing.multi_node
+    out["lws"] = res.out
     return out
 
 
@@ -111,9 +121,9 @@ def scanned(written: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     )
     for name, out in written.items():
         d = tree / f"deploy-{name}"
-        d.mkdir()
-        for res in render_kustomization(out / "k8s"):
-            (d / f"{res['kind'].lower()}.yaml").write_text(yaml.safe_dump(res, sort_keys=False))
+        rendered = render_kustomization(out / "k8s")
+        ns = rendered[0]["metadata"]["namespace"]
+        _write_set(d, {f"{r['kind'].lower()}.yaml": r for r in rendered}, ns)
         (d / "Dockerfile").write_text((out / "image" / "Dockerfile").read_text())
     for name, df in _dockerfiles().items():
         (tree / f"docker-{name}").mkdir()
@@ -185,6 +195,7 @@ def test_hadolint_passes_every_dockerfile(name: str, tmp_path: Path) -> None:
 
 
 def test_hadolint_passes_the_written_dockerfiles(written: dict[str, Path]) -> None:
+    assert "apt-get install" in (written["lws"] / "image" / "Dockerfile").read_text()  # kubectl for the leader
     for out in written.values():
         r = hadolint(out / "image" / "Dockerfile")
         assert r.returncode == 0, r.stdout + r.stderr
