@@ -115,6 +115,8 @@ def test_kustomization_renders_and_validates(
         "ServiceMonitor",
         "PodDisruptionBudget",
         "ScaledObject",
+        "PrometheusRule",  # the alerts and recording rules (tests/deploy/test_observability.py)
+        "ConfigMap",  # the Grafana dashboard
     ]
     for r in resources:
         assert r["metadata"]["namespace"] == "llm"

@@ -29,12 +29,13 @@ import yaml
 
 from toolchain.deploy.context import ENTRYPOINT, KUBESSH, ImageRef, copy_source, dockerfile, pinned_image
 from toolchain.deploy.manifests import PINNED, Target, app_name, kustomization, manifests
+from toolchain.deploy.observability import RuleTable, write_observability
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
 
-__all__ = ["DeployOptions", "DeployResult", "Sizing", "check_options", "size_cell", "write_deployment"]
+__all__ = ["DeployOptions", "DeployResult", "RuleTable", "Sizing", "check_options", "size_cell", "write_deployment"]
 
 LATEST = re.compile(r"[:@](latest)\b")  # an image tag named latest
 FRONTENDS = ("openai", "kserve", "trtllm-serve")
@@ -130,11 +131,13 @@ def write_deployment(
     out: Path,
     options: DeployOptions,
     host_paths: tuple[Path, ...] = (),
+    rule_table: RuleTable | None = None,
 ) -> DeployResult:
     """Write the build context and manifests for ``cell`` into ``out`` (staged, renamed into place).
 
     ``repository`` is the emitted Triton repository whose engine paths already point under
     ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
+    ``rule_table`` (the diagnosis rules) adds the alerts and dashboard (``toolchain.deploy.observability``).
     """
     o = _with_frontend(cell, options)
     _check_inputs(o, repository, engine_key)
@@ -148,6 +151,8 @@ def write_deployment(
         ctx = tmp / "image"
         _write_image_context(ctx, cell, o, base=base, repository=repository, multi_node=sizing.multi_node)
         _write_manifests(tmp / "k8s", target, cell, sizing, _header(cell, engine_key))
+        if rule_table is not None and target.frontend != "trtllm-serve":  # trtllm-serve exports no Prometheus
+            write_observability(tmp, target, cell, plan, rule_table, _header(cell, engine_key))
         decision = _decision(cell, o, target, base=str(base), sizing=sizing)
         (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
         leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))

@@ -142,7 +142,8 @@ class Rule:
     action: str
     expr: str | None  # PromQL over SIGNALS; None: no server-side metric, bench results only
     for_: str = "5m"
-    critical_above: float | None = None  # a second, critical alert above this value (same alert name)
+    critical_above: float | None = None  # above this value the finding is critical
+    critical_expr: str | None = None  # the critical alert's PromQL (same alert name; Alertmanager inhibits the warning)
     needs: str = ""  # what the server must export for the expression
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +178,7 @@ RULES: tuple[Rule, ...] = (
         evidence="KV-cache usage peaked at {{ $value | humanizePercentage }} (> " + f"{KV_FRACTION:.0%})",
         action="reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs",
         expr=f"toolchain:kv_usage:max{{$SEL}} > {KV_FRACTION:g}",
+        critical_expr=f"toolchain:kv_usage:max{{$SEL}} > {KV_CRITICAL:g}",
         needs="nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction} (tensorrtllm backend)",
     ),
     Rule(
