@@ -34,7 +34,8 @@ from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 
-PROMTOOL = shutil.which("promtool")
+VENV_PROMTOOL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "promtool"  # where scripts/setup.sh puts it
+PROMTOOL = shutil.which("promtool") or (str(VENV_PROMTOOL) if VENV_PROMTOOL.is_file() else None)
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not installed (scripts/setup.sh installs it from Debian's prometheus)"
 )
@@ -448,7 +449,7 @@ def test_dashboard_shows_the_slos_and_the_planner_floor() -> None:
 
 # ---------------------------------------------------------------- metric names exist
 
-DATA = Path(__file__).parent / "data" / "metrics"
+DATA = Path(__file__).resolve().parents[1] / "reference" / "metrics"
 FUNCTIONS_AND_KEYWORDS = {"up"}  # Prometheus's own target-health series
 
 

@@ -38,7 +38,7 @@ def _patch_in_process_server() -> None:
 
     base: Any = tritonserver.Server
 
-    class Server(base):  # type: ignore[misc,valid-type]
+    class Server(base):  # type: ignore[misc]
         def __init__(self, options: Any = None, **kwargs: Any) -> None:
             if options is None:
                 settings = dict(kwargs.get("metrics_configuration") or {})
