@@ -550,3 +550,13 @@ def test_a_finding_carries_the_tables_severity_and_action() -> None:
     for f in found:
         assert f.action == BY_NAME[f.rule].action
     assert found[1].severity == "critical"  # above KV_CRITICAL
+
+
+def test_a_non_decoupled_cell_with_a_ttft_slo_is_told_its_slo_alerts_are_blind() -> None:
+    from toolchain.deploy.observability import notes
+
+    (cell,) = expand(load_spec(SHIPPED[0]))[:1]
+    assert cell.spec.serving.decoupled and notes(cell) == []
+    blind = cell.spec.model_copy(update={"serving": cell.spec.serving.model_copy(update={"decoupled": False})})
+    (note,) = notes(type(cell)(**{**vars(cell), "spec": blind}))
+    assert "serving.decoupled: true" in note

@@ -151,14 +151,15 @@ def write_deployment(
         ctx = tmp / "image"
         _write_image_context(ctx, cell, o, base=base, repository=repository, multi_node=sizing.multi_node)
         _write_manifests(tmp / "k8s", target, cell, sizing, _header(cell, engine_key))
+        obs_notes = []
         if rule_table is not None and target.frontend != "trtllm-serve":  # trtllm-serve exports no Prometheus
-            write_observability(tmp, target, cell, plan, rule_table, _header(cell, engine_key))
+            obs_notes = write_observability(tmp, target, cell, plan, rule_table, _header(cell, engine_key))
         decision = _decision(cell, o, target, base=str(base), sizing=sizing)
         (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
         leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))
         _refuse_leaks(tmp, leaks, skip=ctx / "src")
         files = _written_files(tmp)
-    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image))
+    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image) + obs_notes)
 
 
 def _with_frontend(cell: Cell, options: DeployOptions) -> DeployOptions:

@@ -576,9 +576,20 @@ def build(t: Target, cell: Cell, plan: Any, table: RuleTable) -> Observability:
     )
 
 
+def notes(cell: Cell) -> list[str]:
+    """What the operator should know about the alerts of this cell."""
+    out = []
+    if any(s.metric == "ttft" for s in slos_of(cell)) and not cell.spec.serving.decoupled:
+        out.append(
+            "the TTFT SLO alerts read Triton's first-response histogram, which Triton 2.64 (25.12) exports for "
+            "decoupled models only: set serving.decoupled: true, or LLMLatencyHistogramMissing will fire"
+        )
+    return out
+
+
 def write_observability(out: Path, t: Target, cell: Cell, plan: Any, table: RuleTable, header: str) -> list[str]:
     """Write the PrometheusRule and dashboard ConfigMap into ``out/k8s`` (listed in its kustomization) and the
-    plain rule file and dashboard JSON into ``out/observability``; the k8s file names written."""
+    plain rule file and dashboard JSON into ``out/observability``; the notes for the operator."""
     obs = build(t, cell, plan, table)
     k8s, plain = out / "k8s", out / "observability"
     plain.mkdir(exist_ok=True)
@@ -591,4 +602,4 @@ def write_observability(out: Path, t: Target, cell: Cell, plan: Any, table: Rule
     k = yaml.safe_load(kz.read_text())
     k["resources"] = [*k["resources"], *(n for n in files if n not in k["resources"])]
     kz.write_text(header + yaml.safe_dump(k, sort_keys=False, default_flow_style=False))
-    return list(files)
+    return notes(cell)
