@@ -380,7 +380,7 @@ def test_burn_windows_are_the_sre_workbooks_and_unreachable_ones_are_left_out() 
 
 
 def _board() -> dict[str, Any]:
-    return dashboard(SCOPE, SLOS, 2.42, title="llama app")
+    return dashboard(TABLE, SCOPE, SLOS, 2.42, title="llama app")
 
 
 def _dashboard_exprs(board: dict[str, Any]) -> list[str]:
@@ -431,6 +431,8 @@ def test_dashboard_shows_the_slos_and_the_planner_floor() -> None:
 
     assert lines("TTFT (server side)") == [None, 500.0]
     assert lines("TPOT (server-side estimate)") == [None, 2.42, 30.0]  # the floor, then the target
+    assert lines("Queue time") == [None, 200.0] and lines("KV cache") == [None, 0.8, 0.95]  # the table's
+    assert lines("GPU utilisation (DCGM)") == [None, 70.0]
     want = {
         "TTFT (server side)",
         "TPOT (server-side estimate)",
@@ -560,3 +562,8 @@ def test_a_non_decoupled_cell_with_a_ttft_slo_is_told_its_slo_alerts_are_blind()
     blind = cell.spec.model_copy(update={"serving": cell.spec.serving.model_copy(update={"decoupled": False})})
     (note,) = notes(type(cell)(**{**vars(cell), "spec": blind}))
     assert "serving.decoupled: true" in note
+
+
+def test_rules_with_metrics_is_a_user_error(cli: Cli) -> None:
+    r = cli("diagnose", "--rules", "--bench", "run.json")
+    assert r.exit_code == 2 and "--rules prints the rule table" in r.output and "Traceback" not in r.output

@@ -59,7 +59,11 @@ def test_live_scrape_exports_every_metric_the_rules_and_dashboard_name(served: S
     scope = Scope("app", "llm")
     groups = rule_groups(RuleTable(RULES, SIGNALS), scope, [Slo("ttft", 99, 500.0), Slo("tpot", 99, 30.0)])
     exprs = [r["expr"] for g in groups for r in g["rules"]]
-    exprs += [t["expr"] for p in dashboard(scope, [], 2.0, title="t")["panels"] for t in p["targets"]]
+    exprs += [
+        t["expr"]
+        for p in dashboard(RuleTable(RULES, SIGNALS), scope, [], 2.0, title="t")["panels"]
+        for t in p["targets"]
+    ]
     before = prom.scrape(served.metrics_url)
     # a small bench: concurrent streams through the ensemble, with a scrape in the middle of them
     results: list[object] = []

@@ -35,6 +35,13 @@ def diagnose(
     from toolchain.pipeline.diagnose import diagnose_deployment
 
     if rules:
+        if metrics_url or bench:
+            from toolchain.errors import UserInputError
+
+            raise UserInputError(
+                "--rules prints the rule table and reads no metrics",
+                "drop --metrics-url/--bench, or run without --rules",
+            )
         _print_rules(json_out)
         return
 

@@ -7,6 +7,8 @@ Output layout (``toolchain deploy SPEC --cell ID --out DIR``)::
     DIR/k8s/kustomization.yaml    `kubectl apply -k DIR/k8s`
     DIR/k8s/deployment.yaml       (leaderworkerset.yaml when one replica spans nodes)
     DIR/k8s/service.yaml  servicemonitor.yaml  pdb.yaml  scaledobject.yaml
+    DIR/k8s/prometheusrule.yaml  dashboard.yaml   alerts and the Grafana dashboard (toolchain.deploy.observability)
+    DIR/observability/rules.yaml  dashboard.json  the same as a plain rule file and dashboard JSON
 
 This stage imports specs, hardware and the small shared modules only. The planner's result and the emitted
 Triton repository are passed in (``toolchain.pipeline.fleet`` runs planning and emission, then this).

@@ -58,6 +58,10 @@ class RuleLike(Protocol):
     @property
     def severity(self) -> str: ...
     @property
+    def threshold(self) -> float: ...
+    @property
+    def critical_above(self) -> float | None: ...
+    @property
     def fires_when(self) -> str: ...
     @property
     def evidence(self) -> str: ...
@@ -382,8 +386,16 @@ def _panel(
     }
 
 
-def dashboard(scope: Scope, slos: Sequence[Slo], tpot_floor_ms: float | None, *, title: str) -> dict[str, Any]:
-    """A Grafana dashboard of one deployment: latency against its SLOs, queue, batch, KV, throughput, GPU, errors."""
+def dashboard(
+    table: RuleTable, scope: Scope, slos: Sequence[Slo], tpot_floor_ms: float | None, *, title: str
+) -> dict[str, Any]:
+    """A Grafana dashboard of one deployment: latency against its SLOs, queue, batch, KV, throughput, GPU, errors;
+    the threshold lines of the queue, KV, GPU and error panels are the rule table's."""
+    rule = {r.name: r for r in table.rules}
+    queue, kv, gpu_util = rule["undersized"], rule["kv-preemption-risk"], rule["gpu-underutilised"]
+    kv_steps: list[tuple[str, float | None]] = [("green", None), ("orange", kv.threshold)]
+    if kv.critical_above is not None:
+        kv_steps.append(("red", kv.critical_above))
     s, m = scope.sel, scope.model_sel
     ttft = {x.percentile: x.target_ms for x in slos if x.metric == "ttft"}
     tpot = {x.percentile: x.target_ms for x in slos if x.metric == "tpot"}
@@ -418,7 +430,7 @@ def dashboard(scope: Scope, slos: Sequence[Slo], tpot_floor_ms: float | None, *,
             "Queue time",
             [(f"toolchain:queue_ms:p99{{{s}}}", "P99"), (f"toolchain:queue_ms:mean{{{s}}}", "mean")],
             "ms",
-            [("green", None), ("red", 200.0)],
+            [("green", None), ("red", queue.threshold)],
             "Time requests wait in Triton's queue; above the line the deployment is undersized.",
         ),
         (
@@ -436,7 +448,7 @@ def dashboard(scope: Scope, slos: Sequence[Slo], tpot_floor_ms: float | None, *,
             "KV cache",
             [(f"toolchain:kv_usage:max{{{s}}}", "peak block usage")],
             "percentunit",
-            [("green", None), ("orange", 0.8), ("red", 0.95)],
+            kv_steps,
             "Share of KV-cache blocks in use (worst pod).",
         ),
         (
@@ -469,7 +481,7 @@ def dashboard(scope: Scope, slos: Sequence[Slo], tpot_floor_ms: float | None, *,
                 ),
             ],
             "percent",
-            [("red", None), ("green", 70.0)],
+            [("red", None), ("green", 100 * gpu_util.threshold)],  # DCGM reports percent
             "DCGM exporter; below the line at peak load, see LLMGPUUnderutilised.",
         ),
         (
@@ -570,7 +582,7 @@ def build(t: Target, cell: Cell, plan: Any, table: RuleTable) -> Observability:
     slos = slos_of(cell)
     floor = getattr(plan, "tpot_floor_b1_ms", None)
     groups = rule_groups(table, scope, slos, prefix_caching=bool(cell.spec.serving.enable_prefix_caching))
-    board = dashboard(scope, slos, floor, title=f"{cell.spec.name} {cell.id} ({t.app})")
+    board = dashboard(table, scope, slos, floor, title=f"{cell.spec.name} {cell.id} ({t.app})")
     return Observability(
         {"groups": groups}, prometheus_rule(t, cell, groups), board, dashboard_configmap(t, cell, board)
     )
