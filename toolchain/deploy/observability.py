@@ -144,7 +144,7 @@ def slos_of(cell: Cell) -> list[Slo]:
 # ---------------------------------------------------------------- rules
 
 
-def _b(v: float) -> str:
+def _le_values(v: float) -> str:
     """A bucket bound as Triton writes it, and as Prometheus 3 normalises it ("500" / "500.0")."""
     s = f"{v:g}"
     return f"{s}|{s}.0" if "." not in s and "e" not in s else s
@@ -153,7 +153,7 @@ def _b(v: float) -> str:
 def _bucket_rate(scope: Scope, le: float, window: str) -> str:
     return (
         "sum by (namespace, service) (rate(nv_inference_first_response_histogram_ms_bucket"
-        f'{{{scope.model_sel},le=~"{_b(le)}"}}[{window}]))'
+        f'{{{scope.model_sel},le=~"{_le_values(le)}"}}[{window}]))'
     )
 
 
