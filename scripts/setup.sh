@@ -53,4 +53,22 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: chromium is not installed (needs root + apt-get); the HTML report test will be skipped" >&2
   fi
 fi
+# The observability tests run Prometheus's promtool (check rules / test rules). Debian's prometheus package ships it;
+# only the binary is taken out of the .deb (dpkg-deb -x), so no service is installed or started.
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x .venv/bin/promtool ]; then
+  if command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
+    echo "setup: extracting promtool from Debian's prometheus package" >&2
+    tmp=$(mktemp -d)
+    if { [ "$(id -u)" != 0 ] || DEBIAN_FRONTEND=noninteractive apt-get update -qq; } >/dev/null 2>&1 \
+      && (cd "$tmp" && apt-get download -qq prometheus) >/dev/null 2>&1 \
+      && dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && [ -x "$tmp/x/usr/bin/promtool" ]; then
+      cp "$tmp/x/usr/bin/promtool" .venv/bin/promtool
+    else
+      echo "setup: could not get promtool; the observability tests will be skipped" >&2
+    fi
+    rm -rf "$tmp"
+  else
+    echo "setup: promtool is not installed (needs apt-get + dpkg-deb); the observability tests will be skipped" >&2
+  fi
+fi
 echo "$want" > "$stamp"

@@ -116,6 +116,8 @@ def test_kustomization_renders_and_validates(
         "PodDisruptionBudget",
         "ScaledObject",
         "NetworkPolicy",
+        "PrometheusRule",  # the alerts and recording rules (tests/deploy/test_observability.py)
+        "ConfigMap",  # the Grafana dashboard
     ]
     for r in resources:
         assert r["metadata"]["namespace"] == "llm"

@@ -19,16 +19,31 @@ def diagnose(
         bool | None,
         typer.Option("--prefix-caching/--no-prefix-caching", help="Whether prefix caching is configured"),
     ] = None,
+    rules: Annotated[
+        bool, typer.Option("--rules", help="Print the rule table (the same rows the deployment's alerts use)")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Findings with evidence, severity and the action to take; exit 0 even when findings exist.
 
-    Examples: toolchain diagnose --metrics-url http://127.0.0.1:8002/metrics --bench run.json
+    Examples: toolchain diagnose --metrics-url http://127.0.0.1:8002/metrics --bench run.json;
+    toolchain diagnose --rules
     """
     import json
 
     from toolchain.cli.render import err, out, print_json
     from toolchain.pipeline.diagnose import diagnose_deployment
+
+    if rules:
+        if metrics_url or bench:
+            from toolchain.errors import UserInputError
+
+            raise UserInputError(
+                "--rules prints the rule table and reads no metrics",
+                "drop --metrics-url/--bench, or run without --rules",
+            )
+        _print_rules(json_out)
+        return
 
     d = diagnose_deployment(
         metrics_url=metrics_url, bench=bench, model=model, samples=samples, prefix_caching=prefix_caching
@@ -47,6 +62,25 @@ def diagnose(
             "server: " + json.dumps({k: v for k, v in d.server.items() if v is not None}),
             highlight=False,
             markup=False,
+        )
+
+
+def _print_rules(json_out: bool) -> None:
+    """The rule table, in the cookbook's order: what fires, why, what to do, and the alert that pages for it."""
+    from toolchain.cli.render import out, print_json
+    from toolchain.diagnose.table import RULES, table_json
+
+    if json_out:
+        print_json(table_json())
+        return
+    for i, r in enumerate(RULES, 1):
+        sev = r.severity + (f" (critical above {r.critical_above:g})" if r.critical_above is not None else "")
+        alert = f"alert {r.alert}: {r.expr} for {r.for_}" if r.expr else f"no alert: {r.needs}"
+        out.print(
+            f"{i}. [{r.step}] {r.name} ({sev})\n    fires when: {r.fires_when}\n    why: {r.why}\n"
+            f"    action: {r.action}\n    {alert}",
+            markup=False,
+            highlight=False,
         )
 
 

@@ -7,6 +7,8 @@ Output layout (``toolchain deploy SPEC --cell ID --out DIR``)::
     DIR/k8s/kustomization.yaml    `kubectl apply -k DIR/k8s`
     DIR/k8s/deployment.yaml       (leaderworkerset.yaml when one replica spans nodes)
     DIR/k8s/service.yaml  servicemonitor.yaml  pdb.yaml  scaledobject.yaml
+    DIR/k8s/prometheusrule.yaml  dashboard.yaml   alerts and the Grafana dashboard (toolchain.deploy.observability)
+    DIR/observability/rules.yaml  dashboard.json  the same as a plain rule file and dashboard JSON
 
 This stage imports specs, hardware and the small shared modules only. The planner's result and the emitted
 Triton repository are passed in (``toolchain.pipeline.fleet`` runs planning and emission, then this).
@@ -37,12 +39,13 @@ from toolchain.deploy.context import (
     readable_by_all,
 )
 from toolchain.deploy.manifests import DEFAULT_NAMESPACE, PINNED, Target, app_name, kustomization, manifests
+from toolchain.deploy.observability import RuleTable, write_observability
 from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
 
-__all__ = ["DeployOptions", "DeployResult", "Sizing", "check_options", "size_cell", "write_deployment"]
+__all__ = ["DeployOptions", "DeployResult", "RuleTable", "Sizing", "check_options", "size_cell", "write_deployment"]
 
 LATEST = re.compile(r"[:@](latest)\b")  # an image tag named latest
 FRONTENDS = ("openai", "kserve", "trtllm-serve")
@@ -138,11 +141,13 @@ def write_deployment(
     out: Path,
     options: DeployOptions,
     host_paths: tuple[Path, ...] = (),
+    rule_table: RuleTable | None = None,
 ) -> DeployResult:
     """Write the build context and manifests for ``cell`` into ``out`` (staged, renamed into place).
 
     ``repository`` is the emitted Triton repository whose engine paths already point under
     ``options.engines_root`` and which carries its tokenizer (``preprocessing/tokenizer``).
+    ``rule_table`` (the diagnosis rules) adds the alerts and dashboard (``toolchain.deploy.observability``).
     """
     o = _with_frontend(cell, options)
     _check_inputs(o, repository, engine_key)
@@ -156,12 +161,15 @@ def write_deployment(
         ctx = tmp / "image"
         _write_image_context(ctx, cell, o, base=base, repository=repository, multi_node=sizing.multi_node)
         _write_manifests(tmp / "k8s", target, cell, sizing, _header(cell, engine_key))
+        obs_notes = []
+        if rule_table is not None and target.frontend != "trtllm-serve":  # trtllm-serve exports no Prometheus
+            obs_notes = write_observability(tmp, target, cell, plan, rule_table, _header(cell, engine_key))
         decision = _decision(cell, o, target, base=str(base), sizing=sizing)
         (tmp / "deploy.json").write_text(json.dumps(decision, indent=2) + "\n")
         leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))
         _refuse_leaks(tmp, leaks, skip=ctx / "src")
         files = _written_files(tmp)
-    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image, o.namespace))
+    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image, o.namespace) + obs_notes)
 
 
 def _with_frontend(cell: Cell, options: DeployOptions) -> DeployOptions:

@@ -95,14 +95,17 @@ rank0() {
     openai)
         [ -f "$OPENAI_MAIN" ] ||
             fail "this image has no Triton OpenAI frontend at $OPENAI_MAIN — use TOOLCHAIN_FRONTEND=kserve"
-        set -- "$PY" "$OPENAI_MAIN" --model-repository "$REPO" --tokenizer "$TOKENIZER" --backend tensorrtllm \
+        # the in-process Triton gets the latency metrics of toolchain/triton/metrics_config.py
+        set -- "$PY" -m toolchain.triton.metrics_config "$OPENAI_MAIN" \
+            --model-repository "$REPO" --tokenizer "$TOKENIZER" --backend tensorrtllm \
             --host "$HOST" --openai-port "$OPENAI_PORT" \
             --enable-kserve-frontends --kserve-http-port "$HTTP_PORT" --kserve-grpc-port "$GRPC_PORT"
         ;;
     kserve)
         set -- "$TRITON_BIN" "--model-repository=$REPO" "--http-address=$HOST" "--http-port=$HTTP_PORT" \
             "--grpc-address=$HOST" "--grpc-port=$GRPC_PORT" "--metrics-address=$HOST" "--metrics-port=$METRICS_PORT" \
-            --disable-auto-complete-config "--backend-config=python,shm-region-prefix-name=rank0_"
+            --disable-auto-complete-config "--backend-config=python,shm-region-prefix-name=rank0_" \
+            --metrics-config=summary_latencies=true --metrics-config=histogram_latencies=true
         ;;
     *) fail "TOOLCHAIN_FRONTEND=$FRONTEND is not openai or kserve" ;;
     esac

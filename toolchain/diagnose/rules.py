@@ -1,15 +1,29 @@
-"""The diagnosis rules of docs/diagnose.md. Each finding carries evidence, a severity and an action.
+"""The diagnosis rules of docs/diagnose.md evaluated on a bench result and/or a sample of server metrics.
 
-Thresholds (docs/diagnose.md): TTFT P99/P50 > 5 with queue time < 200 ms means prefill-decode
-interference; queue P99 > 200 ms means too little capacity; KV usage > 80% means preemption risk;
-GPU utilisation < 70% at peak means a scheduling/admission problem; a large TPOT P99/P50 means
-prefill spikes stall decode; prefix caching configured but no reused blocks means it is not working.
+The rules themselves (threshold, severity, action, order) are the rows of ``toolchain.diagnose.table``, the
+same table the deployment's Prometheus alerts are built from; this module evaluates each row on
+``Observations`` and writes the evidence with the numbers that triggered it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from toolchain.diagnose.table import (
+    BY_NAME,
+    ERROR_RATIO,
+    GPU_UTIL,
+    KV_CRITICAL,
+    KV_FRACTION,
+    QUEUE_MS,
+    RULES,
+    TPOT_RATIO,
+    TTFT_RATIO,
+)
+
+__all__ = ["GPU_UTIL", "KV_FRACTION", "QUEUE_MS", "TPOT_RATIO", "TTFT_RATIO", "Finding", "Observations", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -40,62 +54,57 @@ class Observations:
     reused_blocks: float | None = None
     # requests that shared a prompt prefix; 0 means the workload gave the cache nothing to reuse
     shared_prefix_requests: int | None = None
+    requests_success: float | None = None
+    requests_failure: float | None = None
 
 
-TTFT_RATIO, QUEUE_MS, KV_FRACTION, GPU_UTIL, TPOT_RATIO = 5.0, 200.0, 0.8, 0.7, 3.0
+def _finding(rule: str, evidence: str, severity: str | None = None) -> Finding:
+    row = BY_NAME[rule]
+    return Finding(rule, severity or row.severity, evidence, row.action)
 
 
 def diagnose(o: Observations) -> list[Finding]:
-    """Every rule's finding on ``o``, in the order of docs/diagnose.md; empty when nothing is wrong."""
-    queue = o.queue_p99_ms if o.queue_p99_ms is not None else o.queue_mean_ms
-    qname = "queue P99" if o.queue_p99_ms is not None else "mean queue time"
-    found = [
-        _prefill_decode_interference(o, queue, qname),
-        _undersized(queue, qname),
-        _kv_preemption_risk(o),
-        _gpu_underutilised(o),
-        _prefill_spikes(o),
-        _prefix_cache_unused(o),
-    ]
+    """Every rule's finding on ``o``, in the table's (the cookbook's) order; empty when nothing is wrong."""
+    found = [EVALUATORS[r.name](o) for r in RULES]
     return [f for f in found if f is not None]
 
 
-def _prefill_decode_interference(o: Observations, queue: float | None, qname: str) -> Finding | None:
+def _queue(o: Observations) -> tuple[float | None, str]:
+    """The queue time the rules read: the P99 where the server exports it, else the mean."""
+    if o.queue_p99_ms is not None:
+        return o.queue_p99_ms, "queue P99"
+    return o.queue_mean_ms, "mean queue time"
+
+
+def _prefill_decode_interference(o: Observations) -> Finding | None:
     """A wide TTFT P99/P50 spread while requests barely queue: long prefills stall the batch."""
+    queue, qname = _queue(o)
     if o.ttft_p50_ms and o.ttft_p99_ms is not None and queue is not None:
         ratio = o.ttft_p99_ms / o.ttft_p50_ms
         if ratio > TTFT_RATIO and queue < QUEUE_MS:
-            return Finding(
+            return _finding(
                 "prefill-decode-interference",
-                "warning",
                 f"TTFT P99/P50 = {ratio:.1f} (> {TTFT_RATIO:g}) while {qname} is {queue:.0f} ms "
                 f"(< {QUEUE_MS:g} ms): long prefills stall the batch, not a capacity shortage",
-                "enable chunked prefill (serving.enable_chunked_prefill); at scale consider "
-                "disaggregated prefill/decode",
             )
     return None
 
 
-def _undersized(queue: float | None, qname: str) -> Finding | None:
+def _undersized(o: Observations) -> Finding | None:
     """Requests queue too long: too little capacity for the load."""
+    queue, qname = _queue(o)
     if queue is not None and queue > QUEUE_MS:
-        return Finding(
-            "undersized",
-            "critical",
-            f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)",
-            "add GPUs/instances (see `toolchain plan` fleet size) or lower admitted load",
-        )
+        return _finding("undersized", f"{qname} is {queue:.0f} ms (> {QUEUE_MS:g} ms)")
     return None
 
 
 def _kv_preemption_risk(o: Observations) -> Finding | None:
     """The KV cache ran nearly full: requests risk preemption."""
     if o.kv_usage_max is not None and o.kv_usage_max > KV_FRACTION:
-        return Finding(
+        return _finding(
             "kv-preemption-risk",
-            "critical" if o.kv_usage_max > 0.95 else "warning",
             f"KV-cache usage peaked at {o.kv_usage_max:.0%} (> {KV_FRACTION:.0%})",
-            "reduce max_seq_len or max batch, raise kv_cache_free_gpu_mem_fraction, or add GPUs",
+            "critical" if o.kv_usage_max > KV_CRITICAL else None,
         )
     return None
 
@@ -103,11 +112,8 @@ def _kv_preemption_risk(o: Observations) -> Finding | None:
 def _gpu_underutilised(o: Observations) -> Finding | None:
     """The GPU idled at peak load: a scheduling or admission problem."""
     if o.gpu_util_mean is not None and o.at_peak and o.gpu_util_mean < GPU_UTIL:
-        return Finding(
-            "gpu-underutilised",
-            "warning",
-            f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})",
-            "check scheduling and admission: scheduler policy, max_queue_delay, instance count, client concurrency",
+        return _finding(
+            "gpu-underutilised", f"GPU utilisation averaged {o.gpu_util_mean:.0%} at peak (< {GPU_UTIL:.0%})"
         )
     return None
 
@@ -117,12 +123,7 @@ def _prefill_spikes(o: Observations) -> Finding | None:
     if o.tpot_p50_ms and o.tpot_p99_ms is not None:
         ratio = o.tpot_p99_ms / o.tpot_p50_ms
         if ratio > TPOT_RATIO:
-            return Finding(
-                "prefill-spikes",
-                "warning",
-                f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})",
-                "enable chunked prefill and cap max_num_tokens so decode steps are not stalled",
-            )
+            return _finding("prefill-spikes", f"TPOT P99/P50 = {ratio:.1f} (> {TPOT_RATIO:g})")
     return None
 
 
@@ -134,14 +135,30 @@ def _prefix_cache_unused(o: Observations) -> Finding | None:
         and o.reused_blocks == 0
         and o.shared_prefix_requests != 0
     ):
-        return Finding(
-            "prefix-cache-unused",
-            "warning",
-            "prefix caching is configured but the server reused 0 KV blocks",
-            "check the engine has paged context FMHA, prompts share >= tokens_per_block leading "
-            "tokens, and enable_kv_cache_reuse is true",
+        return _finding("prefix-cache-unused", "prefix caching is configured but the server reused 0 KV blocks")
+    return None
+
+
+def _request_errors(o: Observations) -> Finding | None:
+    """Too many requests failed during the window."""
+    ok, bad = o.requests_success, o.requests_failure
+    if ok is not None and bad is not None and ok + bad > 0 and bad / (ok + bad) > ERROR_RATIO:
+        return _finding(
+            "request-errors",
+            f"{bad:.0f} of {ok + bad:.0f} requests failed ({bad / (ok + bad):.1%}, > {ERROR_RATIO:.0%})",
         )
     return None
+
+
+EVALUATORS: dict[str, Callable[[Observations], Finding | None]] = {
+    "undersized": _undersized,
+    "kv-preemption-risk": _kv_preemption_risk,
+    "prefill-decode-interference": _prefill_decode_interference,
+    "prefill-spikes": _prefill_spikes,
+    "gpu-underutilised": _gpu_underutilised,
+    "request-errors": _request_errors,
+    "prefix-cache-unused": _prefix_cache_unused,
+}
 
 
 def bench_window(result: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -177,4 +194,6 @@ def observations_from(
         o.kv_usage_max = server.get("kv_usage_max")
         o.gpu_util_mean = server.get("gpu_util_mean")
         o.reused_blocks = server.get("kv_reused_blocks")
+        o.requests_success = server.get("requests_success")
+        o.requests_failure = server.get("requests_failure")
     return o

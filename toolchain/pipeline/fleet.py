@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.keys import profile_id
 from toolchain.artifacts.layout import cache
-from toolchain.deploy import DeployOptions, DeployResult, Sizing, check_options, size_cell, write_deployment
+from toolchain.deploy import DeployOptions, DeployResult, RuleTable, Sizing, check_options, size_cell, write_deployment
+from toolchain.diagnose.table import RULES, SIGNALS
 from toolchain.errors import DeployError, PlanError, TritonRepoError
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
@@ -129,7 +130,16 @@ def deploy_cell(
         )
         progress(f"writing the build context and manifests to {out}")
         host = _host_paths(spec, Path(scratch), tok)
-        return write_deployment(cell, plan, repository=repo, engine_key=key, out=out, options=options, host_paths=host)
+        return write_deployment(
+            cell,
+            plan,
+            repository=repo,
+            engine_key=key,
+            out=out,
+            options=options,
+            host_paths=host,
+            rule_table=RuleTable(RULES, SIGNALS),
+        )
 
 
 def _host_paths(spec: EngineSpec, scratch: Path, tok: Path) -> tuple[Path, ...]:

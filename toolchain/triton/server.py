@@ -31,6 +31,7 @@ from toolchain.artifacts.layout import cache
 from toolchain.errors import ServerError, UserInputError
 from toolchain.proc import stop_group, tail
 from toolchain.progress import Heartbeat, Progress, silent
+from toolchain.triton.metrics_config import metrics_args
 
 CONTAINER_TRITON = Path("/opt/tritonserver/bin/tritonserver")
 STUB_FAILURES = ("error while loading shared libraries", "triton_python_backend_stub is not found")
@@ -230,7 +231,7 @@ def start(
 
 
 def _net_args(host: str, ports: Ports) -> list[str]:
-    """tritonserver's address and port flags for HTTP, gRPC and metrics."""
+    """tritonserver's address and port flags for HTTP, gRPC and metrics, and the latency metrics it exports."""
     return [
         f"--http-address={host}",
         f"--http-port={ports.http}",
@@ -238,6 +239,7 @@ def _net_args(host: str, ports: Ports) -> list[str]:
         f"--grpc-port={ports.grpc}",
         f"--metrics-address={host}",
         f"--metrics-port={ports.metrics}",
+        *metrics_args(),
     ]
 
 
