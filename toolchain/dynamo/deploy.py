@@ -84,7 +84,7 @@ def frontend_command(cell: Cell) -> list[str]:
 
 def _security() -> tuple[dict[str, Any], dict[str, Any]]:
     """(pod, container) security contexts of the ``restricted`` Pod Security Standard."""
-    pod = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
+    pod: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
     pod["seccompProfile"] = {"type": "RuntimeDefault"}
     container = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
     return pod, container

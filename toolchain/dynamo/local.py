@@ -35,7 +35,7 @@ from toolchain.specs.matrix import Cell
 
 STAND_IN = "the Dynamo mocker (stand-in for dynamo.trtllm)"
 HOST = "127.0.0.1"
-MAX_LOCAL_WORKERS = 4  # per pool: the mocker runs them as tasks of one process (--num-workers)
+MAX_LOCAL_WORKERS = 4  # per pool, one process each
 BROKER = Path(__file__).with_name("zmq_broker.py")
 
 
@@ -75,8 +75,9 @@ class LocalDeployment:
         """The frontend's and every worker process's Prometheus endpoint."""
         return [self.frontend_metrics_url] + [p.metrics_url for p in self.procs if p.metrics_url]
 
-    def worker(self, name: str) -> Proc:
-        return next(p for p in self.procs if p.name == name)
+    def workers(self, role: str) -> list[Proc]:
+        """The processes of one pool (prefill, decode or workers)."""
+        return [p for p in self.procs if p.name.rsplit("-", 1)[0] == role]
 
     def check_alive(self) -> None:
         """Raise, naming the process and its log tail, when one of them has exited."""
@@ -100,7 +101,8 @@ class LocalDeployment:
             "speedup_ratio": self.speedup,
             "workdir": str(self.workdir),
             "processes": [
-                {"name": p.name, "pid": p.popen.pid, "log": str(p.log), "command": p.cmd} for p in self.procs
+                {"name": p.name, "pid": p.popen.pid, "log": str(p.log), "metrics": p.metrics_url, "command": p.cmd}
+                for p in self.procs
             ],
             "notes": self.notes,
         }
@@ -301,10 +303,9 @@ def _ready(dep: LocalDeployment) -> str | None:
             return f"{p.name} worker's status server not up"
     if not _warm_up(dep):
         return "warm-up request failed"
-    if dep.mode == "disaggregated":
-        url = dep.worker("prefill").metrics_url
-        if url and requests_served(url, "prefill") < 1:
-            return "the frontend has not activated its prefill router yet"
+    prefills = sum(requests_served(p.metrics_url or "", "prefill") for p in dep.workers("prefill"))
+    if dep.mode == "disaggregated" and prefills < 1:
+        return "the frontend has not activated its prefill router yet"
     return None
 
 
@@ -341,10 +342,11 @@ def start_local(
             if n < pool.replicas:
                 dep.notes.append(f"{pool.role}: running {n} of the {pool.replicas} planned workers")
             profile = write_profile(workdir / f"timing-{pool.role}.npz", timing_of(pool, plan, cell))
-            args = mocker_args(cell, plan, pool, card=card, profile=profile, speedup=ratio, workers=n)
-            dep.procs.append(
-                _launch(pool.role, [python, "-m", "dynamo.mocker", *args], logs, env, system_port=system_port())
-            )
+            # one process per worker: each has its own status server, so its metrics are its own
+            for i in range(n):
+                args = mocker_args(cell, plan, pool, card=card, profile=profile, speedup=ratio, workers=1)
+                cmd = [python, "-m", "dynamo.mocker", *args]
+                dep.procs.append(_launch(f"{pool.role}-{i}", cmd, logs, env, system_port=system_port()))
         _wait_ready(dep, ready_timeout, progress)
     except BaseException:
         dep.stop(5)

@@ -49,6 +49,7 @@ class PoolPlan:
     rps_per_worker: float
     weight_read_bytes: float  # per rank per decode step
     raw_workers: float
+    slo_miss: str | None = None  # a pool the spec fixed that cannot meet the TPOT SLO
 
 
 @dataclass
@@ -139,18 +140,24 @@ def _pool(
     pc = pool_cell(cell, pool)
     plan = plan_cell(pc, arch)
     _fit(role, pc, plan)
+    slo_miss: str | None = None
     prefill_s = plan.prefill_ms_avg_input / 1000.0
     avg_out = traffic.output_tokens.mean if traffic else max(1, plan.avg_context - plan.avg_input)
     batch, step = 0, 0.0
     if role != "prefill":
         if budget_ms is not None and budget_ms - chunk_ms <= _step_ms(plan, 1, pc):
             need = "with a prefill chunk in the step " if chunk_ms else ""
-            raise PlanError(
+            miss = (
                 f"dynamo.{role}: a decode step {need}takes {_step_ms(plan, 1, pc) + chunk_ms:.1f} ms at batch 1 on "
-                f"{pc.gpu.name} TP{pc.tp}, over the TPOT SLO {budget_ms:g} ms",
-                "raise the TP, use a faster GPU or weight format, relax slo.tpot_ms"
-                + (", or disaggregate (mode: disaggregated)" if chunk_ms else ""),
+                f"{pc.gpu.name} TP{pc.tp}, over the TPOT SLO {budget_ms:g} ms"
             )
+            if pool.replicas == "plan":  # nothing to size the pool by
+                raise PlanError(
+                    miss,
+                    "raise the TP, use a faster GPU or weight format, relax slo.tpot_ms"
+                    + (", or disaggregate (mode: disaggregated)" if chunk_ms else ""),
+                )
+            slo_miss, budget_ms = miss, None  # the spec fixed the pool: size its batch by memory, say so
         batch = _batch_within(plan, pc, (budget_ms - chunk_ms) if budget_ms is not None else 1e12)
         step = _step_ms(plan, batch, pc)
     if role == "prefill":
@@ -178,6 +185,7 @@ def _pool(
             rps_per_worker=rps,
             weight_read_bytes=plan.decode_read_bytes_per_gpu * pc.pp,
             raw_workers=raw,
+            slo_miss=slo_miss,
         ),
         plan,
     )
@@ -211,6 +219,8 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
     agg_tpot = agg.step_ms + chunk_ms
     link_gb_s = d.link.gb_s
     notes: list[str] = []
+    if agg.slo_miss and not d.disaggregated:
+        notes.append(agg.slo_miss)
     if not d.disaggregated:
         verdict, pays = _aggregated_verdict(agg, tpot)
         return DynamoPlan(
@@ -240,6 +250,7 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
         )
     pre, pre_plan = _pool("prefill", cell, arch, d.prefill, budget_ms=None, chunk_ms=0.0, traffic=traffic)
     dec, _ = _pool("decode", cell, arch, d.decode, budget_ms=tpot, chunk_ms=0.0, traffic=traffic)
+    notes += [m for m in (dec.slo_miss,) if m]
     lanes = min(pre.tp, dec.tp)
     transfer_ms = per_request / (link_gb_s * 1e9 * lanes) * 1000.0
     ttft_est = pre.prefill_ms + transfer_ms
