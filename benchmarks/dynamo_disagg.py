@@ -9,7 +9,7 @@ workers, each doing prefill and decode (round-robin). Disaggregated: one prefill
 `toolchain bench --protocol openai-chat` sends the same prompts (seeded) to both; `toolchain diagnose` reads the
 aggregated run. The output is a Markdown table (TTFT and TPOT P50/P99 and P99/P50) and a JSON file.
 
-Usage: .venv/bin/python benchmarks/dynamo_disagg.py [--requests 80] [--concurrency 8] [--speedup 4] [--out DIR]
+Usage: .venv/bin/python benchmarks/dynamo_disagg.py [--requests 60] [--concurrency 8] [--speedup 4] [--out DIR]
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def bench_mode(mode: str, spec: Path, data: Path, tmp: Path, args: argparse.Name
         return {
             "summary": run0["summary"],
             "server": run0.get("server"),
+            "wall_s": run0["summary"]["wall_s"],
             "findings": json.loads(diag.stdout)["findings"] if diag.returncode == 0 else diag.stderr,
         }
     finally:
@@ -116,11 +117,11 @@ def _ratio(m: dict[str, Any]) -> float:
 
 def table(res: dict[str, dict[str, Any]]) -> str:
     rows = ["| topology (2 workers) | TTFT P50 | TTFT P99 | TTFT P99/P50 | TPOT P50 | TPOT P99 | TPOT P99/P50 | "
-            "ITL P50 | ITL P99 | req/s |",
+            "ICL P50 | ICL P99 | req/s |",
             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for mode, r in res.items():
         s = r["summary"]
-        t, p, i = s["ttft_ms"], s["tpot_ms"], s.get("itl_ms") or {"p50": float("nan"), "p99": float("nan")}
+        t, p, i = s["ttft_ms"], s["tpot_ms"], s.get("icl_ms") or {"p50": float("nan"), "p99": float("nan")}
         label = "aggregated (2 × prefill+decode)" if mode == "aggregated" else "disaggregated (1 prefill + 1 decode)"
         rows.append(
             f"| {label} | {t['p50']:.1f} | {t['p99']:.1f} | {_ratio(t):.1f} | {p['p50']:.2f} | {p['p99']:.2f} | "
@@ -131,10 +132,10 @@ def table(res: dict[str, dict[str, Any]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=80)
+    ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--output-tokens", type=int, default=64)
-    ap.add_argument("--long-fraction", type=float, default=0.15)
+    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--long-fraction", type=float, default=0.2)
     ap.add_argument("--speedup", type=float, default=4.0)
     ap.add_argument("--out", type=Path, default=None, help="Write results.json and table.md here")
     args = ap.parse_args()
