@@ -162,3 +162,17 @@ def test_dynamo_commands_without_dynamo_exit_3(cli: Cli, monkeypatch: pytest.Mon
     r = cli("dynamo", "up", DISAGG, "--workdir", tmp_path / "run")
     assert r.exit_code == 3, r.output
     assert "NVIDIA Dynamo 1.6.1 is not installed" in r.output and "scripts/setup-dynamo.sh" in r.output
+
+
+def test_dynamo_commands_on_a_spec_without_dynamo(cli: Cli) -> None:
+    from tests.conftest import SPECS
+
+    spec = SPECS / "llama-3.3-70b-fp8-h100.yaml"
+    for args in (("dynamo", "plan", spec), ("dynamo", "up", spec), ("dynamo", "deploy", spec, "--out", "/nonexistent")):
+        assert "has no dynamo block" in _one_line_error(cli, *args)
+
+
+def test_bad_speedup_is_a_one_line_error(cli: Cli, tmp_path: Path) -> None:
+    for bad in ("0", "-2", "nan"):
+        line = _one_line_error(cli, "dynamo", "up", DISAGG, "--speedup", bad, "--workdir", tmp_path / "w")
+        assert "--speedup must be a positive number" in line

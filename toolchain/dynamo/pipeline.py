@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.dynamo.plan import DynamoPlan, plan_dynamo
-from toolchain.errors import SpecError
+from toolchain.errors import SpecError, UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
@@ -58,8 +58,10 @@ def up(
     from toolchain.dynamo.env import dynamo_python
     from toolchain.dynamo.local import start_local
 
+    if speedup is not None and not speedup > 0:  # also NaN
+        raise UserInputError(f"--speedup must be a positive number, not {speedup}", "e.g. --speedup 10")
+    planned = plan_spec(spec_path, cell_id, mode=mode)  # the spec's mistakes first, then the environment's
     python = dynamo_python()
-    planned = plan_spec(spec_path, cell_id, mode=mode)
     progress("writing the stand-in model card (tokenizer + the model's shape)")
     card = write_card(workdir / "model", planned.arch, planned.cell.spec.name)
     dep = start_local(
