@@ -118,3 +118,41 @@ def test_local_model_without_model_path_is_a_one_line_error(cli: Cli, tmp_path: 
     r = cli("dynamo", "deploy", spec, "--out", tmp_path / "out")
     assert r.exit_code == 2, r.output
     assert r.output.startswith("Error: ") and "--model-path" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+KEY = "ab" * 32
+
+
+def test_registry_artifact_is_pulled_and_verified_by_an_init_container(
+    cli: Cli, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
+) -> None:
+    out = tmp_path / "out"
+    r = cli(
+        "dynamo", "deploy", DISAGG, "--out", out, "--engine", KEY, "--registry", "s3://models/llm",
+        "--registry-secret", "registry-creds", "--toolchain-image", "registry.example/toolchain@sha256:" + "0" * 64,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    for res in render_kustomization(out):
+        validate_manifest(res)
+    for c in _dgd(out)["spec"]["components"][1:]:
+        pod = c["podTemplate"]["spec"]
+        (init,) = pod["initContainers"]
+        assert init["command"][-4:] == ["cache", "pull", KEY, f"/models/{KEY}"]
+        assert init["args"] == ["--registry", "s3://models/llm"]
+        assert init["envFrom"] == [{"secretRef": {"name": "registry-creds", "optional": False}}]
+        main = pod["containers"][0]
+        assert main["args"][main["args"].index("--model") + 1] == f"/models/{KEY}/hf"
+        assert {"name": "models", "emptyDir": {}} in pod["volumes"]
+
+
+def test_registry_mistakes_are_one_line_errors(cli: Cli, tmp_path: Path) -> None:
+    cases = [
+        (["--engine", KEY], "--engine needs --registry"),
+        (["--engine", KEY, "--registry", str(tmp_path), "--toolchain-image", "t:1"], "a path of this machine"),
+        (["--engine", "abc", "--registry", "s3://b/p", "--toolchain-image", "t:1"], "not a full registry key"),
+        (["--engine", KEY, "--registry", "s3://b/p", "--toolchain-image", "t:1", "--model-path", "/m"], "both name"),
+    ]
+    for i, (args, msg) in enumerate(cases):
+        r = cli("dynamo", "deploy", DISAGG, "--out", tmp_path / f"o{i}", *args)
+        assert r.exit_code == 2, r.output
+        assert r.output.startswith("Error: ") and msg in r.output and len(r.output.strip().splitlines()) == 1

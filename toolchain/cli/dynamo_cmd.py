@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, SpecArg, out_dir_opt
+from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
 
 app = typer.Typer(
     help="NVIDIA Dynamo: plan prefill/decode pools, write a DynamoGraphDeployment, run the topology here with the "
@@ -92,6 +92,16 @@ def deploy(
     model_path: Annotated[
         str | None, typer.Option("--model-path", help="Checkpoint path or HF id in the pod (default: the spec's)")
     ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Registry key of the LLM-API artifact the workers pull and verify")
+    ] = None,
+    registry: RegistryOpt = None,
+    registry_secret: Annotated[
+        str | None, typer.Option("--registry-secret", help="Secret with the registry credentials (envFrom)")
+    ] = None,
+    toolchain_image: Annotated[
+        str | None, typer.Option("--toolchain-image", help="Image with the toolchain, for the pull init container")
+    ] = None,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -102,11 +112,25 @@ def deploy(
     """
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as out_console
-    from toolchain.dynamo.deploy import write_dgd
+    from toolchain.dynamo.deploy import Artifact, write_dgd
     from toolchain.dynamo.pipeline import plan_spec
+    from toolchain.errors import UserInputError
 
+    artifact = None
+    if engine:
+        from toolchain import settings
+
+        reg = registry or settings.registry_url()
+        if not reg or not toolchain_image:
+            raise UserInputError(
+                "--engine needs --registry (s3:// or hf://) and --toolchain-image for the pull init container",
+                "pass both, or drop --engine to let dynamo.trtllm download the spec's Hub model",
+            )
+        artifact = Artifact(engine, reg, toolchain_image, registry_secret)
     planned = plan_spec(spec, cell)
-    files = write_dgd(planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, force=force)
+    files = write_dgd(
+        planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
+    )
     if json_out:
         print_json({"files": {k: str(v) for k, v in files.items()}, "plan": planned.plan.to_json()})
         return

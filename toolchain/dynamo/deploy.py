@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,31 @@ TRANSCEIVER = {"default": "DEFAULT", "nixl": "NIXL", "ucx": "UCX"}
 COMPONENT = {"workers": ("worker", "worker"), "prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}
 MODE_FLAG = {"workers": "agg", "prefill": "prefill", "decode": "decode"}
 UID = 1000
+MODELS = "/models"  # the emptyDir an init container restores the registry artifact into
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An LLM-API artifact (``hf/`` + options) in the registry, pulled and verified by an init container."""
+
+    key: str  # full registry key
+    registry: str  # s3://... or hf://... (the pods cannot read this machine's paths)
+    image: str  # an image with the toolchain installed (the one `toolchain deploy` builds)
+    secret: str | None = None  # Secret with the registry credentials (AWS_*, HF_TOKEN), as envFrom
+
+    @property
+    def model_path(self) -> str:
+        return f"{MODELS}/{self.key}/hf"
+
+
+def check_artifact(a: Artifact) -> None:
+    if not a.registry.startswith(("s3://", "hf://")):
+        raise DeployError(
+            f"--registry {a.registry} is a path of this machine, which the pods cannot read",
+            "push the artifact to an s3:// or hf:// registry (`toolchain cache push`) and name that",
+        )
+    if len(a.key) != 64 or any(c not in "0123456789abcdef" for c in a.key):
+        raise DeployError(f"--engine {a.key[:80]!r} is not a full registry key", "see `toolchain cache ls`")
 
 
 def engine_args(cell: Cell, pool: PoolPlan) -> dict[str, Any]:
@@ -115,12 +141,39 @@ def _pod_template(container: dict[str, Any], volumes: list[dict[str, Any]], labe
     }
 
 
+def _pull_container(a: Artifact) -> dict[str, Any]:
+    """``toolchain cache pull`` of the artifact into the models emptyDir: every file's digest is verified, and a
+    corrupt or missing entry fails the pod before the worker starts."""
+    _pod, sec = _security()
+    c: dict[str, Any] = {
+        "name": "pull",
+        "image": a.image,
+        "command": ["python3", "-m", "toolchain.cli.main", "cache", "pull", a.key, f"{MODELS}/{a.key}"],
+        "args": ["--registry", a.registry],
+        "env": _env(),
+        "securityContext": sec,
+        "volumeMounts": [{"name": "models", "mountPath": MODELS}, {"name": "home", "mountPath": "/home/dynamo"}],
+    }
+    if a.secret:
+        c["envFrom"] = [{"secretRef": {"name": a.secret, "optional": False}}]
+    return c
+
+
 def _env(extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     base = {"HOME": "/home/dynamo", "HF_HOME": "/home/dynamo/.cache/huggingface", **(extra or {})}
     return [{"name": k, "value": v} for k, v in base.items()]
 
 
-def dgd(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str, model: str, config_map: str) -> dict[str, Any]:
+def dgd(
+    cell: Cell,
+    plan: DynamoPlan,
+    *,
+    name: str,
+    namespace: str,
+    model: str,
+    config_map: str,
+    artifact: Artifact | None = None,
+) -> dict[str, Any]:
     """The DynamoGraphDeployment object."""
     d = cell.spec.dynamo
     assert d is not None
@@ -144,7 +197,15 @@ def dgd(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str, model: str, 
         c["resources"] = {"limits": {"nvidia.com/gpu": str(pool.tp)}, "requests": {"nvidia.com/gpu": str(pool.tp)}}
         from toolchain.hardware.catalog import lookup_gpu
 
-        tmpl = _pod_template(c, [{"name": "engine-args", "configMap": {"name": config_map}}], labels)
+        volumes: list[dict[str, Any]] = [{"name": "engine-args", "configMap": {"name": config_map}}]
+        if artifact is not None:
+            c["volumeMounts"].append({"name": "models", "mountPath": MODELS, "readOnly": True})
+            if artifact.secret:
+                c["envFrom"] = [{"secretRef": {"name": artifact.secret, "optional": False}}]
+            volumes.append({"name": "models", "emptyDir": {}})
+        tmpl = _pod_template(c, volumes, labels)
+        if artifact is not None:
+            tmpl["spec"]["initContainers"] = [_pull_container(artifact)]
         tmpl["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": lookup_gpu(pool.gpu).gfd_product}
         tmpl["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         components.append({"name": cname, "type": ctype, "replicas": pool.replicas, "podTemplate": tmpl})
@@ -172,10 +233,16 @@ def write_dgd(
     *,
     namespace: str = "default",
     model_path: str | None = None,
+    artifact: Artifact | None = None,
     force: bool = False,
 ) -> dict[str, Path]:
     """Write the DynamoGraphDeployment, its engine-args ConfigMap, a kustomization and the worker commands."""
-    if cell.spec.model.is_hf:
+    if artifact is not None:
+        check_artifact(artifact)
+        if model_path:
+            raise DeployError("--model-path and --engine both name the model", "pass one of them")
+        model = artifact.model_path
+    elif cell.spec.model.is_hf:
         repo, _rev = cell.spec.model.hf_repo_revision()
         model = model_path or repo  # dynamo.trtllm downloads a Hub id itself (its default branch)
     elif model_path:
@@ -194,7 +261,9 @@ def write_dgd(
     cm_name = f"{name}-engine-args"
     objs = {
         "configmap.yaml": config_map(cell, plan, name=cm_name, namespace=namespace),
-        "dynamographdeployment.yaml": dgd(cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name),
+        "dynamographdeployment.yaml": dgd(
+            cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name, artifact=artifact
+        ),
     }
     files: dict[str, Path] = {}
     for fname, obj in objs.items():
