@@ -201,6 +201,12 @@ def up(
             )
             for n in dep.notes:
                 err.print(f"note: {n}", markup=False, highlight=False)
+            err.print(
+                f"bench it: toolchain bench --url {dep.url} --protocol openai-chat --model {dep.model} "
+                f"--tokenizer {run_dir / 'model'} --metrics-url {','.join(dep.metrics_urls)}",
+                markup=False,
+                highlight=False,
+            )
         with contextlib.suppress(KeyboardInterrupt):
             serve_until(dep, stop.is_set)
     finally:

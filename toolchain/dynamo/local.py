@@ -100,6 +100,7 @@ class LocalDeployment:
             "metrics": self.metrics_urls,
             "speedup_ratio": self.speedup,
             "workdir": str(self.workdir),
+            "tokenizer": str(self.workdir / "model"),
             "processes": [
                 {"name": p.name, "pid": p.popen.pid, "log": str(p.log), "metrics": p.metrics_url, "command": p.cmd}
                 for p in self.procs
