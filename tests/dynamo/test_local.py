@@ -249,3 +249,22 @@ def test_aggregated_serves_and_sigkill_of_up_leaves_no_orphan(cli: Cli, tmp_path
         assert _wait(lambda: not any(_alive(p) for p in tree), 30), [p for p in tree if _alive(p)]
     finally:
         stop_up(up)
+
+
+def test_a_worker_that_dies_fails_up_with_its_name(tmp_path: Path) -> None:
+    """Supervision: SIGKILL of one mocker process ends `dynamo up` with an error naming that worker and its log;
+    nothing of the deployment is left behind."""
+    dynamo_python_or_skip()
+    up = start_up(_spec(tmp_path, "disaggregated"), tmp_path / "run")
+    try:
+        tree = descendants(up.proc.pid)
+        watchdog = up.process("decode-0")["pid"]
+        mocker = [p for p in descendants(watchdog)]
+        assert mocker, "the decode worker's watchdog has a child"
+        os.kill(mocker[0], signal.SIGKILL)
+        assert up.proc.wait(30) != 0
+        errors = [ln for ln in up.log.read_text().splitlines() if ln.startswith("Error: ")]
+        assert errors and "the Dynamo mocker (stand-in for dynamo.trtllm), decode-0 exited" in errors[-1]
+        assert _wait(lambda: not any(_alive(p) for p in tree), 30), [p for p in tree if _alive(p)]
+    finally:
+        stop_up(up)
