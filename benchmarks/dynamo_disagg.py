@@ -4,7 +4,7 @@ workload: a minority of long prompts among short chats.
 
 Both topologies run here with `toolchain dynamo up`: the Dynamo frontend and router, and the Dynamo mocker
 (stand-in for dynamo.trtllm) timed by the planner's estimates for Llama-3.3-70B FP8 on H100 TP2
-(engine_specs/llama-3.3-70b-fp8-dynamo-disagg.yaml), every delay divided by the same --speedup. Aggregated: two
+(engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml), every delay divided by the same --speedup. Aggregated: two
 workers, each doing prefill and decode (round-robin). Disaggregated: one prefill worker and one decode worker.
 `toolchain bench --protocol openai-chat` sends the same prompts (seeded) to both; `toolchain diagnose` reads the
 aggregated run. The output is a Markdown table (TTFT and TPOT P50/P99 and P99/P50) and a JSON file.
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO / "engine_specs" / "llama-3.3-70b-fp8-dynamo-disagg.yaml"
+SPEC = REPO / "engine_specs" / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
 MODEL = "llama-3.3-70b-instruct-fp8-dynamo-disagg"
 WORDS = (
     "the quick brown fox jumps over a lazy dog while prefill and decode share one batch".split()  # noqa: SIM905

@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import SPECS, Cli
 from tests.deploy.conftest import render_kustomization
 
-DISAGG = SPECS / "llama-3.3-70b-fp8-dynamo-disagg.yaml"
+DISAGG = SPECS / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
 
 
 @pytest.fixture(scope="module")

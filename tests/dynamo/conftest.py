@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import REPO, SPECS
 
-DISAGG = SPECS / "llama-3.3-70b-fp8-dynamo-disagg.yaml"
+DISAGG = SPECS / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
 DATA = Path(__file__).resolve().parent / "data"
 
 

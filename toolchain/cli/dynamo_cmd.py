@@ -38,7 +38,7 @@ def plan(
     """Size the prefill and decode pools from the SLOs and traffic, beside the aggregated fleet; say whether
     disaggregation pays.
 
-    Examples: toolchain dynamo plan engine_specs/llama-3.3-70b-fp8-dynamo-disagg.yaml --explain
+    Examples: toolchain dynamo plan engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --explain
     """
     from rich.table import Table
 
@@ -108,7 +108,7 @@ def deploy(
     """Write a DynamoGraphDeployment (nvidia.com/v1beta1): frontend, prefill and decode workers running
     dynamo.trtllm, sized from the plan.
 
-    Examples: toolchain dynamo deploy engine_specs/llama-3.3-70b-fp8-dynamo-disagg.yaml --out ./dgd
+    Examples: toolchain dynamo deploy engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --out ./dgd
     """
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as out_console
@@ -158,7 +158,7 @@ def up(
     """Run the spec's topology here: Dynamo frontend and router, and the Dynamo mocker (stand-in for dynamo.trtllm)
     as prefill/decode workers timed by the planner; every listener on 127.0.0.1; until Ctrl-C.
 
-    Examples: toolchain dynamo up engine_specs/llama-3.3-70b-fp8-dynamo-disagg.yaml --http-port 18000
+    Examples: toolchain dynamo up engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --http-port 18000
     """
     import contextlib
     import json
