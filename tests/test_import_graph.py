@@ -7,7 +7,8 @@ Layers, bottom to top (a module may import its own package and any lower layer, 
     2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
     3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format
     4  stages     planning, quantize, compile, registry, triton, deploy, bench, diagnose: never each other
-    5  pipeline   the only place that runs stages in order
+    5  pipeline   the only place that runs stages in order (and dynamo: plan, deploy and a local run for NVIDIA
+                  Dynamo, in its own package)
     6  cli        the Typer layer (nothing else imports typer)
 
 Every import counts, including those inside functions (lazy imports) and relative ones.
@@ -21,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "toolchain"
 BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "_deps"}
 STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
-RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "cli": 6}
+RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "dynamo": 5, "cli": 6}
 
 
 def _unit(module: str) -> str:

@@ -203,3 +203,13 @@ class DeployError(UserInputError):
     """A deployment that cannot be written as asked (no pinned container, a host-path registry...)."""
 
     default_hint = "fix the spec or the `toolchain deploy` options as the message says"
+
+
+# --- dynamo -----------------------------------------------------------------------------------
+
+
+class DynamoMissingError(ToolchainError):
+    """NVIDIA Dynamo's environment (``.venv-dynamo``) is not installed: exit 3, like a missing extra."""
+
+    exit_code = 3
+    default_hint = "run scripts/setup-dynamo.sh"

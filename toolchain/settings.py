@@ -13,6 +13,9 @@ variable                       default                  meaning
 ``TOOLCHAIN_S3_ENDPOINT_URL``  ``$AWS_ENDPOINT_URL``    endpoint of an S3-compatible store for ``s3://`` URLs
 ``TOOLCHAIN_CONTAINER_IMAGE``  (none)                   container image recorded in build provenance
 ``TRTLLM_ROOT``                ``/app/tensorrt_llm``    TensorRT-LLM source tree (its ``convert_checkpoint.py``)
+``TOOLCHAIN_DYNAMO_PYTHON``    (see meaning)            Python of NVIDIA Dynamo's environment; default the repo's
+                                                        ``.venv-dynamo/bin/python``, else ``python`` on PATH that
+                                                        imports ``dynamo.frontend``
 =============================  =======================  =====================================================
 
 Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
@@ -47,6 +50,7 @@ S3_ENDPOINT = Setting("TOOLCHAIN_S3_ENDPOINT_URL", None, "S3-compatible endpoint
 AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS SDKs' own variable)")
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
+DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
 HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
 HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
 
@@ -58,6 +62,7 @@ ALL: tuple[Setting, ...] = (
     AWS_ENDPOINT,
     CONTAINER_IMAGE,
     TRTLLM_ROOT,
+    DYNAMO_PYTHON,
     HF_OFFLINE,
     HF_ENDPOINT,
 )
@@ -98,3 +103,8 @@ def hf_endpoint(default: str) -> str:
 
 def trtllm_root() -> Path:
     return Path(TRTLLM_ROOT.get() or "/app/tensorrt_llm")
+
+
+def dynamo_python() -> str | None:
+    """``TOOLCHAIN_DYNAMO_PYTHON`` when set (None: look in the default places, toolchain.dynamo.env)."""
+    return DYNAMO_PYTHON.get()

@@ -44,6 +44,9 @@ def _pod_templates(node: Any, schema: dict[str, Any], path: str = "") -> list[tu
         for k, v in node.items():
             if k in props:
                 found += _pod_templates(v, props[k], f"{path}.{k}")
+    elif isinstance(node, list) and isinstance(schema.get("items"), dict):  # DynamoGraphDeployment components[]
+        for i, v in enumerate(node):
+            found += _pod_templates(v, schema["items"], f"{path}[{i}]")
     return found
 
 

@@ -65,7 +65,12 @@ def _candidates(path: str, current: Any) -> list[Any]:
             "float32",
             "medusa",
             "fp8",
+            "aggregated",
+            "round-robin",
+            "nixl",
+            "nvlink4",
             current + "x",
+            2,  # int | Literal["plan"] fields (dynamo pool replicas)
         ]
     # None: try values of every common kind
     return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], [[0]], "fp8"]
@@ -80,6 +85,8 @@ _BLOCK_BASES: dict[str, dict[str, Any]] = {
     "speculative.heads.": {"speculative": {"mode": "medusa", "heads": {"source": "hf://org/medusa@v1"}}},
     "speculative.lookahead.": {"speculative": {"mode": "lookahead", "lookahead": {}}},
     "lora.": {"lora": {"adapters": ["adapters/a"]}},
+    "dynamo.workers.": {"dynamo": {"mode": "aggregated"}},
+    "dynamo.": {"dynamo": {}},
 }
 
 

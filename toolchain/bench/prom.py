@@ -55,7 +55,14 @@ def parse(text: str) -> Snapshot:
 
 
 def scrape(url: str, timeout: float = 5.0) -> Snapshot:
-    """One sample of a Prometheus text endpoint (http or https only); a body with no sample is refused."""
+    """One sample of a Prometheus text endpoint (http or https only); a body with no sample is refused.
+
+    Several endpoints, comma-separated (a Dynamo frontend and its workers), are scraped into one snapshot."""
+    if "," in url:
+        merged = Snapshot()
+        for one in (u.strip() for u in url.split(",") if u.strip()):
+            merged.samples += scrape(one, timeout).samples
+        return merged
     hint = "check --metrics-url (Triton serves /metrics on 8002)"
     shown = url if len(url) <= 120 else url[:117] + "..."
     try:
@@ -81,6 +88,11 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
 
 def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:
     """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run."""
+
+    from toolchain.bench import dynamo_metrics
+
+    if dynamo_metrics.is_dynamo(after):  # a Dynamo frontend (and its workers): its own metric names
+        return dynamo_metrics.server_side(before, after, during, model)
 
     def delta(name: str, **lb: str) -> float:
         return after.total(name, **lb) - before.total(name, **lb)

@@ -73,7 +73,8 @@ def _result_problem(d: dict[str, Any]) -> str | None:
             return f"runs[{i}].load is not an object"
         srv = run.get("server")
         if srv is not None and (
-            not isinstance(srv, dict) or any(k != "model" and v is not None and not _number(v) for k, v in srv.items())
+            not isinstance(srv, dict)
+            or any(k not in ("model", "source") and v is not None and not _number(v) for k, v in srv.items())
         ):
             return f"runs[{i}].server is not a table of numbers"
         records = run.get("records", [])

@@ -75,6 +75,13 @@ def deploy(
     from toolchain.specs.loader import load_spec
 
     s = load_spec(spec)
+    if s.dynamo is not None:
+        err.print(
+            f"note: this spec serves on NVIDIA Dynamo; `toolchain dynamo deploy {spec} --out DIR` writes its "
+            "DynamoGraphDeployment (this command writes a single-pool trtllm-serve deployment)",
+            highlight=False,
+            markup=False,
+        )
     opts = DeployOptions(
         registry=registry or "",
         image=image,

@@ -15,6 +15,7 @@ from toolchain.cli import (
     cache_cmd,
     deploy_cmd,
     diagnose_cmd,
+    dynamo_cmd,
     gpus_cmd,
     infer_cmd,
     matrix_cmd,
@@ -121,6 +122,7 @@ COMMANDS = (
     deploy_cmd,
     diagnose_cmd,
     matrix_cmd,
+    dynamo_cmd,
 )
 for _module in COMMANDS:
     _module.register(app)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from toolchain.specs.dynamo import DynamoServing
 from toolchain.specs.lora import LoraServing
 from toolchain.specs.sources import HF_SOURCE, hf_repo_revision
 from toolchain.specs.speculative import SpeculativeDecoding
@@ -407,6 +408,7 @@ class EngineSpec(_Strict):
     serving: Serving = Field(default_factory=Serving)
     speculative: SpeculativeDecoding | None = None
     lora: LoraServing | None = None
+    dynamo: DynamoServing | None = None
     slo: SLO = Field(default_factory=SLO)
     traffic: Traffic | None = None
 

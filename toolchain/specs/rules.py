@@ -141,9 +141,9 @@ def _paged_context_problems(spec: EngineSpec) -> list[Problem]:
 
 def check_spec(spec: EngineSpec) -> list[Problem]:
     """Rules that do not depend on a matrix cell."""
-    from toolchain.specs import lora, speculative
+    from toolchain.specs import dynamo, lora, speculative
 
-    out: list[Problem] = speculative.problems(spec) + lora.problems(spec)
+    out: list[Problem] = speculative.problems(spec) + lora.problems(spec) + dynamo.problems(spec)
     s, b, q = spec.serving, spec.build, spec.quantization
     out += _release_problems(spec)
     if s.streaming and not s.decoupled:

@@ -1,0 +1,218 @@
+"""`toolchain dynamo plan|deploy|up`: disaggregated prefill/decode on NVIDIA Dynamo."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
+
+app = typer.Typer(
+    help="NVIDIA Dynamo: plan prefill/decode pools, write a DynamoGraphDeployment, run the topology here with the "
+    "Dynamo mocker (stand-in for dynamo.trtllm).",
+    no_args_is_help=True,
+)
+
+
+class Mode(str, Enum):
+    """``toolchain.specs.dynamo.DynamoServing.mode``."""
+
+    aggregated = "aggregated"
+    disaggregated = "disaggregated"
+
+
+ModeOpt = Annotated[Mode | None, typer.Option("--mode", help="Override the spec's dynamo.mode")]
+
+
+@app.command("plan")
+def plan(
+    spec: SpecArg,
+    cell: CellOpt = None,
+    mode: ModeOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the formulas with the numbers")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Size the prefill and decode pools from the SLOs and traffic, beside the aggregated fleet; say whether
+    disaggregation pays.
+
+    Examples: toolchain dynamo plan engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --explain
+    """
+    from rich.table import Table
+
+    from toolchain.cli.render import err, out, print_json
+    from toolchain.dynamo.pipeline import plan_spec
+    from toolchain.dynamo.plan import explain as explain_plan
+
+    planned = plan_spec(spec, cell, mode=mode.value if mode else None)
+    p = planned.plan
+    if json_out:
+        print_json(p.to_json())
+        return
+    t = Table(title=f"dynamo plan: {planned.cell.spec.name} (cell {p.cell_id}, {p.mode})")
+    for col in ("pool", "GPU", "TP", "workers", "GPUs", "batch", "step ms", "prefill ms", "req/s per worker"):
+        t.add_column(col)
+    rows = [*p.pools, *([p.aggregated] if p.mode == "disaggregated" else [])]
+    for pp in rows:
+        name = "aggregated (same SLOs)" if pp is p.aggregated and p.mode == "disaggregated" else pp.role
+        t.add_row(
+            name,
+            pp.gpu,
+            str(pp.tp),
+            str(pp.replicas) if pp.replicas else "cannot meet TPOT",
+            str(pp.gpus),
+            str(pp.batch) if pp.batch else "-",
+            f"{pp.step_ms:.2f}" if pp.step_ms else "-",
+            f"{pp.prefill_ms:.1f}",
+            f"{pp.rps_per_worker:.2f}",
+        )
+    out.print(t)
+    out.print(
+        f"KV per request {p.kv_bytes_per_request / 1e9:.2f} GB; transfer {p.transfer_ms:.2f} ms over {p.link} "
+        f"({p.link_gb_s:g} GB/s per GPU); TTFT ≈ {p.ttft_ms:.1f} ms, TPOT P99 ≈ {p.tpot_p99_ms:.2f} ms "
+        f"(aggregated {p.aggregated_tpot_p99_ms:.2f} ms)",
+        markup=False,
+        highlight=False,
+    )
+    out.print(p.verdict, markup=False, highlight=False)
+    if explain:
+        out.print(explain_plan(p, planned.arch), markup=False, highlight=False)
+    for n in p.notes:
+        err.print(f"note: {n}", markup=False, highlight=False)
+
+
+@app.command("deploy")
+def deploy(
+    spec: SpecArg,
+    out: Annotated[Path, out_dir_opt("the DynamoGraphDeployment, the engine-args files and a kustomization")],
+    cell: CellOpt = None,
+    namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace")] = "default",
+    model_path: Annotated[
+        str | None, typer.Option("--model-path", help="Checkpoint path or HF id in the pod (default: the spec's)")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Registry key of the LLM-API artifact the workers pull and verify")
+    ] = None,
+    registry: RegistryOpt = None,
+    registry_secret: Annotated[
+        str | None, typer.Option("--registry-secret", help="Secret with the registry credentials (envFrom)")
+    ] = None,
+    toolchain_image: Annotated[
+        str | None, typer.Option("--toolchain-image", help="Image with the toolchain, for the pull init container")
+    ] = None,
+    force: ForceOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a DynamoGraphDeployment (nvidia.com/v1beta1): frontend, prefill and decode workers running
+    dynamo.trtllm, sized from the plan.
+
+    Examples: toolchain dynamo deploy engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --out ./dgd
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import out as out_console
+    from toolchain.dynamo.deploy import Artifact, write_dgd
+    from toolchain.dynamo.pipeline import plan_spec
+    from toolchain.errors import UserInputError
+
+    artifact = None
+    if engine:
+        from toolchain import settings
+
+        reg = registry or settings.registry_url()
+        if not reg or not toolchain_image:
+            raise UserInputError(
+                "--engine needs --registry (s3:// or hf://) and --toolchain-image for the pull init container",
+                "pass both, or drop --engine to let dynamo.trtllm download the spec's Hub model",
+            )
+        artifact = Artifact(engine, reg, toolchain_image, registry_secret)
+    planned = plan_spec(spec, cell)
+    files = write_dgd(
+        planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
+    )
+    if json_out:
+        print_json({"files": {k: str(v) for k, v in files.items()}, "plan": planned.plan.to_json()})
+        return
+    for name, path in files.items():
+        out_console.print(f"{name}: {path}", markup=False, highlight=False)
+    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)
+
+
+@app.command("up")
+def up(
+    spec: SpecArg,
+    cell: CellOpt = None,
+    mode: ModeOpt = None,
+    http_port: Annotated[int | None, typer.Option("--http-port", min=1, max=65535, help="Frontend port")] = None,
+    speedup: Annotated[
+        float | None,
+        typer.Option("--speedup", help="Divide the planner's timings by this (default: a decode step takes ~4 ms)"),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Run directory: logs, discovery, model card (default: a new one)")
+    ] = None,
+    ready_timeout: Annotated[float, typer.Option("--ready-timeout", min=1, max=3600)] = 120,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the spec's topology here: Dynamo frontend and router, and the Dynamo mocker (stand-in for dynamo.trtllm)
+    as prefill/decode workers timed by the planner; every listener on 127.0.0.1; until Ctrl-C.
+
+    Examples: toolchain dynamo up engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --http-port 18000
+    """
+    import contextlib
+    import json
+    import signal
+    import sys
+    import tempfile
+    import threading
+
+    from toolchain.cli.render import Stages, err
+    from toolchain.dynamo.local import STAND_IN, LocalDeployment, serve_until
+    from toolchain.dynamo.pipeline import up as up_pipeline
+
+    run_dir = workdir or Path(tempfile.mkdtemp(prefix="toolchain-dynamo-"))
+    stop = threading.Event()
+    _planned, started = up_pipeline(
+        spec,
+        cell_id=cell,
+        mode=mode.value if mode else None,
+        workdir=run_dir,
+        http_port=http_port,
+        speedup=speedup,
+        ready_timeout=ready_timeout,
+        progress=Stages(quiet=json_out),
+    )
+    assert isinstance(started, LocalDeployment)
+    dep = started
+    try:
+        signal.signal(signal.SIGTERM, lambda *a: stop.set())
+        info = dep.describe()
+        if json_out:
+            sys.stdout.write(json.dumps({"ready": True, **info}) + "\n")
+            sys.stdout.flush()
+        else:
+            err.print(f"serving {STAND_IN}, not TensorRT-LLM: timings are the planner's ÷ {dep.speedup:g}")
+            err.print(
+                f"ready: OpenAI {dep.url} (model {dep.model})  metrics {','.join(dep.metrics_urls)}  "
+                f"logs {run_dir / 'logs'}",
+                markup=False,
+                highlight=False,
+            )
+            for n in dep.notes:
+                err.print(f"note: {n}", markup=False, highlight=False)
+            err.print(
+                f"bench it: toolchain bench --url {dep.url} --protocol openai-chat --model {dep.model} "
+                f"--tokenizer {run_dir / 'model'} --metrics-url {','.join(dep.metrics_urls)}",
+                markup=False,
+                highlight=False,
+            )
+        with contextlib.suppress(KeyboardInterrupt):
+            serve_until(dep, stop.is_set)
+    finally:
+        dep.stop()
+    err.print("stopped")
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="dynamo")

@@ -1,0 +1,281 @@
+"""A DynamoGraphDeployment (``nvidia.com/v1beta1``) for a spec's Dynamo block, sized by the Dynamo plan.
+
+Components (v1beta1 ``spec.components[]``: ``name``, ``type``, ``replicas``, ``podTemplate`` whose container is
+named ``main``; docs/dynamo.md): a ``frontend`` running ``python3 -m dynamo.frontend`` and, disaggregated,
+``prefill`` and ``decode`` workers running ``python3 -m dynamo.trtllm --disaggregation-mode prefill|decode``
+(aggregated: one ``worker`` component), each with ``--extra-engine-args`` naming its LLM-API options file from
+a ConfigMap: the spec's KV-cache, CUDA-graph, chunked-prefill and scheduler options (toolchain.specs.llmapi)
+plus ``cache_transceiver_config``, and on prefill workers ``disable_overlap_scheduler: true`` (TensorRT-LLM's
+overlap scheduler is not supported on prefill-only workers). ``nvidia.com/gpu`` per worker = its TP. Pods run
+under the ``restricted`` Pod Security Standard (non-root, no privilege escalation, every capability dropped,
+RuntimeDefault seccomp), with writable emptyDirs for the caches.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolchain.dynamo.plan import DynamoPlan, PoolPlan
+from toolchain.errors import DeployError, OutputExistsError
+from toolchain.specs.dynamo import RELEASES
+from toolchain.specs.matrix import Cell
+
+API_VERSION = "nvidia.com/v1beta1"
+KIND = "DynamoGraphDeployment"
+HTTP_PORT = 8000
+SYSTEM_PORT = 9090  # DYN_SYSTEM_PORT: the worker's /health and /metrics
+TRANSCEIVER = {"default": "DEFAULT", "nixl": "NIXL", "ucx": "UCX"}
+COMPONENT = {"workers": ("worker", "worker"), "prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}
+MODE_FLAG = {"workers": "agg", "prefill": "prefill", "decode": "decode"}
+UID = 1000
+MODELS = "/models"  # the emptyDir an init container restores the registry artifact into
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An LLM-API artifact (``hf/`` + options) in the registry, pulled and verified by an init container."""
+
+    key: str  # full registry key
+    registry: str  # s3://... or hf://... (the pods cannot read this machine's paths)
+    image: str  # an image with the toolchain installed (the one `toolchain deploy` builds)
+    secret: str | None = None  # Secret with the registry credentials (AWS_*, HF_TOKEN), as envFrom
+
+    @property
+    def model_path(self) -> str:
+        return f"{MODELS}/{self.key}/hf"
+
+
+def check_artifact(a: Artifact) -> None:
+    if not a.registry.startswith(("s3://", "hf://")):
+        raise DeployError(
+            f"--registry {a.registry} is a path of this machine, which the pods cannot read",
+            "push the artifact to an s3:// or hf:// registry (`toolchain cache push`) and name that",
+        )
+    if len(a.key) != 64 or any(c not in "0123456789abcdef" for c in a.key):
+        raise DeployError(f"--engine {a.key[:80]!r} is not a full registry key", "see `toolchain cache ls`")
+
+
+def engine_args(cell: Cell, pool: PoolPlan) -> dict[str, Any]:
+    """The LLM-API options (``--extra-engine-args`` YAML) of one pool's workers."""
+    from toolchain.specs.llmapi import llmapi_options
+
+    d = cell.spec.dynamo
+    assert d is not None
+    opts = llmapi_options(cell)
+    opts["tensor_parallel_size"] = pool.tp
+    if d.disaggregated:
+        ct: dict[str, Any] = {"backend": TRANSCEIVER[d.kv_transfer]}
+        if d.max_tokens_in_buffer is not None:
+            ct["max_tokens_in_buffer"] = d.max_tokens_in_buffer
+        opts["cache_transceiver_config"] = ct
+    if pool.role == "prefill":
+        opts["disable_overlap_scheduler"] = True
+    return opts
+
+
+def worker_command(cell: Cell, pool: PoolPlan, *, model: str, args_file: str) -> list[str]:
+    """``python3 -m dynamo.trtllm ...`` of one pool (its flags are dynamo/trtllm/backend_args.py's)."""
+    d = cell.spec.dynamo
+    assert d is not None
+    cmd = [
+        "python3", "-m", "dynamo.trtllm",
+        "--model", model,
+        "--served-model-name", cell.spec.name,
+        "--extra-engine-args", args_file,
+        "--disaggregation-mode", MODE_FLAG[pool.role],
+        "--tensor-parallel-size", str(pool.tp),
+        "--kv-block-size", str(cell.spec.build.tokens_per_block),
+    ]  # fmt: skip
+    if d.router == "kv" and pool.role != "decode":
+        cmd.append("--publish-kv-events")
+    return cmd
+
+
+def frontend_command(cell: Cell) -> list[str]:
+    d = cell.spec.dynamo
+    assert d is not None
+    return [
+        "python3", "-m", "dynamo.frontend",
+        "--http-port", str(HTTP_PORT),
+        "--router-mode", d.router,
+        "--kv-cache-block-size", str(cell.spec.build.tokens_per_block),
+    ]  # fmt: skip
+
+
+def _security() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod, container) security contexts of the ``restricted`` Pod Security Standard."""
+    pod: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
+    pod["seccompProfile"] = {"type": "RuntimeDefault"}
+    container = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+    return pod, container
+
+
+def _container(image: str, cmd: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
+    _pod, sec = _security()
+    return {
+        "name": "main",
+        "image": image,
+        "command": cmd[:1],
+        "args": cmd[1:],
+        "env": env,
+        "securityContext": sec,
+        "volumeMounts": [{"name": "home", "mountPath": "/home/dynamo"}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def _pod_template(container: dict[str, Any], volumes: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, Any]:
+    pod_sec, _ = _security()
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "securityContext": pod_sec,
+            "containers": [container],
+            "volumes": [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}, *volumes],
+        },
+    }
+
+
+def _pull_container(a: Artifact) -> dict[str, Any]:
+    """``toolchain cache pull`` of the artifact into the models emptyDir: every file's digest is verified, and a
+    corrupt or missing entry fails the pod before the worker starts."""
+    _pod, sec = _security()
+    c: dict[str, Any] = {
+        "name": "pull",
+        "image": a.image,
+        "command": ["python3", "-m", "toolchain.cli.main", "cache", "pull", a.key, f"{MODELS}/{a.key}"],
+        "args": ["--registry", a.registry],
+        "env": _env(),
+        "securityContext": sec,
+        "volumeMounts": [{"name": "models", "mountPath": MODELS}, {"name": "home", "mountPath": "/home/dynamo"}],
+    }
+    if a.secret:
+        c["envFrom"] = [{"secretRef": {"name": a.secret, "optional": False}}]
+    return c
+
+
+def _env(extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    base = {"HOME": "/home/dynamo", "HF_HOME": "/home/dynamo/.cache/huggingface", **(extra or {})}
+    return [{"name": k, "value": v} for k, v in base.items()]
+
+
+def dgd(
+    cell: Cell,
+    plan: DynamoPlan,
+    *,
+    name: str,
+    namespace: str,
+    model: str,
+    config_map: str,
+    artifact: Artifact | None = None,
+) -> dict[str, Any]:
+    """The DynamoGraphDeployment object."""
+    d = cell.spec.dynamo
+    assert d is not None
+    image = cell.spec.target.container or RELEASES[d.version][1]
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "toolchain"}
+    fe = _container(image, frontend_command(cell), _env())
+    fe["ports"] = [{"name": "http", "containerPort": HTTP_PORT}]
+    components: list[dict[str, Any]] = [
+        {
+            "name": "frontend",
+            "type": "frontend",
+            "replicas": d.frontend_replicas,
+            "podTemplate": _pod_template(fe, [], labels),
+        }
+    ]
+    for pool in plan.pools:
+        cname, ctype = COMPONENT[pool.role]
+        args_file = f"/etc/dynamo/{cname}.yaml"
+        c = _container(image, worker_command(cell, pool, model=model, args_file=args_file), _env())
+        c["volumeMounts"].append({"name": "engine-args", "mountPath": "/etc/dynamo", "readOnly": True})
+        c["resources"] = {"limits": {"nvidia.com/gpu": str(pool.tp)}, "requests": {"nvidia.com/gpu": str(pool.tp)}}
+        from toolchain.hardware.catalog import lookup_gpu
+
+        volumes: list[dict[str, Any]] = [{"name": "engine-args", "configMap": {"name": config_map}}]
+        if artifact is not None:
+            c["volumeMounts"].append({"name": "models", "mountPath": MODELS, "readOnly": True})
+            if artifact.secret:
+                c["envFrom"] = [{"secretRef": {"name": artifact.secret, "optional": False}}]
+            volumes.append({"name": "models", "emptyDir": {}})
+        tmpl = _pod_template(c, volumes, labels)
+        if artifact is not None:
+            tmpl["spec"]["initContainers"] = [_pull_container(artifact)]
+        tmpl["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": lookup_gpu(pool.gpu).gfd_product}
+        tmpl["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        components.append({"name": cname, "type": ctype, "replicas": pool.replicas, "podTemplate": tmpl})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"backendFramework": "trtllm", "components": components},
+    }
+
+
+def config_map(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str) -> dict[str, Any]:
+    data = {f"{COMPONENT[p.role][0]}.yaml": yaml.safe_dump(engine_args(cell, p), sort_keys=False) for p in plan.pools}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
+
+
+def _name(cell: Cell) -> str:
+    return cell.spec.name.replace(".", "-").replace("_", "-")[:50].strip("-")
+
+
+def write_dgd(
+    cell: Cell,
+    plan: DynamoPlan,
+    out: Path,
+    *,
+    namespace: str = "default",
+    model_path: str | None = None,
+    artifact: Artifact | None = None,
+    force: bool = False,
+) -> dict[str, Path]:
+    """Write the DynamoGraphDeployment, its engine-args ConfigMap, a kustomization and the worker commands."""
+    if artifact is not None:
+        check_artifact(artifact)
+        if model_path:
+            raise DeployError("--model-path and --engine both name the model", "pass one of them")
+        model = artifact.model_path
+    elif cell.spec.model.is_hf:
+        repo, _rev = cell.spec.model.hf_repo_revision()
+        model = model_path or repo  # dynamo.trtllm downloads a Hub id itself (its default branch)
+    elif model_path:
+        model = model_path
+    else:
+        raise DeployError(
+            f"the spec's model is a local directory ({cell.spec.model.source}), which the pods cannot read",
+            "pass --model-path with the checkpoint's path inside the pods (a mounted volume) or its Hub id",
+        )
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise OutputExistsError(f"{out} exists and is not empty")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = _name(cell)
+    cm_name = f"{name}-engine-args"
+    objs = {
+        "configmap.yaml": config_map(cell, plan, name=cm_name, namespace=namespace),
+        "dynamographdeployment.yaml": dgd(
+            cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name, artifact=artifact
+        ),
+    }
+    files: dict[str, Path] = {}
+    for fname, obj in objs.items():
+        (out / fname).write_text(yaml.safe_dump(obj, sort_keys=False))
+        files[fname] = out / fname
+    kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": list(objs)}
+    (out / "kustomization.yaml").write_text(yaml.safe_dump(kust, sort_keys=False))
+    files["kustomization.yaml"] = out / "kustomization.yaml"
+    lines = ["# the worker command lines of the DynamoGraphDeployment, one per component (for review)"]
+    for comp in objs["dynamographdeployment.yaml"]["spec"]["components"]:
+        main = comp["podTemplate"]["spec"]["containers"][0]
+        lines.append(f"{comp['name']}: {shlex.join(main['command'] + main['args'])}")
+    (out / "commands.txt").write_text("\n".join(lines) + "\n")
+    files["commands.txt"] = out / "commands.txt"
+    return files
