@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
 import socket
 import struct
 import time
@@ -190,7 +192,7 @@ def test_odd_spec_paths_are_one_line_errors(cli: Cli, tmp_path: Path) -> None:
 
 # --- checkpoints ------------------------------------------------------------------------------------------
 
-GOOD_CONFIG = {
+GOOD_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "num_hidden_layers": 2,
@@ -219,7 +221,24 @@ def _checkpoint(tmp_path: Path, config: bytes | dict[str, Any], weights: bytes |
 
 
 VALID_WEIGHTS = _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}) + b"\0" * 8
-BROKEN = [
+# Intact headers over tensor data that does not match them (an interrupted download, a bad writer)
+BROKEN_DATA: list[tuple[str, Any, bytes]] = [
+    ("truncated tensor data", GOOD_CONFIG, VALID_WEIGHTS[:-3]),
+    ("no tensor data", GOOD_CONFIG, VALID_WEIGHTS[:-8]),
+    ("bytes after the tensors", GOOD_CONFIG, VALID_WEIGHTS + b"\0" * 4),
+    (
+        "tensor size disagrees with its shape",
+        GOOD_CONFIG,
+        _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 4]}}) + b"\0" * 4,
+    ),
+    ("no data_offsets", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16", "shape": [2, 2]}}) + b"\0" * 8),
+    (
+        "offsets past the end",
+        GOOD_CONFIG,
+        _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [8, 16]}}) + b"\0" * 8,
+    ),
+]
+BROKEN: list[tuple[str, Any, bytes]] = [
     ("garbage config", b"\x89PNG\r\n\x1a\n\x00\x00", VALID_WEIGHTS),
     ("list config", b"[1, 2]", VALID_WEIGHTS),
     ("deep config", b"[" * 100_000 + b"]" * 100_000, VALID_WEIGHTS),
@@ -236,6 +255,12 @@ BROKEN = [
     ("shapeless safetensors", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16"}})),
     ("list header", GOOD_CONFIG, _safetensors([1, 2])),  # type: ignore[arg-type]
     ("bad shape", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16", "shape": ["a"], "data_offsets": [0, 0]}})),
+    # refused since issue 23: plan exited 0 on these, quantize ended in a SafetensorError traceback
+    ("hidden not divisible, head_dim given", {**GOOD_CONFIG, "hidden_size": 130, "head_dim": 32}, VALID_WEIGHTS),
+    ("max_position_embeddings 0", {**GOOD_CONFIG, "max_position_embeddings": 0}, VALID_WEIGHTS),
+    ("max_position_embeddings -1", {**GOOD_CONFIG, "max_position_embeddings": -1}, VALID_WEIGHTS),
+    ("max_position_embeddings text", {**GOOD_CONFIG, "max_position_embeddings": "4k"}, VALID_WEIGHTS),
+    *BROKEN_DATA,
 ]
 
 
@@ -259,6 +284,38 @@ def test_broken_checkpoints_are_refused_by_quantize(
     assert r.exit_code == 2, (what, r.output)
     _one_line_error(r)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("what", "weights"), [(b[0], b[2]) for b in BROKEN_DATA], ids=[b[0] for b in BROKEN_DATA])
+def test_safetensors_refuses_what_the_header_check_refuses(tmp_path: Path, what: str, weights: bytes) -> None:
+    """The consumer's own reader as the oracle: every file the header check refuses, safetensors refuses too,
+    and the valid one it opens (so the check refuses nothing the loader would take)."""
+    safetensors = pytest.importorskip("safetensors")
+    good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
+    good.write_bytes(VALID_WEIGHTS)
+    bad.write_bytes(weights)
+    with safetensors.safe_open(str(good), framework="numpy") as f:
+        assert list(f.keys()) == ["w"]
+    with pytest.raises(Exception), safetensors.safe_open(str(bad), framework="numpy") as f:  # noqa: B017
+        for k in f.keys():  # noqa: SIM118
+            f.get_tensor(k)
+
+
+def test_a_truncated_real_checkpoint_is_refused_before_loading(cli: Cli, tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """The tiny checkpoint cut in half (its header intact): one line from quantize and plan, nothing written."""
+    ck = tmp_path / "cut"
+    shutil.copytree(tiny_checkpoint, ck)
+    st = ck / "model.safetensors"
+    os.truncate(st, st.stat().st_size // 2)
+    r = cli("quantize", "--checkpoint", ck, "--weights", "fp8", "--out", tmp_path / "out")
+    assert r.exit_code == 2, r.output
+    assert "truncated" in _one_line_error(r)
+    assert not (tmp_path / "out").exists()
+    d = _with("model.source", str(ck))
+    d["model"].pop("architecture")
+    r = cli("plan", _write(tmp_path, d))
+    assert r.exit_code == 2, r.output
+    assert "truncated" in _one_line_error(r)
 
 
 def test_binary_calibration_file_is_refused(tmp_path: Path) -> None:
