@@ -118,6 +118,68 @@ def test_denormal_and_tiny_rates_do_not_crash_plan(cli: Cli, tmp_path: Path) -> 
         _one_line_error(r)
 
 
+ALL_SPEC_COMMANDS = [*SPEC_COMMANDS, ["build", "--all", "--dry-run"], ["deploy", "--dry-run"]]
+
+
+@pytest.mark.parametrize("field", ["slo.tpot_ms.p99", "slo.ttft_ms.p99", "slo.ttft_ms.p50", "traffic.input_tokens.std"])
+@pytest.mark.parametrize("text", ["1e-320", "1.0e-320", "5e-324", "-1e-310"])
+def test_subnormal_numbers_are_refused_by_every_command(cli: Cli, tmp_path: Path, field: str, text: str) -> None:
+    """1e-320 passed `gt=0` (and `ge=0` for std) before; PyYAML reads `1e-320` (no dot) as a string that pydantic
+    then turns into a float, so both spellings are checked."""
+    doc = yaml.safe_dump(_with(field, 12345.5))
+    assert doc.count("12345.5") == 1
+    p = _write(tmp_path, doc.replace("12345.5", text))
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        line = _one_line_error(r)
+        assert "subnormal" in line or "greater than" in line, line  # -1e-310 may meet the sign check first
+        assert field in line
+
+
+def test_a_max_seq_len_with_no_room_for_output_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """max_seq_len 1 with the default max_input_len (half of it, at least 1): a one-token prompt fills the whole
+    sequence. Before, validate, plan, build --dry-run and matrix all passed it."""
+    d = _with("matrix.max_seq_len", [1])
+    del d["matrix"]["max_input_len"]
+    p = _write(tmp_path, d)
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        assert "no room for an output token" in _one_line_error(r)
+    d = _with("matrix.max_seq_len", [2])
+    del d["matrix"]["max_input_len"]
+    assert cli("spec", "validate", _write(tmp_path, d)).exit_code == 0  # 1 prompt token + 1 output token
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("model.source", "/models/llama\n"),
+        ("model.source", "./ckpt\n"),
+        ("model.source", "./ck\tpt"),
+        ("model.source", "hf://org/model\r"),
+        ("model.architecture", "llama-3.1-8b\n"),
+        ("quantization.calibration.dataset", "calib.jsonl\n"),
+        ("target.container", "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3\n"),
+        ("matrix.gpu", ["H100-SXM\n"]),
+    ],
+)
+def test_a_line_break_in_a_path_or_name_is_refused(cli: Cli, tmp_path: Path, field: str, value: Any) -> None:
+    """Before, `model.source: "./ckpt\n"` validated and `build` later said "checkpoint not found"."""
+    p = _write(tmp_path, _with(field, value))
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        line = _one_line_error(r)
+        assert field.rsplit(".", 1)[0] in line and ("line break" in line or "tab" in line or "carriage" in line), line
+
+
+def test_the_description_stays_free_text(cli: Cli, tmp_path: Path) -> None:
+    r = cli("spec", "validate", _write(tmp_path, _with("description", "two\nlines\tand a tab\n")))
+    assert r.exit_code == 0, r.output
+
+
 def test_plan_and_matrix_apply_the_compatibility_rules(cli: Cli, tmp_path: Path) -> None:
     d = _with("matrix.max_input_len", [8192])  # > max_seq_len 4096
     p = _write(tmp_path, d)
@@ -155,6 +217,7 @@ def test_matrix_size_is_capped_with_a_clear_error(cli: Cli, tmp_path: Path) -> N
     t0 = time.monotonic()
     d = {**BASE, "matrix": {k: list(range(1, 201)) for k in ("max_batch_size", "max_seq_len", "max_input_len")}}
     d["matrix"]["gpu"] = ["H100-SXM"]
+    d["matrix"]["max_seq_len"] = list(range(2, 202))  # at least 2: room for one output token
     r = cli("spec", "validate", _write(tmp_path, d))  # 200 values per axis: 8 million cells, refused before expansion
     assert time.monotonic() - t0 < 1.0
     assert r.exit_code == 2 and "the limit is 10,000" in _one_line_error(r)
