@@ -477,6 +477,56 @@ def test_bench_report_and_diagnose_refuse_damaged_results(cli: Cli, tmp_path: Pa
     assert not (tmp_path / "rep" / "report.md").exists()
 
 
+def _whole_result() -> dict[str, Any]:
+    """A bench result as `bench --save` writes one, from the metrics code itself."""
+    from toolchain.bench.metrics import RequestRecord, aggregate
+
+    recs = [
+        RequestRecord(i, 8, 5, 0.0, chunk_times=[0.05 + k * 0.01 for k in range(5)], output_tokens=5) for i in range(4)
+    ]
+    recs.append(RequestRecord(9, 8, 5, 0.0, error="HTTP 500: boom", error_kind="server"))
+    run = {
+        "load": {"concurrency": 1},
+        "label": "concurrency=1",
+        "summary": aggregate(recs, 1.0, {"ttft_ms": 400.0, "tpot_ms": 40.0}),
+        "server": None,
+        "client": {"warnings": ["w"]},
+        "prefix": None,
+        "records": [r.to_json() for r in recs],
+        "interrupted": None,
+    }
+    return {"kind": "toolchain.bench-result", "schema": 1, "provenance": {}, "runs": [run], "interrupted": None}
+
+
+def test_bench_report_of_a_result_without_each_summary_field(cli: Cli, tmp_path: Path) -> None:
+    """Each field of a run's summary dropped, or made a string, in turn: the report renders without it or refuses
+    the file in one line, never a traceback (before: no summary.requests was `KeyError: 'requests'`)."""
+    whole = _whole_result()
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(whole))
+    assert cli("bench", "report", path, "--out", tmp_path / "ok").exit_code == 0
+    outcomes: dict[str, int] = {}
+    for key in whole["runs"][0]["summary"]:
+        for damage in ("drop", "string"):
+            d = copy.deepcopy(whole)
+            if damage == "drop":
+                del d["runs"][0]["summary"][key]
+            else:
+                d["runs"][0]["summary"][key] = "x"
+            path.write_text(json.dumps(d))
+            for args in (
+                ["bench", "report", path, "--out", tmp_path / f"rep-{key}-{damage}"],
+                ["diagnose", "--bench", path],
+            ):
+                r = cli(*args)
+                assert r.exception is None or isinstance(r.exception, SystemExit), (key, damage, args, r.exception)
+                assert r.exit_code in (0, 1, 2), (key, damage, args, r.output)
+                if r.exit_code == 2:
+                    assert key in _one_line_error(r), (key, r.output)
+                outcomes[f"{key}/{damage}/{args[0]}"] = r.exit_code
+    assert outcomes["requests/drop/bench"] == 2
+
+
 @pytest.mark.parametrize("meta", [b"\x00\xff binary", b"[1]", b'{"engine": 5}', b'{"engine": {"world_size": 1e9}}'])
 def test_serve_refuses_a_damaged_repository_marker(cli: Cli, tmp_path: Path, meta: bytes) -> None:
     repo = tmp_path / "repo"
