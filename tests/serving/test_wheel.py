@@ -191,6 +191,10 @@ def test_every_command_runs_from_the_installed_wheel(venv: Path, tmp_path: Path,
     listed = json.loads(_toolchain(venv, tmp_path, "cache", "ls", "--registry", registry, "--json").stdout)
     assert len(listed["entries"]) == 1
     _toolchain(venv, tmp_path, "cache", "verify", "--registry", registry)
+    key = listed["entries"][0]["key"]
+    _toolchain(venv, tmp_path, "cache", "show", key, "--registry", registry)
+    _toolchain(venv, tmp_path, "cache", "pull", key, tmp_path / "pulled", "--registry", registry)
+    assert (tmp_path / "pulled" / "rank0.engine").read_bytes() == b"not an engine"
     _toolchain(venv, tmp_path, "deploy", tiny_spec, "--dry-run")
 
     repo = tmp_path / "repo"
@@ -199,9 +203,19 @@ def test_every_command_runs_from_the_installed_wheel(venv: Path, tmp_path: Path,
         assert (repo / model / "1" / "model.py").is_file(), model
     _toolchain(venv, tmp_path, "triton", "lint", repo)
 
-    report = tmp_path / "report"
-    _toolchain(venv, tmp_path, "bench", "report", _bench_result(venv, tmp_path), "--out", report)
+    report, result = tmp_path / "report", _bench_result(venv, tmp_path)
+    _toolchain(venv, tmp_path, "bench", "report", result, "--out", report)
     assert {p.suffix for p in report.iterdir()} >= {".html", ".md"}
+    r = subprocess.run(
+        [str(venv / "bin" / "toolchain"), "diagnose", "--bench", str(result), "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode in (0, 1), r.stderr  # 1: findings
+    assert json.loads(r.stdout)
 
 
 def test_quantize_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_checkpoint: Path) -> None:
