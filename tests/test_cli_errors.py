@@ -64,3 +64,34 @@ def test_library_errors_keep_their_cause() -> None:
             if isinstance(node, ast.Raise) and isinstance(node.cause, ast.Constant) and node.cause.value is None:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
+
+
+@pytest.mark.parametrize("offline", ["1", "0"])
+def test_debug_shows_the_hubs_own_error_on_the_offline_hub_path(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str
+) -> None:
+    """`plan` of an hf:// spec that is not cached, with the Hub off (HF_HUB_OFFLINE) or unreachable: the one line
+    stays, and TOOLCHAIN_DEBUG=1 shows the Hub library's own error as its cause (before, it was dropped)."""
+    import socket
+
+    import yaml
+
+    pytest.importorskip("huggingface_hub")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    d = yaml.safe_load((REPO / "engine_specs" / "llama-3.1-8b-fp8.yaml").read_text())
+    d["model"] = {"source": "hf://no-such-org/no-such-model@main"}
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = cli("plan", spec)
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output
+    monkeypatch.setenv("TOOLCHAIN_DEBUG", "1")
+    r = cli("plan", spec)
+    assert r.exit_code == 2
+    assert "direct cause" in r.output, r.output
+    cause = r.output.split("direct cause", 1)[0]
+    assert "huggingface_hub" in cause and "hf_hub_download" in cause, cause[-2000:]

@@ -59,6 +59,41 @@ def test_layout(written: Path) -> None:
     assert meta["engine_key"] == json.loads((written / "deploy.json").read_text())["engine_key"]
 
 
+def test_the_image_installs_the_same_package_as_the_wheel(written: Path, tmp_path: Path) -> None:
+    """pip builds the image's toolchain from image/src: that build holds every file of the checkout's package
+    (before: setup.py and triton_repo/ were not copied, so the image's toolchain had no Triton model sources)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    src = written / "image" / "src"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(src),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    names = set(zipfile.ZipFile(next(tmp_path.glob("toolchain-*.whl"))).namelist())
+    repo = Path(__file__).resolve().parents[2]
+    want = {f"toolchain/{p.relative_to(repo / 'toolchain')}" for p in (repo / "toolchain").rglob("*.py")}
+    want |= {
+        f"toolchain/triton_repo/{p.relative_to(repo / 'triton_repo')}" for p in (repo / "triton_repo").rglob("*.py")
+    }
+    assert want - names == set()
+
+
 def test_no_host_path_secret_or_latest_anywhere(written: Path, tiny_spec_file: Path, tiny_checkpoint: Path) -> None:
     host = {
         str(Path.home()),

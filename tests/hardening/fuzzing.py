@@ -8,6 +8,8 @@ budget of each fuzz test (default: a few seconds, so CI stays short).
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import signal
 import time
@@ -58,6 +60,7 @@ class Outcome:
     stderr: str
     traceback: str | None = None
     hang: bool = False
+    stdout: str = ""
 
 
 @dataclass
@@ -95,7 +98,12 @@ def invoke(args: list[str], limit: float) -> Outcome:
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         exc = res.exception
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return Outcome(args, res.exit_code, dt, stderr, tb)
+    return Outcome(args, res.exit_code, dt, stderr, tb, stdout=res.stdout)
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for JSON on stdout."""
+    return "--json" in args or any(a == "--format" and b == "json" for a, b in itertools.pairwise(args))
 
 
 def check(tally: Tally, o: Outcome, *, slow_s: float) -> None:
@@ -117,6 +125,12 @@ def check(tally: Tally, o: Outcome, *, slow_s: float) -> None:
     if o.seconds > slow_s:
         tally.slow += 1
         tally.problems.append(f"slow ({o.seconds:.1f} s): {short!r}")
+    if o.exit_code not in (0, None) and wants_json(o.args):
+        # one JSON document on stdout, errors included (before: nothing, so a script read an empty string)
+        try:
+            json.loads(o.stdout)
+        except ValueError:
+            tally.problems.append(f"no JSON document on stdout (exit {o.exit_code}): {short!r}: {o.stdout[-200:]!r}")
     if o.exit_code not in (0, None):
         errors = [ln for ln in o.stderr.splitlines() if ln.startswith("Error: ")]
         if o.exit_code == 2 and "Usage:" in o.stderr:

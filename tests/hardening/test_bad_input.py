@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
 import socket
 import struct
 import time
@@ -116,6 +118,68 @@ def test_denormal_and_tiny_rates_do_not_crash_plan(cli: Cli, tmp_path: Path) -> 
         _one_line_error(r)
 
 
+ALL_SPEC_COMMANDS = [*SPEC_COMMANDS, ["build", "--all", "--dry-run"], ["deploy", "--dry-run"]]
+
+
+@pytest.mark.parametrize("field", ["slo.tpot_ms.p99", "slo.ttft_ms.p99", "slo.ttft_ms.p50", "traffic.input_tokens.std"])
+@pytest.mark.parametrize("text", ["1e-320", "1.0e-320", "5e-324", "-1e-310"])
+def test_subnormal_numbers_are_refused_by_every_command(cli: Cli, tmp_path: Path, field: str, text: str) -> None:
+    """1e-320 passed `gt=0` (and `ge=0` for std) before; PyYAML reads `1e-320` (no dot) as a string that pydantic
+    then turns into a float, so both spellings are checked."""
+    doc = yaml.safe_dump(_with(field, 12345.5))
+    assert doc.count("12345.5") == 1
+    p = _write(tmp_path, doc.replace("12345.5", text))
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        line = _one_line_error(r)
+        assert "subnormal" in line or "greater than" in line, line  # -1e-310 may meet the sign check first
+        assert field in line
+
+
+def test_a_max_seq_len_with_no_room_for_output_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """max_seq_len 1 with the default max_input_len (half of it, at least 1): a one-token prompt fills the whole
+    sequence. Before, validate, plan, build --dry-run and matrix all passed it."""
+    d = _with("matrix.max_seq_len", [1])
+    del d["matrix"]["max_input_len"]
+    p = _write(tmp_path, d)
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        assert "no room for an output token" in _one_line_error(r)
+    d = _with("matrix.max_seq_len", [2])
+    del d["matrix"]["max_input_len"]
+    assert cli("spec", "validate", _write(tmp_path, d)).exit_code == 0  # 1 prompt token + 1 output token
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("model.source", "/models/llama\n"),
+        ("model.source", "./ckpt\n"),
+        ("model.source", "./ck\tpt"),
+        ("model.source", "hf://org/model\r"),
+        ("model.architecture", "llama-3.1-8b\n"),
+        ("quantization.calibration.dataset", "calib.jsonl\n"),
+        ("target.container", "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3\n"),
+        ("matrix.gpu", ["H100-SXM\n"]),
+    ],
+)
+def test_a_line_break_in_a_path_or_name_is_refused(cli: Cli, tmp_path: Path, field: str, value: Any) -> None:
+    """Before, `model.source: "./ckpt\n"` validated and `build` later said "checkpoint not found"."""
+    p = _write(tmp_path, _with(field, value))
+    for cmd in ALL_SPEC_COMMANDS:
+        r = cli(*cmd, p)
+        assert r.exit_code == 2, (cmd, r.output)
+        line = _one_line_error(r)
+        assert field.rsplit(".", 1)[0] in line and ("line break" in line or "tab" in line or "carriage" in line), line
+
+
+def test_the_description_stays_free_text(cli: Cli, tmp_path: Path) -> None:
+    r = cli("spec", "validate", _write(tmp_path, _with("description", "two\nlines\tand a tab\n")))
+    assert r.exit_code == 0, r.output
+
+
 def test_plan_and_matrix_apply_the_compatibility_rules(cli: Cli, tmp_path: Path) -> None:
     d = _with("matrix.max_input_len", [8192])  # > max_seq_len 4096
     p = _write(tmp_path, d)
@@ -153,6 +217,7 @@ def test_matrix_size_is_capped_with_a_clear_error(cli: Cli, tmp_path: Path) -> N
     t0 = time.monotonic()
     d = {**BASE, "matrix": {k: list(range(1, 201)) for k in ("max_batch_size", "max_seq_len", "max_input_len")}}
     d["matrix"]["gpu"] = ["H100-SXM"]
+    d["matrix"]["max_seq_len"] = list(range(2, 202))  # at least 2: room for one output token
     r = cli("spec", "validate", _write(tmp_path, d))  # 200 values per axis: 8 million cells, refused before expansion
     assert time.monotonic() - t0 < 1.0
     assert r.exit_code == 2 and "the limit is 10,000" in _one_line_error(r)
@@ -190,7 +255,7 @@ def test_odd_spec_paths_are_one_line_errors(cli: Cli, tmp_path: Path) -> None:
 
 # --- checkpoints ------------------------------------------------------------------------------------------
 
-GOOD_CONFIG = {
+GOOD_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "num_hidden_layers": 2,
@@ -219,7 +284,24 @@ def _checkpoint(tmp_path: Path, config: bytes | dict[str, Any], weights: bytes |
 
 
 VALID_WEIGHTS = _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}) + b"\0" * 8
-BROKEN = [
+# Intact headers over tensor data that does not match them (an interrupted download, a bad writer)
+BROKEN_DATA: list[tuple[str, Any, bytes]] = [
+    ("truncated tensor data", GOOD_CONFIG, VALID_WEIGHTS[:-3]),
+    ("no tensor data", GOOD_CONFIG, VALID_WEIGHTS[:-8]),
+    ("bytes after the tensors", GOOD_CONFIG, VALID_WEIGHTS + b"\0" * 4),
+    (
+        "tensor size disagrees with its shape",
+        GOOD_CONFIG,
+        _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 4]}}) + b"\0" * 4,
+    ),
+    ("no data_offsets", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16", "shape": [2, 2]}}) + b"\0" * 8),
+    (
+        "offsets past the end",
+        GOOD_CONFIG,
+        _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [8, 16]}}) + b"\0" * 8,
+    ),
+]
+BROKEN: list[tuple[str, Any, bytes]] = [
     ("garbage config", b"\x89PNG\r\n\x1a\n\x00\x00", VALID_WEIGHTS),
     ("list config", b"[1, 2]", VALID_WEIGHTS),
     ("deep config", b"[" * 100_000 + b"]" * 100_000, VALID_WEIGHTS),
@@ -236,6 +318,12 @@ BROKEN = [
     ("shapeless safetensors", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16"}})),
     ("list header", GOOD_CONFIG, _safetensors([1, 2])),  # type: ignore[arg-type]
     ("bad shape", GOOD_CONFIG, _safetensors({"w": {"dtype": "BF16", "shape": ["a"], "data_offsets": [0, 0]}})),
+    # refused since issue 23: plan exited 0 on these, quantize ended in a SafetensorError traceback
+    ("hidden not divisible, head_dim given", {**GOOD_CONFIG, "hidden_size": 130, "head_dim": 32}, VALID_WEIGHTS),
+    ("max_position_embeddings 0", {**GOOD_CONFIG, "max_position_embeddings": 0}, VALID_WEIGHTS),
+    ("max_position_embeddings -1", {**GOOD_CONFIG, "max_position_embeddings": -1}, VALID_WEIGHTS),
+    ("max_position_embeddings text", {**GOOD_CONFIG, "max_position_embeddings": "4k"}, VALID_WEIGHTS),
+    *BROKEN_DATA,
 ]
 
 
@@ -259,6 +347,38 @@ def test_broken_checkpoints_are_refused_by_quantize(
     assert r.exit_code == 2, (what, r.output)
     _one_line_error(r)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("what", "weights"), [(b[0], b[2]) for b in BROKEN_DATA], ids=[b[0] for b in BROKEN_DATA])
+def test_safetensors_refuses_what_the_header_check_refuses(tmp_path: Path, what: str, weights: bytes) -> None:
+    """The consumer's own reader as the oracle: every file the header check refuses, safetensors refuses too,
+    and the valid one it opens (so the check refuses nothing the loader would take)."""
+    safetensors = pytest.importorskip("safetensors")
+    good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
+    good.write_bytes(VALID_WEIGHTS)
+    bad.write_bytes(weights)
+    with safetensors.safe_open(str(good), framework="numpy") as f:
+        assert list(f.keys()) == ["w"]
+    with pytest.raises(Exception), safetensors.safe_open(str(bad), framework="numpy") as f:  # noqa: B017
+        for k in f.keys():  # noqa: SIM118
+            f.get_tensor(k)
+
+
+def test_a_truncated_real_checkpoint_is_refused_before_loading(cli: Cli, tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """The tiny checkpoint cut in half (its header intact): one line from quantize and plan, nothing written."""
+    ck = tmp_path / "cut"
+    shutil.copytree(tiny_checkpoint, ck)
+    st = ck / "model.safetensors"
+    os.truncate(st, st.stat().st_size // 2)
+    r = cli("quantize", "--checkpoint", ck, "--weights", "fp8", "--out", tmp_path / "out")
+    assert r.exit_code == 2, r.output
+    assert "truncated" in _one_line_error(r)
+    assert not (tmp_path / "out").exists()
+    d = _with("model.source", str(ck))
+    d["model"].pop("architecture")
+    r = cli("plan", _write(tmp_path, d))
+    assert r.exit_code == 2, r.output
+    assert "truncated" in _one_line_error(r)
 
 
 def test_binary_calibration_file_is_refused(tmp_path: Path) -> None:
@@ -355,6 +475,56 @@ def test_bench_report_and_diagnose_refuse_damaged_results(cli: Cli, tmp_path: Pa
         assert r.exit_code == 2, (args, r.output)
         _one_line_error(r)
     assert not (tmp_path / "rep" / "report.md").exists()
+
+
+def _whole_result() -> dict[str, Any]:
+    """A bench result as `bench --save` writes one, from the metrics code itself."""
+    from toolchain.bench.metrics import RequestRecord, aggregate
+
+    recs = [
+        RequestRecord(i, 8, 5, 0.0, chunk_times=[0.05 + k * 0.01 for k in range(5)], output_tokens=5) for i in range(4)
+    ]
+    recs.append(RequestRecord(9, 8, 5, 0.0, error="HTTP 500: boom", error_kind="server"))
+    run = {
+        "load": {"concurrency": 1},
+        "label": "concurrency=1",
+        "summary": aggregate(recs, 1.0, {"ttft_ms": 400.0, "tpot_ms": 40.0}),
+        "server": None,
+        "client": {"warnings": ["w"]},
+        "prefix": None,
+        "records": [r.to_json() for r in recs],
+        "interrupted": None,
+    }
+    return {"kind": "toolchain.bench-result", "schema": 1, "provenance": {}, "runs": [run], "interrupted": None}
+
+
+def test_bench_report_of_a_result_without_each_summary_field(cli: Cli, tmp_path: Path) -> None:
+    """Each field of a run's summary dropped, or made a string, in turn: the report renders without it or refuses
+    the file in one line, never a traceback (before: no summary.requests was `KeyError: 'requests'`)."""
+    whole = _whole_result()
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(whole))
+    assert cli("bench", "report", path, "--out", tmp_path / "ok").exit_code == 0
+    outcomes: dict[str, int] = {}
+    for key in whole["runs"][0]["summary"]:
+        for damage in ("drop", "string"):
+            d = copy.deepcopy(whole)
+            if damage == "drop":
+                del d["runs"][0]["summary"][key]
+            else:
+                d["runs"][0]["summary"][key] = "x"
+            path.write_text(json.dumps(d))
+            for args in (
+                ["bench", "report", path, "--out", tmp_path / f"rep-{key}-{damage}"],
+                ["diagnose", "--bench", path],
+            ):
+                r = cli(*args)
+                assert r.exception is None or isinstance(r.exception, SystemExit), (key, damage, args, r.exception)
+                assert r.exit_code in (0, 1, 2), (key, damage, args, r.output)
+                if r.exit_code == 2:
+                    assert key in _one_line_error(r), (key, r.output)
+                outcomes[f"{key}/{damage}/{args[0]}"] = r.exit_code
+    assert outcomes["requests/drop/bench"] == 2
 
 
 @pytest.mark.parametrize("meta", [b"\x00\xff binary", b"[1]", b'{"engine": 5}', b'{"engine": {"world_size": 1e9}}'])

@@ -20,8 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hardening.fuzzing import BASE, LAUGHS, Tally, budget, check, hang_limit, invoke
+from tests.hardening.test_bad_input import GOOD_CONFIG, _safetensors, _whole_result
 
 pytestmark = pytest.mark.timeout(300)
+
+DROP = "<drop this key>"  # a mutation that removes the key instead of setting it
 
 HOSTILE: list[Any] = [
     float("inf"),
@@ -52,6 +55,16 @@ HOSTILE: list[Any] = [
     "hf://org/model\n",
     "hf://" + "a" * 300 + "/b",
     "../" * 40 + "etc",
+    # input classes of issue 23: subnormals (a float and YAML's string spelling), a line break or tab ending a
+    # path, a sequence length with no room for output, a removed key (max_input_len: its default then applies)
+    1e-320,
+    -1e-310,
+    "1e-320",
+    "./ckpt\n",
+    "/models/llama\t",
+    [1],
+    [1, 2],
+    DROP,
 ]
 
 # Text attacks on the YAML layer itself: aliases, recursion, deep nesting, tags, huge scalars.
@@ -188,6 +201,24 @@ def garbage(tmp_path: Path) -> dict[str, str]:
     (odd / "new\nline.bin").write_bytes(b"y")
     (odd / ("n" * 250)).write_bytes(b"z")
     (g / "runner.yaml").write_text("h100-sxm: [1, 2]\n")
+    # issue 23: checkpoints whose header or config parse but do not describe the model, a bench result that lost
+    # summary.requests, and specs pointing at those checkpoints or ending a path in a line break
+    weights = _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    for name, cfg, data in (
+        ("ckpt-cut", GOOD_CONFIG, weights + b"\0" * 5),
+        ("ckpt-long", GOOD_CONFIG, weights + b"\0" * 12),
+        ("ckpt-heads", {**GOOD_CONFIG, "hidden_size": 130, "head_dim": 32}, weights + b"\0" * 8),
+        ("ckpt-pos0", {**GOOD_CONFIG, "max_position_embeddings": 0}, weights + b"\0" * 8),
+    ):
+        (g / name).mkdir()
+        (g / name / "config.json").write_text(json.dumps(cfg))
+        (g / name / "model.safetensors").write_bytes(data)
+        spec = {**BASE, "name": name, "model": {"source": str(g / name)}}
+        (g / f"spec-{name}.yaml").write_text(yaml.safe_dump(spec))
+    (g / "spec-newline.yaml").write_text(yaml.safe_dump({**BASE, "model": {"source": str(g / "ckpt-cut") + "\n"}}))
+    no_requests = _whole_result()
+    del no_requests["runs"][0]["summary"]["requests"]
+    (g / "no-requests-result.json").write_text(json.dumps(no_requests))
     return {p.name: str(p) for p in g.iterdir()} | {"missing": str(g / "nope"), "dir": str(g), "out": str(g / "o")}
 
 
@@ -234,6 +265,18 @@ def _argv_strategy(files: dict[str, str]) -> st.SearchStrategy[list[str]]:
         st.tuples(st.just("gpus"), st.sampled_from(["--json", "--bogus"])),
         st.tuples(st.just("build"), f, st.just("--cell"), s, st.just("--dry-run"), st.just("--registry"), reg),
         st.tuples(st.just("deploy"), f, st.just("--dry-run"), st.just("--cell"), s),
+        st.tuples(st.just("plan"), f, st.sampled_from(["--json", "--explain"])),
+        st.tuples(
+            st.just("quantize"), st.just("--checkpoint"), f, st.just("--weights"), st.just("fp8"), st.just("--out"), f
+        ),
+        st.tuples(
+            st.sampled_from(["cache", "build"]),
+            st.sampled_from(["ls", "verify", f"{files['dir']}/x.yaml"]),
+            st.just("--json"),
+            st.just("--registry"),
+            reg,
+        ),
+        st.tuples(st.just("bench"), st.just("report"), st.just(files["no-requests-result.json"]), st.just("--out"), f),
         st.tuples(
             st.just("quantize"),
             st.just("--model"),

@@ -3,6 +3,7 @@ server: SIGKILL of either, with the real CPU Triton (the fault cases of the hard
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -89,11 +90,22 @@ def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Pop
         proc.wait(10)
 
 
+# Seconds within which the tree is gone after `serve` is SIGKILLed (measured before: about 4.8 s, Triton's
+# graceful shutdown polling its unloading models once a second, with nobody left to wait for it).
+GONE_AFTER_PARENT_DIES_S = 2.0
+
+
 def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve: Any) -> None:
     proc, _log, tree = serve
+    t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
+    took = time.monotonic() - t0
+    print(f"tree gone {took:.2f} s after SIGKILL of serve")
+    assert took < GONE_AFTER_PARENT_DIES_S, f"{took:.2f} s"
+    # the Python backend's shared memory (prefix tc<serve pid>x<grpc port>_) goes with the tree
+    assert _wait(lambda: not glob.glob(f"/dev/shm/tc{proc.pid}x*"), 5), glob.glob(f"/dev/shm/tc{proc.pid}x*")
 
 
 def test_sigkill_of_tritonserver_takes_its_stubs_and_serve_fails(serve: Any) -> None:

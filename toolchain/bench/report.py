@@ -48,7 +48,7 @@ def _number(x: Any) -> bool:
 
 def _result_problem(d: dict[str, Any]) -> str | None:
     """What makes a bench result unusable by the reports and diagnose (None when it is whole)."""
-    if not isinstance(d.get("provenance", {}), dict):
+    if not isinstance(d.get("provenance"), dict):
         return "provenance is not an object"
     runs = d.get("runs")
     if not isinstance(runs, list) or not runs:
@@ -59,13 +59,31 @@ def _result_problem(d: dict[str, Any]) -> str | None:
         s = run.get("summary")
         if not isinstance(s, dict):
             return f"runs[{i}].summary is missing"
-        for k in ("completed", "errors", "request_throughput_rps", "output_token_throughput_tps", "goodput_rps"):
+        for k in (
+            "requests",
+            "completed",
+            "errors",
+            "request_throughput_rps",
+            "output_token_throughput_tps",
+            "goodput_rps",
+        ):
             if not _number(s.get(k)):
                 return f"runs[{i}].summary.{k} is not a number"
+        if s.get("cancelled") is not None and not _number(s["cancelled"]):
+            return f"runs[{i}].summary.cancelled is not a number"
+        kinds = s.get("error_kinds")
+        if kinds is not None and (not isinstance(kinds, dict) or not all(_number(n) for n in kinds.values())):
+            return f"runs[{i}].summary.error_kinds is not a table of counts"
+        for part in ("client", "prefix"):
+            if run.get(part) is not None and not isinstance(run[part], dict):
+                return f"runs[{i}].{part} is not an object"
         ts = s.get("token_source")
         if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
             return f"runs[{i}].summary.token_source is not a list of names"
-        for metric in ("ttft_ms", "tpot_ms", "itl_ms"):
+        slo = s.get("slo")
+        if slo is not None and (not isinstance(slo, dict) or not all(v is None or _number(v) for v in slo.values())):
+            return f"runs[{i}].summary.slo is not a table of numbers"
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "icl_ms", "e2e_ms"):
             m = s.get(metric)
             if m is not None and (not isinstance(m, dict) or not all(v is None or _number(v) for v in m.values())):
                 return f"runs[{i}].summary.{metric} is not a table of numbers"
@@ -360,7 +378,10 @@ def _plots(
 
 
 def _annotate_load(ax: Any, point: dict[str, Any], xy: tuple[Any, Any], color: str) -> None:
-    """Label a plotted point with its load value (the part after ``=`` in the load label)."""
+    """Label a plotted point with its load value (the part after ``=`` in the load label); a point with a missing
+    coordinate (a run that measured TPOT but no TTFT) is not plotted, so it gets no label."""
+    if any(v is None for v in xy):
+        return
     ax.annotate(
         point["load"].split("=")[-1],
         xy,

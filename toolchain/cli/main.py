@@ -28,11 +28,36 @@ from toolchain.cli import (
 )
 
 
-def _fail(line: str, code: int) -> typer.Exit:
-    """Print one line on stderr and return the Exit that carries the code."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-    return typer.Exit(code)
+def _wants_json(ctx: Any) -> bool:
+    """Whether the command line asks for JSON on stdout (``--json``, or ``--format json``), read from the
+    arguments before they are parsed, so a usage error is answered in JSON too."""
+    protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []
+    args = [*protected, *ctx.args]
+    if "--" in args:
+        args = args[: args.index("--")]
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return "--json" in args or "--format=json" in args or any(a == "--format" and b == "json" for a, b in pairs)
+
+
+class _Failure:
+    """Renders one failure: the ``Error:`` line on stderr and, under ``--json``, one JSON document on stdout."""
+
+    def __init__(self, json_out: bool) -> None:
+        self.json_out = json_out
+
+    def document(self, message: str, hint: str, code: int) -> None:
+        from toolchain.cli.render import json_printed, print_json
+
+        if self.json_out and not json_printed():  # a command that printed its own document (with the error) keeps it
+            print_json({"error": message, "hint": hint, "exit": code})
+            sys.stdout.flush()
+
+    def __call__(self, message: str, hint: str, code: int) -> typer.Exit:
+        """Print the failure and return the Exit that carries the code."""
+        self.document(message, hint, code)
+        sys.stderr.write(f"Error: {message}" + (f" — {hint}" if hint else "") + "\n")
+        sys.stderr.flush()
+        return typer.Exit(code)
 
 
 def _traceback_when_debugging() -> None:
@@ -47,21 +72,26 @@ class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
     def invoke(self, ctx: Any) -> Any:
+        from toolchain.cli.render import json_printed
         from toolchain.errors import ToolchainError
 
+        fail = _Failure(_wants_json(ctx))
+        json_printed(reset=True)
         try:
             return super().invoke(ctx)
         except ToolchainError as e:
             _traceback_when_debugging()
-            hint = f" — {e.hint}" if e.hint else ""
-            raise _fail(f"Error: {e.message}{hint}", e.exit_code) from None
+            raise fail(e.message, e.hint, e.exit_code) from None
         except (OSError, ValueError) as e:
             # A file or value from the user that the library did not anticipate: one line, not a traceback.
             _traceback_when_debugging()
-            what = f"{type(e).__name__}: {e}"
-            raise _fail(f"Error: {what} — check the paths and values given; TOOLCHAIN_DEBUG=1 shows where", 1) from None
+            raise fail(
+                f"{type(e).__name__}: {e}", "check the paths and values given; TOOLCHAIN_DEBUG=1 shows where", 1
+            ) from None
         except KeyboardInterrupt:
-            raise _fail("Interrupted; nothing half-written was kept.", 130) from None
+            fail.document("interrupted", "nothing half-written was kept", 130)
+            sys.stderr.write("Interrupted; nothing half-written was kept.\n")
+            raise typer.Exit(130) from None
         except ImportError as e:
             # An optional dependency (an extra) that a core-only install lacks: exit 3 with the install hint.
             from toolchain._deps import extra_for
@@ -70,11 +100,18 @@ class _Group(TyperGroup):
             if extra is None:
                 raise
             _traceback_when_debugging()
-            raise _fail(
-                f"Error: this command needs the Python package '{e.name}', which is not installed"
-                f" — pip install 'toolchain[{extra}]' (or run scripts/setup.sh)",
+            raise fail(
+                f"this command needs the Python package '{e.name}', which is not installed",
+                f"pip install 'toolchain[{extra}]' (or run scripts/setup.sh)",
                 3,
             ) from None
+        except Exception as e:
+            # The parser's own usage errors (unknown option, bad value): click prints them on stderr; under
+            # --json the same message is the JSON document on stdout.
+            code = getattr(e, "exit_code", None)
+            if hasattr(e, "format_message") and isinstance(code, int) and code:
+                fail.document(str(e.format_message()), "run the command with --help for its usage", code)
+            raise
 
 
 app = typer.Typer(

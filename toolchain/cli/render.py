@@ -15,8 +15,22 @@ out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
 err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 180)
 
 
+# Whether this invocation has printed a JSON document on stdout (the error table then adds none: one
+# document per command). Reset by the error table at the start of every command.
+_json_printed = [False]
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    _json_printed[0] = True
+
+
+def json_printed(reset: bool = False) -> bool:
+    """Whether a JSON document went to stdout since the last ``reset``."""
+    was = _json_printed[0]
+    if reset:
+        _json_printed[0] = False
+    return was
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:

@@ -130,11 +130,11 @@ def copy_source(dest: Path) -> None:
             "run `toolchain deploy` from a clone of the toolchain repository",
         )
     dest.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
+    # what the wheel is built from: setup.py maps triton_repo/ into the package (the Python-backend model sources)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copyfile(SOURCE_ROOT / name, dest / name)
-    shutil.copytree(
-        SOURCE_ROOT / "toolchain", dest / "toolchain", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    for tree in ("toolchain", "triton_repo"):
+        shutil.copytree(SOURCE_ROOT / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 def _kubectl(minor: str) -> list[str]:

@@ -240,20 +240,23 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
         raise MissingDependencyError("huggingface_hub", "hf") from exc
     hint = f"set model.architecture to one of {', '.join(CATALOG)} to plan offline"
     path: str | None = None
-    with contextlib.suppress(Exception):  # a config.json already in the Hub cache needs no network
+    miss: Exception | None = None  # why the cache could not answer: the cause of the error below (TOOLCHAIN_DEBUG)
+    try:  # a config.json already in the Hub cache needs no network
         path = hf_hub_download(repo, "config.json", revision=rev, local_files_only=True)
+    except Exception as e:
+        miss = e
     if path is None:
         if settings.hf_offline(constants.HF_HUB_OFFLINE):
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'}: not cached and HF_HUB_OFFLINE is set", hint
-            )
+            ) from miss
         endpoint = settings.hf_endpoint(constants.ENDPOINT)
         if not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at {endpoint} "
                 f"is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s",
                 hint,
-            )
+            ) from miss
         try:
             path = hf_hub_download(repo, "config.json", revision=rev, etag_timeout=HUB_PROBE_TIMEOUT_S)
         except Exception as e:

@@ -16,6 +16,7 @@ from toolchain.errors import ModelConfigError
 
 # Largest hidden/intermediate size accepted: far above any released model, far below what overflows.
 _MAX_DIM = 10_000_000
+INT32_MAX = 2**31 - 1
 
 
 def read_config_json(cfg_path: Path) -> dict[str, Any]:
@@ -99,6 +100,7 @@ def config_dims(cfg: dict[str, Any], where: str) -> dict[str, int]:
     tie = cfg.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise ModelConfigError(f"{where}: tie_word_embeddings must be true or false (got {tie!r:.60})")
+    check_config_consistency(cfg, where, hidden, heads)
     return {
         "layers": layers,
         "hidden": hidden,
@@ -111,6 +113,77 @@ def config_dims(cfg: dict[str, Any], where: str) -> dict[str, int]:
         "intermediate": inter,
         "tie": int(tie),
     }
+
+
+def check_config_consistency(cfg: dict[str, Any], where: str, hidden: int, heads: int) -> None:
+    """Sizes that parse but cannot describe one decoder: a hidden size the attention heads do not divide (even
+    with an explicit ``head_dim``: every family the planner knows splits the hidden size evenly over its heads),
+    and a context length that is not a positive integer."""
+    if hidden % heads:
+        raise ModelConfigError(
+            f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+            "fix config.json (it no longer matches the model), or re-download the checkpoint",
+        )
+    if cfg.get("max_position_embeddings") is not None:
+        _count(where, "max_position_embeddings", cfg["max_position_embeddings"], limit=INT32_MAX)
+
+
+# Bytes per element of the safetensors dtypes (huggingface/safetensors, ``safetensors/src/tensor.rs``, ``Dtype``);
+# any other (sub-byte F4/F6 and newer types) gets only the extent check.
+DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+}
+
+
+def check_safetensors_data(f: Path, meta: dict[str, Any], header_len: int, size: int, hint: str) -> None:
+    """The tensor data a safetensors header describes is the rest of the file, exactly: every tensor's
+    ``data_offsets`` lie inside it and hold ``prod(shape)`` elements of its dtype, and the last one ends where the
+    file ends. A file cut short by an interrupted download (its header intact) is refused here, before any tensor
+    is read, instead of failing deep inside the safetensors loader."""
+    data = size - 8 - header_len
+    end = 0
+    for k, v in meta.items():
+        if k == "__metadata__":
+            continue
+        offsets = v.get("data_offsets")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or any(type(o) is not int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise ModelConfigError(f"{f}: tensor {k!r:.60} has no valid data_offsets in the safetensors header", hint)
+        count = 1
+        for d in v["shape"]:
+            count *= d
+        width = DTYPE_BYTES.get(str(v.get("dtype")))
+        if width is not None and offsets[1] - offsets[0] != count * width:
+            raise ModelConfigError(
+                f"{f}: tensor {k!r:.60} spans {offsets[1] - offsets[0]} bytes, but {v.get('dtype')} "
+                f"{v['shape']} needs {count * width}",
+                hint,
+            )
+        end = max(end, offsets[1])
+    if end > data:
+        raise ModelConfigError(
+            f"{f}: truncated: the header describes {end:,} bytes of tensor data, the file holds {max(data, 0):,}", hint
+        )
+    if end < data:
+        raise ModelConfigError(f"{f}: {data - end:,} bytes after the last tensor (not a safetensors file)", hint)
 
 
 def safetensors_param_count(model_dir: Path) -> int | None:
@@ -147,4 +220,5 @@ def safetensors_param_count(model_dir: Path) -> int | None:
             for d in shape:
                 c *= d
             total += c
+        check_safetensors_data(f, meta, n, size, hint)
     return total

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -186,10 +187,23 @@ def _compose(text: str) -> tuple[yaml.Node | None, Any]:
     return root, data
 
 
-def _bad_string(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-    """Where the first string (value or key) holds a NUL or other control character (tab and newline aside)."""
+# Fields that are free text: a line break or tab there is text. Everywhere else (paths, names, versions, image
+# references) it is a mistake that would surface much later (a model.source ending in a newline was accepted and
+# `build` then said "checkpoint not found").
+FREE_TEXT = {("description",)}
+
+
+def _control(c: str) -> bool:
+    return ord(c) < 32 or ord(c) == 127
+
+
+def _bad_string(data: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], str] | None:
+    """Where the first string (value or key) holds a control character (NUL, or a line break or tab outside the
+    free-text fields), and which."""
     if isinstance(data, str):
-        return loc if any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in data) else None
+        allowed = "\t\n\r" if loc in FREE_TEXT else ""
+        bad = next((c for c in data if _control(c) and c not in allowed), None)
+        return (loc, bad) if bad is not None else None
     if isinstance(data, dict):
         for k, v in data.items():
             got = _bad_string(k, (*loc, k)) or _bad_string(v, (*loc, k))
@@ -201,6 +215,22 @@ def _bad_string(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
             if got is not None:
                 return got
     return None
+
+
+def _subnormal(data: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], float] | None:
+    """Where the first subnormal number is (non-zero, below 2.2e-308, such as 1e-320): no spec value means one,
+    and the planner's arithmetic turns them into inf or 0 (1 / 1e-320 overflows)."""
+    if isinstance(data, float):
+        return (loc, data) if data != 0 and abs(data) < sys.float_info.min else None
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        got = _subnormal(v, (*loc, k))
+        if got is not None:
+            return got
+    return None
+
+
+_CONTROL_NAMES = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte"}
 
 
 def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
@@ -227,14 +257,17 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         raise SpecError("every top-level key must be a string", file=file, line=1)
     bad = _bad_string(data)
     if bad is not None:
+        where, char = bad
+        what = _CONTROL_NAMES.get(char, f"the control character {char!r}")
         raise SpecError(
-            "holds a control character (NUL or similar); specs are plain text",
+            f"holds {what}; only description is free text, every other value is one plain line",
             file=file,
-            yaml_path=_format_loc(bad) or None,
-            line=_node_line(root, bad),
+            yaml_path=_format_loc(where) or None,
+            line=_node_line(root, where),
+            hint='remove it (a block scalar `|` or a quoted "...\\n" keeps the line break), then validate again',
         )
     try:
-        return EngineSpec.model_validate(data)
+        spec = EngineSpec.model_validate(data)
     except ValidationError as e:
         errors = e.errors()
         first = errors[0]
@@ -243,6 +276,18 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
         raise SpecError(
             _message(dict(first)) + more, file=file, yaml_path=_format_loc(loc) or None, line=_node_line(root, loc)
         ) from e
+    # on the validated values: YAML reads 1e-320 (no dot) as a string, which pydantic then turns into a float
+    tiny = _subnormal(spec.model_dump())
+    if tiny is not None:
+        where, value = tiny
+        raise SpecError(
+            f"{value!r} is subnormal (non-zero but below {sys.float_info.min:.1e}), too small to compute with",
+            file=file,
+            yaml_path=_format_loc(where) or None,
+            line=_node_line(root, where),
+            hint="give a realistic value (or 0 where the field allows it), then `toolchain spec validate SPEC`",
+        )
+    return spec
 
 
 def load_spec(path: str | Path) -> EngineSpec:

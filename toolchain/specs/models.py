@@ -180,6 +180,16 @@ class Matrix(_Strict):
                 raise ValueError("values must not repeat")
         return v
 
+    @field_validator("max_seq_len")
+    @classmethod
+    def _room_for_output(cls, v: list[int]) -> list[int]:
+        if any(x < 2 for x in v):
+            raise ValueError(
+                "a max_seq_len of 1 leaves no room for an output token after a one-token prompt; "
+                "every value must be at least 2 (prompt + output)"
+            )
+        return v
+
     @field_validator("tp")
     @classmethod
     def _tp(cls, v: list[int] | None) -> list[int] | None:

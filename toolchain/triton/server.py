@@ -207,7 +207,7 @@ def start(
     else:
         cmd = _pytriton_command(repo, net, shm_prefix, world_size, env)
     cmd += extra_args or []
-    proc = _launch(cmd, log_path, env)
+    proc = _launch(cmd, log_path, env, shm_prefix)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = time.monotonic() + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
@@ -276,14 +276,15 @@ def _pytriton_command(repo: Path, net: list[str], shm_prefix: str, world_size: i
     ]
 
 
-def _launch(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _launch(cmd: list[str], log_path: Path, env: dict[str, str], shm_prefix: str = "") -> subprocess.Popen[bytes]:
     """Start ``cmd`` under the watchdog in a new session, its output (after the command line) in ``log_path``."""
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         # The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs)
         # to this process: it dies with us even on SIGKILL, and the stubs die with the server.
-        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid()), "--", *cmd]
+        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
+        guarded += ["--shm-prefix", shm_prefix, "--", *cmd] if shm_prefix else ["--", *cmd]
         return subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

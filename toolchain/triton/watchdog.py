@@ -1,12 +1,16 @@
 """Keep a server's process tree tied to the process that started it.
 
-``python -m toolchain.triton.watchdog --parent PID -- CMD...`` runs CMD (tritonserver, or mpirun) and:
+``python -m toolchain.triton.watchdog --parent PID [--shm-prefix NAME] -- CMD...`` runs CMD (tritonserver, or
+mpirun) and:
 
 - dies with its parent: ``PR_SET_PDEATHSIG`` (Linux ``prctl(2)``) sends it SIGTERM when ``toolchain serve``
-  (or whatever started it) exits, even by SIGKILL; it then stops the whole tree;
+  (or whatever started it) exits, even by SIGKILL; it then stops the whole tree at once (a second of grace, then
+  SIGKILL: nobody is left to wait for Triton's graceful shutdown, which polls its unloading models once a second);
 - takes the tree's orphans: it is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so Python-backend stubs
   whose tritonserver died are re-parented to it instead of init, and it kills them;
-- stops the tree as one process group (SIGTERM, a grace period, then SIGKILL) and exits as CMD did.
+- stops the tree as one process group (SIGTERM, a grace period, then SIGKILL) and exits as CMD did;
+- removes the Python backend's shared-memory regions (``/dev/shm/NAME*``, the ``shm-region-prefix-name`` given
+  to tritonserver), which a server killed before its own cleanup leaves behind.
 
 It is started in a new session, so CMD and everything CMD forks (the stubs) share its process group.
 """
@@ -23,7 +27,9 @@ import time
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
-GRACE_S = 10.0
+GRACE_S = 10.0  # asked to stop (by `serve` on Ctrl-C, or a signal): Triton may drain and unload
+PARENT_GONE_GRACE_S = 1.0  # the parent died: nobody waits for a graceful exit
+SHM_DIR = "/dev/shm"
 
 
 def _prctl(option: int, arg: int) -> bool:
@@ -96,12 +102,37 @@ def _others_alive(pgid: int) -> bool:
     return bool(_group_members(pgid))
 
 
+def _remove_shm(prefix: str | None) -> None:
+    """Unlink the shared-memory regions named ``prefix*`` (a plain file name prefix, never a path)."""
+    if not prefix or "/" in prefix or prefix.startswith("."):
+        return
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHM_DIR):
+            if name.startswith(prefix):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(SHM_DIR, name))
+
+
+def _parse(argv: list[str]) -> tuple[int, str | None, list[str]] | None:
+    """(parent pid, shm prefix, command) of ``--parent PID [--shm-prefix NAME] -- CMD...``; None when malformed."""
+    if "--" not in argv:
+        return None
+    sep = argv.index("--")
+    opts, cmd = argv[:sep], argv[sep + 1 :]
+    if not cmd or len(opts) % 2:
+        return None
+    named = dict(zip(opts[::2], opts[1::2], strict=True))
+    if set(named) - {"--parent", "--shm-prefix"} or not named.get("--parent", "").isdigit():
+        return None
+    return int(named["--parent"]), named.get("--shm-prefix"), cmd
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[0] != "--parent" or argv[2] != "--":
-        sys.stderr.write("usage: python -m toolchain.triton.watchdog --parent PID -- CMD...\n")
+    parsed = _parse(argv)
+    if parsed is None:
+        sys.stderr.write("usage: python -m toolchain.triton.watchdog --parent PID [--shm-prefix NAME] -- CMD...\n")
         return 2
-    parent = int(argv[1])
-    cmd = argv[3:]
+    parent, shm_prefix, cmd = parsed
     stop = {"sig": 0}
 
     def on_signal(sig: int, _frame: object) -> None:
@@ -116,6 +147,7 @@ def main(argv: list[str]) -> int:
         return 128 + signal.SIGTERM
     child = subprocess.Popen(cmd)  # stdout/stderr inherited: the server log
     code: int | None = None
+    orphaned = False
     while code is None and not stop["sig"]:
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
@@ -128,10 +160,17 @@ def main(argv: list[str]) -> int:
         if reaped is not None:
             code = os.waitstatus_to_exitcode(reaped)
             break
+        if os.getppid() != parent:  # the parent died and no death signal came (prctl unavailable)
+            orphaned = True
+            break
         time.sleep(0.1)
-    _stop_group(GRACE_S if code is None else 0.5)  # the server's own stubs go with it
+    # the death signal arrives after the kernel has re-parented us: a changed parent tells it from a stop request
+    orphaned = orphaned or os.getppid() != parent
+    # after the server's own exit its stubs go at once; a stop request lets Triton drain and unload
+    _stop_group(0.5 if code is not None else PARENT_GONE_GRACE_S if orphaned else GRACE_S)
+    _remove_shm(shm_prefix)
     if code is None:
-        code = -stop["sig"]
+        code = -(stop["sig"] or signal.SIGTERM)
     if code < 0:  # die of the same signal, so the caller sees what happened to the server
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
