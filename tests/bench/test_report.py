@@ -162,7 +162,8 @@ class _KeepFigures:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        self.plt, self.figures = plt, []
+        self.plt = plt
+        self.figures: list[Any] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.plt, name)
