@@ -17,7 +17,9 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -84,7 +86,8 @@ def run_load_workers(cfg: Any, load: Load, progress: Progress) -> RunOutcome:
         }
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_worker_main, args=(child, job), name=f"toolchain-bench-worker-{w}", daemon=True)
-        p.start()
+        with _main_not_reimported():
+            p.start()
         child.close()
         procs.append(p)
         conns.append(parent)
@@ -101,19 +104,34 @@ def run_load_workers(cfg: Any, load: Load, progress: Progress) -> RunOutcome:
                 p.join(5)
 
 
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start a spawned worker without it re-running the parent's ``__main__`` script: the worker's code lives
+    in this module, and a script without a ``__name__ == "__main__"`` guard would otherwise run again in it."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__.pop(k) for k in ("__file__",) if main is not None and k in main.__dict__}
+    spec = getattr(main, "__spec__", None)
+    if main is not None:
+        main.__spec__ = None
+    try:
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            main.__spec__ = spec
+
+
 def _drive(procs: list[Any], conns: list[Connection], load: Load, total: int, progress: Progress) -> RunOutcome:
     """Wait for every worker to be ready, start them on one clock, follow their progress, merge their outcomes."""
     stage = f"{load.label()} requests"
-    offsets: list[float] = []
     deadline = time.monotonic() + READY_TIMEOUT_S
     for w, c in enumerate(conns):
         progress(f"{load.label()}: starting load-generator worker {w + 1} of {len(conns)}")
         msg = _recv(c, deadline, procs[w], f"worker {w}")
         if msg[0] == "error":
             raise BenchError(msg[1], msg[2] or None)
-        # the worker's clock at the moment it sent "ready", against ours when it arrived (an upper bound)
-        skew = time.perf_counter() - float(msg[1])
-        offsets.append(skew if abs(skew) > SHARED_CLOCK_S else 0.0)
+    clocks = [_clock(c, deadline, procs[w], f"worker {w}") for w, c in enumerate(conns)]
+    offsets = [off if abs(off) > SHARED_CLOCK_S else 0.0 for off, _ in clocks]
     t0 = time.perf_counter() + START_MARGIN_S
     for c, off in zip(conns, offsets, strict=True):
         c.send(("go", t0 - off))
@@ -133,18 +151,38 @@ def _drive(procs: list[Any], conns: list[Connection], load: Load, total: int, pr
                         os.kill(p.pid, signal.SIGINT)
         progress(stage, sum(done), total, unit="req")
     merged = _merge([o for o in outcomes if o is not None], offsets, t0)
+    for info, (off, rtt) in zip(merged.workers, clocks, strict=False):
+        info["clock_offset_ms"], info["clock_rtt_ms"] = off * 1000, rtt * 1000
+        info["clock_shifted_ms"] = offsets[info["worker"]] * 1000
     if interrupted:
         merged.halt("interrupted", INTERRUPTED)
     return merged
 
 
+def _clock(c: Connection, deadline: float, proc: Any, who: str) -> tuple[float, float]:
+    """The worker's clock minus ours, from one ping (NTP-style midpoint), and the round trip that bounds it.
+
+    With one host-wide clock the offset is within ±rtt/2 of zero; a larger one means the worker's clock is
+    another clock, and its timestamps are shifted onto ours.
+    """
+    t1 = time.perf_counter()
+    c.send(("ping",))
+    msg = _recv(c, deadline, proc, who)
+    t2 = time.perf_counter()
+    return float(msg[1]) - (t1 + t2) / 2, t2 - t1
+
+
 def _recv(c: Connection, deadline: float, proc: Any, who: str) -> Any:
+    gone = f"load-generator {who} exited before it was ready"
     while not c.poll(0.5):
         if not proc.is_alive():
-            raise BenchError(f"load-generator {who} exited (code {proc.exitcode}) before it was ready")
+            raise BenchError(f"{gone} (code {proc.exitcode})", "run with --workers 1 to see the client's own error")
         if time.monotonic() > deadline:
             raise BenchError(f"load-generator {who} was not ready within {READY_TIMEOUT_S:.0f} s")
-    return c.recv()
+    try:
+        return c.recv()
+    except (EOFError, OSError) as e:
+        raise BenchError(gone, "run with --workers 1 to see the client's own error") from e
 
 
 def _collect(conns: list[Connection], procs: list[Any], outcomes: list[RunOutcome | None], done: list[int]) -> None:
@@ -194,7 +232,6 @@ def _merge(outs: list[RunOutcome], offsets: list[float], t0: float) -> RunOutcom
             "requests": len([r for r in o.records if not r.warmup]),
             "cpu_s": o.client_cpu_s,
             "wall_s": o.wall_s,
-            "clock_offset_ms": off * 1000,
         }
         for i, (o, off) in enumerate(zip(outs, offsets, strict=False))
     ]
@@ -222,9 +259,14 @@ def _worker_main(conn: Connection, job: dict[str, Any]) -> None:
     shard = Shard(indices=job["indices"], offsets=job["offsets"])
 
     async def ready() -> None:
-        conn.send(("ready", time.perf_counter()))
-        msg = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-        shard.t0 = float(msg[1])
+        conn.send(("ready",))
+        while True:
+            msg = await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+            if msg[0] == "ping":  # the parent reads our clock
+                conn.send(("pong", time.perf_counter()))
+            elif msg[0] == "go":
+                shard.t0 = float(msg[1])
+                return
 
     shard.ready = ready
     try:
