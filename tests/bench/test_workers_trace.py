@@ -72,7 +72,7 @@ def _trace(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-TRACE = [
+TRACE: list[dict[str, Any]] = [
     {"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [7, 8]},
     {"timestamp": 120, "input_length": 12, "output_length": 3, "hash_ids": [7, 9]},
     {"timestamp": 150, "input_length": 9, "output_length": 3, "hash_ids": [5]},
