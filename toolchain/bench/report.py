@@ -463,8 +463,11 @@ def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], color
                 _slo_marker(ax, target, _top([p[key] for p in pts]))
             ax.set_title(name)
             ax.set_xlabel("concurrency" if s["mode"] == "concurrency" else "request rate (req/s)")
-            if s["mode"] == "concurrency" and max(p["load"] for p in curve) >= 8:
+            loads = sorted({p["load"] for p in curve})
+            if s["mode"] == "concurrency" and loads[-1] >= 8:
                 ax.set_xscale("log", base=2)
+            if s["mode"] == "concurrency" and len(loads) <= 12:
+                ax.set_xticks(loads, [f"{x:g}" for x in loads])
             ax.grid(True, alpha=0.3)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
