@@ -63,13 +63,13 @@ async def _handle(
                 await asyncio.sleep(first_s)
             chunks = []
             for i in range(n):
-                ev = b'data: {"choices": [{"index": 0, "text": " w%d"}]}\n\n' % i
+                ev = b'data: {"object": "text_completion", "choices": [{"index": 0, "text": " w%d"}]}\n\n' % i
                 chunks.append(b"%x\r\n%s\r\n" % (len(ev), ev))
                 if i == 0:
                     writer.write(chunks.pop())
                     await writer.drain()
                     stats["server_ttft_s"].append(time.perf_counter() - got)
-            usage = b'data: {"choices": [], "usage": {"completion_tokens": %d, "prompt_tokens": 4}}\n\n' % n
+            usage = b'data: {"object": "text_completion", "choices": [], "usage": {"completion_tokens": %d}}\n\n' % n
             chunks.append(b"%x\r\n%s\r\n" % (len(usage), usage))
             done = b"data: [DONE]\n\n"
             chunks.append(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))

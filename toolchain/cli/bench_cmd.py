@@ -107,7 +107,9 @@ def bench(
     ] = 1,
     trace: Annotated[
         Path | None,
-        typer.Option("--trace", help="Replay a Mooncake/AIPerf JSONL trace (timestamp, lengths, hash_ids)"),
+        typer.Option(
+            "--trace", help="Replay a Mooncake/AIPerf JSONL trace (timestamp, lengths, hash_ids): every line, on time"
+        ),
     ] = None,
     trace_speed: Annotated[
         str | None, typer.Option("--trace-speed", help="Replay speed(s), e.g. 1 or 1,2,4 (2 = twice as fast) [1]")
