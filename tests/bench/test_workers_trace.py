@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,58 @@ def test_bad_new_flags_are_one_line_errors(
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith("Error: ") and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.output
+
+
+def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "r.json"
+    with sse_server_process(first_s=0.05, gap_s=0.2) as (url, _, _):
+        cmd = [
+            sys.executable,
+            "-m",
+            "toolchain.cli.main",
+            "bench",
+            "--url",
+            url,
+            "--protocol",
+            "openai",
+            "--model",
+            "m",
+            "--tokenizer",
+            str(tiny_checkpoint),
+            "--input-tokens",
+            "4",
+            "--output-tokens",
+            "6",
+            "--warmup",
+            "0",
+            "--requests",
+            "40",
+            "--concurrency",
+            "4",
+            "--workers",
+            "2",
+            "--save",
+            str(out),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # narration: the workers are sending
+            if "requests:" in line:
+                break
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)  # the parent only, as `kill -INT` does: it passes it to its workers
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    saved = json.loads(out.read_text())
+    s = saved["runs"][0]["summary"]
+    assert saved["stop"] == "interrupted" and s["completed"] >= 2 and s["cancelled"] >= 1, s
+    assert len(saved["runs"][0]["client"]["workers"]) == 2  # both workers' requests came back
+    assert "Traceback" not in stderr
