@@ -149,12 +149,13 @@ def measured_plan(spec: EngineSpec, plans: list[CellPlan], res: dict[str, Any], 
     if reference:
         problems.insert(0, f"it was served by the {reference}")
     if problems:
+        n = fleet["total_gpus"]
         would = (
-            f"it would size {fleet['total_gpus']} GPUs from {measured:,.1f} tok/s per instance at "
-            f"{knee.get('label')}" + (f" (roofline: {roof['total_gpus']} GPUs)" if roof else "")
+            f"it would size {n} GPU{'' if n == 1 else 's'} from {measured:,.1f} tok/s per instance at "
+            f"{knee.get('label')}" + (f" (roofline: {roof['total_gpus']})" if roof else "")
         )
         raise MeasurementRefused(
-            f"the measurement cannot size the {plan.gpu} fleet of cell {plan.cell_id}: {'; '.join(problems)} — "
+            f"the measurement cannot size the {plan.gpu} fleet of cell {plan.cell_id}: {'; '.join(problems)}; "
             f"{would}, but that number says nothing about this engine on this GPU",
             HINT,
         )
