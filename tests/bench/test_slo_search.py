@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.bench.sse_server import sse_server, sse_server_process
+from tests.conftest import Cli
 from toolchain.bench.run import BenchConfig, assess
 from toolchain.bench.search import SloTargets, make_plan, make_targets, run_search, verdict
 from toolchain.bench.workload import Request
@@ -146,3 +148,49 @@ def test_slo_still_met_at_the_bound_says_the_knee_is_higher(tmp_path: Path) -> N
     s = back["search"]
     assert s["status"] == "bound" and s["knee"]["load"] == 3 and [p["load"] for p in s["probes"]] == [1, 2, 3]
     assert "raise --slo-max" in s["message"] and assess(back) == (0, None)
+
+
+def test_the_loop_from_a_measured_knee_to_a_fleet_size(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """bench --spec --slo-search → result → bench report redraws it → plan --measured sizes the fleet from it."""
+    from tests.conftest import write_tiny_spec
+
+    spec = write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint)
+    out = tmp_path / "knee.json"
+    with sse_server_process(first_s=FIRST_S, gap_s=GAP_S, slots=2) as (url, _, _):
+        r = cli(
+            "bench",
+            "--url",
+            url,
+            "--protocol",
+            "openai",
+            "--model",
+            "m",
+            "--spec",
+            spec,
+            "--output-tokens",
+            str(TOKENS),
+            "--requests",
+            "8",
+            "--warmup",
+            "0",
+            "--slo-search",
+            "concurrency",
+            "--slo-ttft-ms",
+            str(SLO_TTFT_MS),
+            "--save",
+            out,
+        )
+    assert r.exit_code == 0, r.output
+    assert "SLO search: knee at concurrency 2" in r.stderr
+    saved = json.loads(out.read_text())
+    assert saved["search"]["knee"]["load"] == 2 and saved["provenance"]["cell"]
+    r = cli("bench", "report", out, "--out", tmp_path / "rep")
+    assert r.exit_code == 0 and (tmp_path / "rep" / "slo_search.png").is_file()
+    r = cli("plan", spec, "--measured", out, "--json")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)
+    tps = saved["search"]["knee"]["output_token_throughput_tps"]
+    assert m["measured_fleet"]["tok_s_per_instance"] == tps
+    assert m["measured_fleet"]["total_gpus"] == math.ceil(round(1 * 16 / tps / 0.75 * 1.2, 9))
+    # measured with 10 output tokens, the spec's traffic has 16: said, not hidden
+    assert any("the capacity holds for the measured shape" in n for n in m["notes"])
