@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -126,8 +126,11 @@ def _drive(procs: list[Any], conns: list[Connection], load: Load, total: int, pr
     stage = f"{load.label()} requests"
     deadline = time.monotonic() + READY_TIMEOUT_S
     for w, c in enumerate(conns):
-        progress(f"{load.label()}: starting load-generator worker {w + 1} of {len(conns)}")
-        msg = _recv(c, deadline, procs[w], f"worker {w}")
+
+        def waiting(w: int = w) -> None:  # a counted stage: a line every few seconds while workers start
+            progress(f"{load.label()}: load-generator workers ready", w, len(conns), unit="worker")
+
+        msg = _recv(c, deadline, procs[w], f"worker {w}", waiting)
         if msg[0] == "error":
             raise BenchError(msg[1], msg[2] or None)
     clocks = [_clock(c, deadline, procs[w], f"worker {w}") for w, c in enumerate(conns)]
@@ -172,9 +175,10 @@ def _clock(c: Connection, deadline: float, proc: Any, who: str) -> tuple[float, 
     return float(msg[1]) - (t1 + t2) / 2, t2 - t1
 
 
-def _recv(c: Connection, deadline: float, proc: Any, who: str) -> Any:
+def _recv(c: Connection, deadline: float, proc: Any, who: str, waiting: Callable[[], None] = lambda: None) -> Any:
     gone = f"load-generator {who} exited before it was ready"
     while not c.poll(0.5):
+        waiting()
         if not proc.is_alive():
             raise BenchError(f"{gone} (code {proc.exitcode})", "run with --workers 1 to see the client's own error")
         if time.monotonic() > deadline:
