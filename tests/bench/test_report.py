@@ -231,3 +231,17 @@ def test_slo_search_is_redrawn_from_the_cached_probes(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(Exception, match="has no load and verdict"):
         load_results([path])
+
+
+def test_a_minimal_search_section_renders(tmp_path: Path) -> None:
+    """Only what the validator requires (load, verdict, label): the report still draws, never a KeyError."""
+    path = _result(tmp_path / "m.json", [_run(1, 0.01, 0.01)])
+    doc = json.loads(path.read_text())
+    probes = [{"load": 1, "passed": True, "label": "c=1"}, {"load": 2, "passed": False, "label": "c=2"}]
+    doc["search"] = {"mode": "concurrency", "probes": probes, "curve": probes, "knee": {"load": 1}}
+    path.write_text(json.dumps(doc))
+    files = render(load_results([path]), tmp_path / "rep")
+    assert (
+        files["slo_search"].is_file()
+        and "| 2 | c=2 |  | - | - | 0.0% | 0.0 | missed:  |" in files["markdown"].read_text()
+    )

@@ -344,12 +344,12 @@ def _search_ctx(res: dict[str, Any]) -> dict[str, Any]:
         [
             str(i),
             p["label"],
-            p["phase"],
+            str(p.get("phase", "")),
             _f(p.get("ttft_ms_p99")),
             _f(p.get("tpot_ms_p99")),
             f"{p.get('goodput_fraction', 0):.1%}",
             f"{p.get('output_token_throughput_tps', 0):.1f}",
-            "met" if p["passed"] else "missed: " + "; ".join(p["reasons"]),
+            "met" if p["passed"] else "missed: " + "; ".join(str(r) for r in p.get("reasons") or []),
         ]
         for i, p in enumerate(s.get("probes") or [], 1)
     ]
@@ -449,7 +449,7 @@ def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], color
             knee = s.get("knee")
             if knee is not None:
                 ax.axvline(knee["load"], color=c, linestyle=":", linewidth=1)
-                if key == "output_token_throughput_tps":
+                if key == "output_token_throughput_tps" and _number(knee.get(key)):
                     ax.annotate(
                         f"knee {knee['load']:g}: {knee[key]:.0f} tok/s",
                         (knee["load"], knee[key]),
