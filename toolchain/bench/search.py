@@ -198,7 +198,7 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
         )
         run["slo_probe"] = {"passed": passed, "reasons": reasons}
         if stop is not None:
-            status = "interrupted" if stop == "interrupted" else "server-gone"
+            status = stop if stop in ("interrupted", "server-gone") else "stopped"  # stopped: --stop-on-error
             break
         if passed:
             lo = x
