@@ -16,6 +16,7 @@ QUICK = {
     "registry_bench.py": ["push: read 1.0", "hashing", "S3 get"],
     "matrix_bench.py": ["spec expand", "matrix --registry s3://", "build --all --dry-run"],
     "quantize_bench.py": ["peak RSS", "wall", "byte-identical"],
+    "loadgen_bench.py": ["chunks per client CPU-second", "wall-clock chunks/s", "TTFT accuracy"],
 }
 
 

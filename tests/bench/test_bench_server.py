@@ -168,3 +168,15 @@ def test_killed_server_keeps_partial_results(tmp_path: Path) -> None:
         1,
         out.interrupted,
     )
+
+
+def test_slo_search_finds_the_instance_count_on_cpu_triton(server: S.Server) -> None:
+    """The delayed model has 4 instances, each serving one request at a time: the 5th concurrent request waits
+    ~200 ms for an instance before its first token, so the knee of a 180 ms TTFT SLO is exactly 4."""
+    from toolchain.bench.search import SloTargets, make_plan, run_search
+
+    cfg = BenchConfig(protocol="triton", url=server.grpc_url, model="delayed", loads=[], requests=_reqs(12), warmup=0)
+    res = run_search(cfg, make_plan("concurrency", limit=16), SloTargets(ttft_ms=180.0))
+    s = res["search"]
+    assert s["status"] == "found" and s["knee"]["load"] == 4, s["probes"]
+    assert s["knee"]["first_failing_load"] == 5

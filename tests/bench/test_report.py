@@ -151,3 +151,97 @@ def test_html_report_in_headless_chromium(two_results: list[Path], tmp_path: Pat
     shot = tmp_path / "shot.png"
     r = _browser([f"--screenshot={shot}", "--window-size=1400,3000", url], tmp_path)
     assert r.returncode == 0 and shot.stat().st_size > 50_000, r.stderr[-2000:]  # text, tables and plots drawn
+
+
+class _KeepFigures:
+    """matplotlib.pyplot, except that close() keeps the figure so a test can read its axes."""
+
+    def __init__(self) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        self.plt = plt
+        self.figures: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plt, name)
+
+    def close(self, fig: Any) -> None:
+        self.figures.append(fig)
+
+
+def test_a_far_slo_does_not_flatten_the_data(tmp_path: Path) -> None:
+    """A 2,000 ms TTFT SLO over 10-80 ms of data: the axis stays on the data, the SLO is written at its edge."""
+    from toolchain.bench.report import _plot_latency_cdf, _plot_latency_vs_load, _series, table_rows
+
+    runs = [_run(c, 0.01 * c, 0.01) for c in (1, 2, 4, 8)]  # TTFT 10-80 ms
+    res = {"label": "r", "runs": runs}
+    far = {"ttft_ms": 2000.0, "tpot_ms": 12.0}  # TPOT SLO near its data: still a line
+    keep = _KeepFigures()
+    _plot_latency_vs_load(keep, _series(table_rows([res])), far, None, "concurrency", ["C0"], tmp_path / "a.png")
+    ttft_ax, tpot_ax = keep.figures[0].axes[:2]
+    assert ttft_ax.get_ylim()[1] < 200  # the data (<= ~100 ms) fills the axis, not 1/25 of it
+    assert any("SLO 2000 ms" in t.get_text() and "off the axis" in t.get_text() for t in ttft_ax.texts)
+    assert any("SLO 12 ms" in line.get_label() for line in tpot_ax.get_lines())
+    _plot_latency_cdf(keep, [("c=1", runs[0])], far, tmp_path / "b.png")
+    assert keep.figures[1].axes[0].get_xlim()[1] < 200
+
+
+def test_slo_search_is_redrawn_from_the_cached_probes(tmp_path: Path) -> None:
+    def probe(load: float, ok: bool, ttft: float) -> dict[str, Any]:
+        return {
+            "load": load,
+            "label": f"concurrency={load:g}",
+            "phase": "grow",
+            "passed": ok,
+            "reasons": [] if ok else [f"P99 TTFT {ttft} ms > 170 ms"],
+            "ttft_ms_p99": ttft,
+            "tpot_ms_p99": 30.0,
+            "goodput_fraction": 1.0 if ok else 0.8,
+            "output_token_throughput_tps": 30.0 * load,
+            "completed": 12,
+            "requests": 12,
+            "request_throughput_rps": 3.0 * load,
+            "goodput_rps": 3.0 * load,
+        }
+
+    probes = [probe(1, True, 30), probe(2, True, 35), probe(4, False, 320), probe(3, True, 40)]
+    path = _result(tmp_path / "s.json", [_run(c, 0.03, 0.03) for c in (1, 2, 4, 3)])
+    doc = json.loads(path.read_text())
+    doc["search"] = {
+        "mode": "concurrency",
+        "status": "found",
+        "slo": {"ttft_ms": 170.0, "tpot_ms": None, "goodput": None},
+        "slo_text": "P99 TTFT <= 170 ms",
+        "message": "knee at concurrency 3 (90.0 output tok/s)",
+        "probes": probes,
+        "curve": sorted(probes, key=lambda p: p["load"]),
+        "knee": {**probes[3]},
+    }
+    path.write_text(json.dumps(doc))
+    files = render(load_results([path]), tmp_path / "rep")
+    assert files["slo_search"].stat().st_size > 10_000
+    md = files["markdown"].read_text()
+    assert "## SLO search: s (concurrency)" in md and "knee at concurrency 3" in md
+    assert "missed: P99 TTFT 320 ms > 170 ms" in md
+    assert "slo_search.png" in files["html"].read_text()
+    doc["search"]["curve"][0]["load"] = "x"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(Exception, match="has no load and verdict"):
+        load_results([path])
+
+
+def test_a_minimal_search_section_renders(tmp_path: Path) -> None:
+    """Only what the validator requires (load, verdict, label): the report still draws, never a KeyError."""
+    path = _result(tmp_path / "m.json", [_run(1, 0.01, 0.01)])
+    doc = json.loads(path.read_text())
+    probes = [{"load": 1, "passed": True, "label": "c=1"}, {"load": 2, "passed": False, "label": "c=2"}]
+    doc["search"] = {"mode": "concurrency", "probes": probes, "curve": probes, "knee": {"load": 1}}
+    path.write_text(json.dumps(doc))
+    files = render(load_results([path]), tmp_path / "rep")
+    assert (
+        files["slo_search"].is_file()
+        and "| 2 | c=2 |  | - | - | 0.0% | 0.0 | missed:  |" in files["markdown"].read_text()
+    )

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import Cli
+from tests.conftest import REPO, Cli
 from tests.hardening.fuzzing import BASE, LAUGHS
 
 SPEC_COMMANDS = [["spec", "validate"], ["spec", "expand"], ["plan"], ["matrix", "--offline"]]
@@ -470,6 +470,7 @@ def test_bench_report_and_diagnose_refuse_damaged_results(cli: Cli, tmp_path: Pa
     for args in (
         ["bench", "report", tmp_path / "r.json", "--out", tmp_path / "rep"],
         ["diagnose", "--bench", tmp_path / "r.json"],
+        ["plan", REPO / "engine_specs" / "tiny.yaml", "--measured", tmp_path / "r.json"],
     ):
         r = cli(*args)
         assert r.exit_code == 2, (args, r.output)

@@ -188,6 +188,11 @@ def garbage(tmp_path: Path) -> dict[str, str]:
     (g / "fake-result.json").write_text(json.dumps({"kind": "toolchain.bench-result", "runs": "x"}))
     (g / "half-result.json").write_text(json.dumps({"kind": "toolchain.bench-result", "runs": [{"label": 1}]}))
     (g / "prom.txt").write_text("<html>hello</html>\n")
+    (g / "trace.jsonl").write_text('{"timestamp": 0, "input_length": 3, "output_length": 2}\n{"timestamp": -5}\n[]\n')
+    search = {"mode": "rate", "probes": [{"load": "x", "passed": 1}], "curve": "y", "knee": {"load": None}}
+    (g / "search-result.json").write_text(
+        json.dumps({"kind": "toolchain.bench-result", "runs": [{"label": "c=1", "summary": {}}], "search": search})
+    )
     ckpt = g / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text('{"hidden_size": true, "num_attention_heads": -1}')
@@ -259,6 +264,43 @@ def _argv_strategy(files: dict[str, str]) -> st.SearchStrategy[list[str]]:
         st.tuples(st.just("triton"), st.just("emit"), f, st.just("--engine"), s, st.just("--out"), f),
         st.tuples(st.just("serve"), f, st.just("--http-port"), n, st.just("--ready-timeout"), n),
         st.tuples(st.just("bench"), st.just("report"), f, st.just("--out"), f),
+        st.tuples(st.just("plan"), f, st.just("--measured"), f),
+        st.tuples(
+            st.just("bench"),
+            st.just("--url"),
+            url,
+            st.just("--protocol"),
+            st.just("openai"),
+            st.just("--tokenizer"),
+            f,
+            st.just("--trace"),
+            f,
+            st.just("--trace-speed"),
+            s,
+            st.just("--workers"),
+            n,
+            st.just("--trace-block-tokens"),
+            n,
+        ),
+        st.tuples(
+            st.just("bench"),
+            st.just("--url"),
+            url,
+            st.just("--tokenizer"),
+            f,
+            st.just("--slo-search"),
+            st.sampled_from(["concurrency", "rate", "x", ""]),
+            st.just("--slo-start"),
+            n,
+            st.just("--slo-max"),
+            n,
+            st.just("--slo-tolerance"),
+            n,
+            st.just("--slo-ttft-ms"),
+            n,
+            st.just("--slo-goodput"),
+            n,
+        ),
         st.tuples(st.just("diagnose"), st.just("--metrics-url"), url, st.just("--samples"), st.just("1")),
         st.tuples(st.just("diagnose"), st.just("--bench"), f),
         st.tuples(st.just("diagnose"), st.just("--metrics-url"), url, st.just("--samples"), n),

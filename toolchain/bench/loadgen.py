@@ -29,11 +29,40 @@ class Load:
     rate: float | None = None
     poisson: bool = False
     duration_s: float | None = None
+    trace: str | None = None  # replay each request at its trace time (Request.at), divided by speed
+    speed: float = 1.0
 
     def label(self) -> str:
         if self.concurrency is not None:
             return f"concurrency={self.concurrency}"
+        if self.trace is not None:
+            return f"trace={self.trace} x{self.speed:g}"
         return f"rate={self.rate:g}/s{' poisson' if self.poisson else ''}"
+
+    def offsets(self, todo: list[Request], seed: int) -> list[float]:
+        """Send offsets (seconds after the start) of an open-loop load: the trace's times, or the rate's."""
+        from toolchain.bench.workload import arrivals
+
+        if self.trace is not None:
+            ats = [r.at or 0.0 for r in todo]
+            first = min(ats, default=0.0)
+            return [(a - first) / self.speed for a in ats]
+        assert self.rate is not None
+        return arrivals(len(todo), self.rate, poisson=self.poisson, seed=seed)
+
+
+@dataclass
+class Shard:
+    """One worker process's part of a load point: global request indices, send offsets, the common start."""
+
+    indices: list[int]
+    offsets: list[float] | None = None  # open loop; None: closed loop at the load's concurrency
+    t0: float | None = None  # perf_counter of the common start (set once every worker is ready)
+    ready: Callable[[], Awaitable[None]] = field(default=lambda: _no_wait())
+
+
+async def _no_wait() -> None:
+    return None
 
 
 @dataclass
@@ -46,6 +75,7 @@ class RunOutcome:
     client_cpu_s: float = 0.0
     lag_s: list[float] = field(default_factory=list)  # rate mode: actual send time - due time
     loop_lag_s: list[float] = field(default_factory=list)  # event-loop lag sampled during the run
+    workers: list[dict[str, Any]] = field(default_factory=list)  # --workers N: each process's share
 
     def halt(self, kind: str, why: str) -> None:
         if self.stop is None:
@@ -304,24 +334,30 @@ async def _run(
     max_conn_errors: int,
     holder: dict[str, RunOutcome],
     progress: Progress = silent,
+    shard: Shard | None = None,
 ) -> RunOutcome:
-    """One load point: the warm-up, then the measured requests at the load's concurrency or rate."""
+    """One load point: the warm-up, then the measured requests at the load's concurrency or rate.
+
+    ``shard`` is one worker process's part of a multi-process load (toolchain.bench.workers): its requests'
+    global indices, their send offsets and the common start time, all on the one perf_counter clock.
+    """
     records: list[RequestRecord] = []
     outcome = RunOutcome(records, 0.0)
     holder["outcome"] = outcome
     await _warm_up(target, reqs[:warmup], records)
     todo = reqs[warmup:]
+    if shard is not None:
+        await shard.ready()
     cpu0 = time.process_time()
-    t0 = time.perf_counter()
+    t0 = shard.t0 if shard is not None and shard.t0 is not None else time.perf_counter()
     deadline = t0 + load.duration_s if load.duration_s else None
     stop = asyncio.Event()
     consecutive = {"conn": 0, "done": 0, "failed": 0}
     stage = f"{load.label()} requests"
 
     async def fire(i: int, r: Request, due: float | None = None) -> None:
-        rec = RequestRecord(
-            warmup + i, r.prompt_tokens, r.max_tokens, time.perf_counter(), shared_prefix=r.shared_prefix
-        )
+        index = shard.indices[i] if shard is not None else warmup + i
+        rec = RequestRecord(index, r.prompt_tokens, r.max_tokens, time.perf_counter(), shared_prefix=r.shared_prefix)
         rec.scheduled = due
         records.append(rec)
         try:
@@ -343,7 +379,8 @@ async def _run(
         if load.concurrency is not None:
             tasks = _closed_loop(load.concurrency, todo, fire, stop, deadline)
         else:
-            await _open_loop(tasks, todo, load, seed, t0, fire, stop, deadline)
+            offsets = shard.offsets if shard is not None and shard.offsets is not None else load.offsets(todo, seed)
+            await _open_loop(tasks, todo, offsets, t0, fire, stop, deadline)
         await asyncio.gather(*tasks)
     except (asyncio.CancelledError, KeyboardInterrupt):
         outcome.halt("interrupted", INTERRUPTED)
@@ -418,18 +455,13 @@ def _closed_loop(
 async def _open_loop(
     tasks: list[asyncio.Task[None]],
     todo: list[Request],
-    load: Load,
-    seed: int,
+    offsets: list[float],
     t0: float,
     fire: Callable[[int, Request, float], Coroutine[Any, Any, None]],
     stop: asyncio.Event,
     deadline: float | None,
 ) -> None:
-    """Start each request at its arrival time (constant or Poisson rate), appending its task to ``tasks``."""
-    from toolchain.bench.workload import arrivals
-
-    assert load.rate is not None
-    offsets = arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)
+    """Start each request at its arrival time (rate or trace offsets), appending its task to ``tasks``."""
     for (i, r), off in zip(enumerate(todo), offsets, strict=False):
         wait = t0 + off - time.perf_counter()
         if wait > 0:
@@ -464,6 +496,7 @@ def run_load(
     chat: bool = False,
     max_conn_errors: int = 3,
     progress: Progress = silent,
+    shard: Shard | None = None,
 ) -> RunOutcome:
     holder: dict[str, RunOutcome] = {}
 
@@ -484,7 +517,7 @@ def run_load(
                     f"model {model!r} takes no num_draft_tokens",
                     "benchmark tensorrt_llm_bls of a draft-target repository, or drop --num-draft-tokens",
                 )
-            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder, progress)
+            return await _run(target, reqs, load, warmup, seed, stop_on_error, max_conn_errors, holder, progress, shard)
         finally:
             with contextlib.suppress(Exception):
                 await target.close()

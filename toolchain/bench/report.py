@@ -101,6 +101,35 @@ def _result_problem(d: dict[str, Any]) -> str | None:
         for r in records:
             if any(r.get(k) is not None and not _number(r.get(k)) for k in ("ttft_ms", "tpot_ms")):
                 return f"runs[{i}].records holds a latency that is not a number"
+    return _search_problem(d.get("search"))
+
+
+SEARCH_FIGURES = ("ttft_ms_p99", "tpot_ms_p99", "goodput_fraction", "output_token_throughput_tps")
+
+
+def _search_problem(search: Any) -> str | None:
+    """What makes an SLO-search section unusable by the report (None when absent or whole)."""
+    if search is None:
+        return None
+    if not isinstance(search, dict) or search.get("mode") not in ("concurrency", "rate"):
+        return "search is not an SLO-search section"
+    for key in ("probes", "curve"):
+        probes = search.get(key)
+        if not isinstance(probes, list):
+            return f"search.{key} is not a list"
+        for j, p in enumerate(probes):
+            if not isinstance(p, dict) or not _number(p.get("load")) or not isinstance(p.get("passed"), bool):
+                return f"search.{key}[{j}] has no load and verdict"
+            if not isinstance(p.get("label"), str) or not isinstance(p.get("reasons", []), list):
+                return f"search.{key}[{j}] has no label and reasons"
+            if any(p.get(k) is not None and not _number(p.get(k)) for k in SEARCH_FIGURES):
+                return f"search.{key}[{j}] holds a figure that is not a number"
+    knee = search.get("knee")
+    if knee is not None and (not isinstance(knee, dict) or not _number(knee.get("load"))):
+        return "search.knee has no load"
+    slo = search.get("slo")
+    if slo is not None and (not isinstance(slo, dict) or any(v is not None and not _number(v) for v in slo.values())):
+        return "search.slo is not a table of numbers"
     return None
 
 
@@ -309,6 +338,7 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
         "definitions": [{"key": k, "text": v, "aiperf": AIPERF_NAMES.get(k, "")} for k, v in DEFINITIONS.items()],
         "notices": _notices(results),
         "measured": measured,
+        "searches": [_search_ctx(r) for r in results if r.get("search")],
         "plots": [
             {"name": name, "file": p.name, "caption": PLOT_CAPTIONS.get(name, name)} for name, p in plots.items()
         ],
@@ -326,12 +356,40 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "report.csv", **plots}
 
 
+def _search_ctx(res: dict[str, Any]) -> dict[str, Any]:
+    """An SLO search's summary and probe table for the report templates."""
+    s = res["search"]
+    rows = [
+        [
+            str(i),
+            p["label"],
+            str(p.get("phase", "")),
+            _f(p.get("ttft_ms_p99")),
+            _f(p.get("tpot_ms_p99")),
+            f"{p.get('goodput_fraction', 0):.1%}",
+            f"{p.get('output_token_throughput_tps', 0):.1f}",
+            "met" if p["passed"] else "missed: " + "; ".join(str(r) for r in p.get("reasons") or []),
+        ]
+        for i, p in enumerate(s.get("probes") or [], 1)
+    ]
+    return {
+        "label": res["label"],
+        "mode": s.get("mode"),
+        "slo": s.get("slo_text"),
+        "message": s.get("message"),
+        "status": s.get("status"),
+        "rows": rows,
+    }
+
+
 PLOT_CAPTIONS = {
     "latency_vs_load": "TTFT, TPOT and inter-chunk latency percentiles against the load, with the SLOs and the "
     "planner's TPOT floor",
     "latency_cdf": "Distribution of TTFT and TPOT per load point",
     "icl": "Inter-chunk latency (gaps between streamed chunks) per load point",
     "throughput_latency": "Output-token throughput against latency across the sweep",
+    "slo_search": "SLO search: each probe's P99 TTFT, P99 TPOT and throughput against its load (o met, x missed), "
+    "with the SLOs and the knee",
 }
 
 
@@ -374,7 +432,69 @@ def _plots(
     if series:
         out["throughput_latency"] = out_dir / "throughput_latency.png"
         _plot_throughput_latency(plt, series, colors, out["throughput_latency"])
+    searches = [(res["label"], res["search"]) for res in results if (res.get("search") or {}).get("curve")]
+    if searches:
+        out["slo_search"] = out_dir / "slo_search.png"
+        _plot_slo_search(plt, searches, colors, out["slo_search"])
     return out
+
+
+def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], colors: list[str], path: Path) -> None:
+    """Each probe's P99 TTFT, P99 TPOT and throughput against its load, met (o) or missed (x), with the SLO
+    lines and the knee; drawn from the probes cached in the result, no re-measurement."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for i, (label, s) in enumerate(searches):
+        c = colors[i % len(colors)]
+        curve = s["curve"]
+        prefix = f"{label} " if len(searches) > 1 else ""
+        for ax, key, name in (
+            (axes[0], "ttft_ms_p99", "P99 TTFT (ms)"),
+            (axes[1], "tpot_ms_p99", "P99 TPOT (ms)"),
+            (axes[2], "output_token_throughput_tps", "output tok/s"),
+        ):
+            pts = [p for p in curve if p.get(key) is not None]
+            ax.plot([p["load"] for p in pts], [p[key] for p in pts], "-", color=c, alpha=0.5)
+            for ok, marker, what in ((True, "o", "met"), (False, "x", "missed")):
+                sel = [p for p in pts if p["passed"] is ok]
+                if sel:
+                    ax.plot(
+                        [p["load"] for p in sel],
+                        [p[key] for p in sel],
+                        marker,
+                        color=c if ok else "red",
+                        linestyle="none",
+                        label=f"{prefix}SLOs {what}",
+                    )
+            knee = s.get("knee")
+            if knee is not None:
+                ax.axvline(knee["load"], color=c, linestyle=":", linewidth=1)
+                if key == "output_token_throughput_tps" and _number(knee.get(key)):
+                    ax.annotate(
+                        f"knee {knee['load']:g}: {knee[key]:.0f} tok/s",
+                        (knee["load"], knee[key]),
+                        textcoords="offset points",
+                        xytext=(4, -12),
+                        fontsize=8,
+                        color=c,
+                    )
+            target = (s.get("slo") or {}).get(key.split("_p99")[0]) if key != "output_token_throughput_tps" else None
+            if target is not None:
+                _slo_marker(ax, target, _top([p[key] for p in pts]))
+            ax.set_title(name)
+            ax.set_xlabel("concurrency" if s["mode"] == "concurrency" else "request rate (req/s)")
+            loads = sorted({p["load"] for p in curve})
+            if s["mode"] == "concurrency" and loads[-1] >= 8:
+                ax.set_xscale("log", base=2)
+            if s["mode"] == "concurrency" and len(loads) <= 12:
+                ax.set_xticks(loads, [f"{x:g}" for x in loads])
+            ax.grid(True, alpha=0.3)
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle("SLO search: " + "; ".join(s.get("message", "") for _, s in searches)[:160], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _annotate_load(ax: Any, point: dict[str, Any], xy: tuple[Any, Any], color: str) -> None:
@@ -390,6 +510,45 @@ def _annotate_load(ax: Any, point: dict[str, Any], xy: tuple[Any, Any], color: s
         fontsize=7,
         color=color,
     )
+
+
+FAR = 3.0  # an SLO more than this many times the data's top would squeeze the data into the bottom of the axis
+
+
+def _slo_marker(ax: Any, target: float, top: float | None, *, vertical: bool = False, label: str = "SLO") -> str:
+    """Draw the SLO as a line when it is near the data; when it is far above it (a 2,000 ms TTFT SLO over
+    10-80 ms of data), keep the axis on the data and write the SLO at the edge instead. Returns which."""
+    text = f"{label} {target:g} ms"
+    if top is None or top <= 0 or target <= FAR * top:
+        line = ax.axvline if vertical else ax.axhline
+        line(target, color="red", linestyle="-.", linewidth=1, label=text)
+        return "line"
+    if vertical:
+        ax.set_xlim(right=top * 1.1)
+        ax.annotate(
+            f"{text} →\n({target / top:.0f}× the data, off the axis)",
+            xy=(1.0, 0.5),
+            xycoords="axes fraction",
+            ha="right",
+            fontsize=8,
+            color="red",
+        )
+    else:
+        ax.set_ylim(top=top * 1.15)
+        ax.annotate(
+            f"↑ {text} ({target / top:.0f}× the data, off the axis): met with room to spare",
+            xy=(0.02, 0.97),
+            xycoords="axes fraction",
+            va="top",
+            fontsize=8,
+            color="red",
+        )
+    return "annotation"
+
+
+def _top(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return max(xs) if xs else None
 
 
 def _plot_latency_vs_load(
@@ -418,7 +577,8 @@ def _plot_latency_vs_load(
                     _annotate_load(ax, p, (p["x"], y), c)
         target = slo.get(f"{metric}_ms")
         if target is not None:
-            ax.axhline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
+            top = _top([p.get(f"{metric}_p{q}") for pts in series.values() for p in pts for q in (50, 90, 99)])
+            _slo_marker(ax, target, top)
         if metric == "tpot" and floor is not None and floor["meaningful"]:
             ax.axhline(
                 floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
@@ -449,6 +609,7 @@ def _plot_latency_cdf(plt: Any, runs: list[tuple[str, dict[str, Any]]], slo: dic
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     drawn = False
     for ax, metric, name in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT"), strict=True):
+        top: float | None = None
         for label, run in runs:
             vals = sorted(
                 r[metric] for r in run.get("records", []) if r.get(metric) is not None and not r.get("warmup")
@@ -456,9 +617,10 @@ def _plot_latency_cdf(plt: Any, runs: list[tuple[str, dict[str, Any]]], slo: dic
             if vals:
                 ax.plot(vals, [(i + 1) / len(vals) for i in range(len(vals))], label=label)
                 drawn = True
+                top = max(top or 0.0, vals[-1])
         target = slo.get(metric)
         if target is not None:
-            ax.axvline(target, color="red", linestyle="-.", linewidth=1, label=f"SLO {target:g} ms")
+            _slo_marker(ax, target, top, vertical=True)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name} CDF")

@@ -39,6 +39,7 @@ class BenchConfig:
     stop_on_error: bool = False
     timeout: float = 300.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    workers: int = 1  # load-generator processes
 
 
 class _Sampler:
@@ -72,33 +73,48 @@ def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
     interrupted = None
     stop = None
     for load in cfg.loads:
-        progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
-        try:
-            before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
-        except BenchError:
-            if not runs:
-                raise
-            before = None
-        started = time.time()
-        with _Sampler(cfg.metrics_url) as sampler:
-            try:
-                out = _run_load(cfg, load, progress)
-            except BenchError as e:
-                if not runs:  # nothing measured yet: the plain error is the whole story
-                    raise
-                # the server went away between load points: keep what was measured
-                interrupted, stop = f"server unreachable before {load.label()}: {e.message}", "server-gone"
-                break
-        server = _server_window(cfg, before, sampler.snaps)
-        runs.append(_load_point(cfg, load, out, server, started))
-        if out.interrupted:
-            interrupted, stop = out.interrupted, out.stop
+        run, interrupted, stop = measure_point(cfg, load, progress, first=not runs)
+        if run is not None:
+            runs.append(run)
+        if stop is not None:
             break
     return _result_document(cfg, runs, interrupted, stop)
 
 
+def measure_point(
+    cfg: BenchConfig, load: Load, progress: Progress, *, first: bool
+) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """One load point: its result entry (None when the server was gone before it), and why the run must stop.
+
+    The first point of a run raises the plain BenchError when the server cannot be reached: nothing was
+    measured, so the error is the whole story. Later points keep what was measured and say why they stopped.
+    """
+    progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
+    try:
+        before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+    except BenchError:
+        if first:
+            raise
+        before = None
+    started = time.time()
+    with _Sampler(cfg.metrics_url) as sampler:
+        try:
+            out = _run_load(cfg, load, progress)
+        except BenchError as e:
+            if first:
+                raise
+            # the server went away between load points: keep what was measured
+            return None, f"server unreachable before {load.label()}: {e.message}", "server-gone"
+    server = _server_window(cfg, before, sampler.snaps)
+    return _load_point(cfg, load, out, server, started), out.interrupted, out.stop
+
+
 def _run_load(cfg: BenchConfig, load: Load, progress: Progress) -> RunOutcome:
-    """One load point's requests against the server, as ``cfg`` says to send them."""
+    """One load point's requests against the server, as ``cfg`` says to send them (in ``cfg.workers`` processes)."""
+    if cfg.workers > 1:
+        from toolchain.bench.workers import run_load_workers
+
+        return run_load_workers(cfg, load, progress)
     return run_load(
         cfg.protocol,
         cfg.url,
@@ -139,6 +155,8 @@ def _load_point(
         "cpu_ms_per_chunk": out.client_cpu_s * 1000 / max(1, chunks),
     }
     client.update(client_health(out))
+    if out.workers:
+        client["workers"] = out.workers
     return {
         "load": load.__dict__,
         "label": load.label(),
@@ -209,10 +227,11 @@ def client_health(out: Any) -> dict[str, Any]:
                 f"the client is the bottleneck: its event loop lagged {lag * 1000:.0f} ms (p99), so every latency "
                 "it measured is inflated; use fewer concurrent requests per client or a faster machine"
             )
-    if out.wall_s > 0 and out.client_cpu_s / out.wall_s > CPU_BUSY:
-        warnings.append(
-            f"the client used {out.client_cpu_s / out.wall_s:.0%} of a CPU during the run; its timings may be late"
-        )
+    procs = max(1, len(getattr(out, "workers", None) or []))  # --workers N: N processes share the CPU seconds
+    if out.wall_s > 0 and out.client_cpu_s / out.wall_s / procs > CPU_BUSY:
+        busy = out.client_cpu_s / out.wall_s / procs
+        each = " (each of its processes)" if procs > 1 else ""
+        warnings.append(f"the client{each} used {busy:.0%} of a CPU during the run; its timings may be late")
     if warnings:
         client["warnings"] = warnings
         client["warning"] = "; ".join(warnings)
@@ -223,8 +242,13 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
     """Exit code and reason: 0 only when every load point asked for was measured with some successful requests.
 
     130 for Ctrl-C, 1 when the server went away, the run stopped on an error, or a load point has no
-    successful request (every request failed, or the answers were unusable).
+    successful request (every request failed, or the answers were unusable). An SLO search is judged by
+    its own rule (toolchain.bench.search.assess_search): a probe that fails is an answer, not an error.
     """
+    if result.get("search"):
+        from toolchain.bench.search import assess_search
+
+        return assess_search(result)
     if result.get("stop") == "interrupted":
         return 130, "interrupted by Ctrl-C"
     if result.get("stop") is not None:

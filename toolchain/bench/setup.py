@@ -99,13 +99,32 @@ def make_config(
     stop_on_error: bool,
     timeout: float,
     num_draft_tokens: int | None = None,
+    workers: int = 1,
+    trace: Path | None = None,
+    trace_speed: str | None = None,
+    trace_block_tokens: int = 512,
 ) -> tuple[BenchConfig, Any]:
     """The BenchConfig the bench flags describe, and the spec's cell (None without ``spec``)."""
     from transformers import AutoTokenizer
 
     if protocol not in PROTOCOLS:
         raise UserInputError(f"unknown protocol {protocol!r}", f"use one of {', '.join(PROTOCOLS)}")
-    loads = _loads(concurrency, rate, poisson, duration)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise UserInputError(f"--workers must be from 1 to {MAX_WORKERS} processes, not {workers}", "e.g. --workers 4")
+    entries = None
+    if trace is not None:
+        from toolchain.bench.trace import read_trace
+
+        _trace_alone(concurrency, rate, dataset_path, shared)
+        speeds = parse_list(trace_speed or "1", float)
+        if trace_block_tokens < 1:
+            raise UserInputError(f"--trace-block-tokens must be at least 1, not {trace_block_tokens}")
+        entries = read_trace(trace)
+        loads = [Load(trace=trace.name, speed=sp, duration_s=duration) for sp in speeds]
+    elif trace_speed is not None:
+        raise UserInputError("--trace-speed scales a --trace", "pass --trace FILE too, or drop --trace-speed")
+    else:
+        loads = _loads(concurrency, rate, poisson, duration)
     if requests < 1:
         raise UserInputError("--requests must be at least 1")
     if warmup < 0:
@@ -131,7 +150,21 @@ def make_config(
         "output_tokens": output_tokens,
         "shared_prefix": shared,
     }
-    reqs = _workload(tok, dataset_path, shared, input_tokens, output_tokens, seed, requests + warmup)
+    if entries is not None:
+        from toolchain.bench.trace import trace_requests
+
+        replay = trace_requests(tok, entries, seed, trace_block_tokens)
+        reqs = [replace(r, at=None) for r in replay[:warmup]] + replay  # warm-up: copies of the first requests
+        prov["workload"] = {
+            "trace": str(trace),
+            "trace_requests": len(replay),
+            "trace_span_s": replay[-1].at - (replay[0].at or 0.0) if replay[-1].at is not None else 0.0,
+            "trace_block_tokens": trace_block_tokens,
+            "input_tokens": f"trace mean {sum(r.prompt_tokens for r in replay) / len(replay):.0f}",
+            "output_tokens": f"trace mean {sum(r.max_tokens for r in replay) / len(replay):.0f}",
+        }
+    else:
+        reqs = _workload(tok, dataset_path, shared, input_tokens, output_tokens, seed, requests + warmup)
     if num_draft_tokens is not None:
         if num_draft_tokens < 1:
             raise UserInputError("--num-draft-tokens must be at least 1")
@@ -152,8 +185,29 @@ def make_config(
         stop_on_error=stop_on_error,
         timeout=timeout,
         provenance=prov,
+        workers=workers,
     )
+    if workers > 1:
+        prov["workers"] = workers
     return cfg, cell
+
+
+MAX_WORKERS = 256
+
+
+def _trace_alone(concurrency: str | None, rate: str | None, dataset_path: Path | None, shared: str | None) -> None:
+    """A trace brings its own arrival times and prompts: the other load and workload flags cannot apply."""
+    for flag, value in (
+        ("--concurrency", concurrency),
+        ("--rate", rate),
+        ("--dataset", dataset_path),
+        ("--shared-prefix", shared),
+    ):
+        if value:
+            raise UserInputError(
+                f"--trace brings its own arrival times and prompts; {flag} cannot be combined with it",
+                f"drop {flag}, or drop --trace",
+            )
 
 
 def _loads(concurrency: str | None, rate: str | None, poisson: bool, duration: float | None) -> list[Load]:

@@ -60,6 +60,7 @@ class Request:
     max_tokens: int
     shared_prefix: bool | None = None
     num_draft_tokens: int | None = None  # draft-target through the BLS model: drafts per verify step
+    at: float | None = None  # trace replay: seconds after the trace's start at which it arrives
 
 
 class PromptMaker:

@@ -73,6 +73,50 @@ def bench(
             "--num-draft-tokens", help="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
         ),
     ] = None,
+    slo_search: Annotated[
+        str | None,
+        typer.Option(
+            "--slo-search",
+            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); "
+            "--requests is each probe's budget",
+        ),
+    ] = None,
+    slo_start: Annotated[float | None, typer.Option("--slo-start", help="Lowest load the search probes [1]")] = None,
+    slo_max: Annotated[
+        float | None, typer.Option("--slo-max", help="Highest load the search probes [1024 streams, 10000 req/s]")
+    ] = None,
+    slo_tolerance: Annotated[
+        float | None,
+        typer.Option("--slo-tolerance", help="Stop when the bracket is this narrow: streams [1], rate fraction [0.05]"),
+    ] = None,
+    slo_max_probes: Annotated[
+        int | None, typer.Option("--slo-max-probes", help="At most this many probes [16]")
+    ] = None,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option("--slo-ttft-ms", help="P99 TTFT SLO in ms [the spec's slo.ttft_ms]")
+    ] = None,
+    slo_tpot_ms: Annotated[
+        float | None, typer.Option("--slo-tpot-ms", help="P99 TPOT SLO in ms [the spec's slo.tpot_ms]")
+    ] = None,
+    slo_goodput: Annotated[
+        float | None,
+        typer.Option("--slo-goodput", help="Fraction of requests that must meet both per-request SLOs, e.g. 0.95"),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Load-generator processes (one clock, merged timestamps)")
+    ] = 1,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace", help="Replay a Mooncake/AIPerf JSONL trace (timestamp, lengths, hash_ids): every line, on time"
+        ),
+    ] = None,
+    trace_speed: Annotated[
+        str | None, typer.Option("--trace-speed", help="Replay speed(s), e.g. 1 or 1,2,4 (2 = twice as fast) [1]")
+    ] = None,
+    trace_block_tokens: Annotated[
+        int, typer.Option("--trace-block-tokens", help="Prompt tokens per trace hash id")
+    ] = 512,
     save: Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -81,6 +125,8 @@ def bench(
     Examples:
       toolchain bench --url 127.0.0.1:8001 --repo ./repo --concurrency 1,4 --requests 32 --save run.json
       toolchain bench --url http://127.0.0.1:8000 --protocol openai --model llama --rate 2,4 --poisson --tokenizer ./tok
+      toolchain bench --url 127.0.0.1:8001 --repo ./repo --spec spec.yaml --slo-search concurrency --save knee.json
+      toolchain bench --url http://127.0.0.1:8000 --protocol openai --tokenizer ./tok --trace trace.jsonl --workers 4
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -117,11 +163,25 @@ def bench(
         stop_on_error=stop_on_error,
         timeout=timeout,
         num_draft_tokens=num_draft_tokens,
+        workers=workers,
+        trace=trace,
+        trace_speed=trace_speed,
+        trace_block_tokens=trace_block_tokens,
+        search={
+            "mode": slo_search,
+            "start": slo_start,
+            "limit": slo_max,
+            "tolerance": slo_tolerance,
+            "max_probes": slo_max_probes,
+        },
+        slo={"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "goodput": slo_goodput},
     )
     if json_out:
         print_json(without_records(result))
     else:
         print_table(result)
+        if result.get("search"):
+            print_search(result["search"])
         if save:
             err.print(f"result: {save}", highlight=False)
     code, reason = assess(result)
@@ -172,6 +232,32 @@ def print_table(result: dict[str, Any]) -> None:
             f"planner TPOT floor on {result['planner']['gpu']}: {result['planner']['tpot_floor_b1_ms']:.2f} ms",
             highlight=False,
         )
+
+
+def print_search(search: dict[str, Any]) -> None:
+    """The SLO search's probes in the order measured, and how it ended."""
+    from rich.table import Table
+
+    from toolchain.bench.report import _f
+    from toolchain.cli.render import err, out
+
+    t = Table(title=f"SLO search ({search['mode']}): {search['slo_text']}")
+    for c in ("probe", "load", "phase", "P99 TTFT", "P99 TPOT", "goodput", "tok/s", "SLOs"):
+        t.add_column(c)
+    for i, p in enumerate(search["probes"], 1):
+        verdict = "met" if p["passed"] else "missed: " + "; ".join(p["reasons"])
+        t.add_row(
+            str(i),
+            p["label"],
+            p["phase"],
+            _f(p["ttft_ms_p99"]),
+            _f(p["tpot_ms_p99"]),
+            f"{p['goodput_fraction']:.1%}",
+            f"{p['output_token_throughput_tps']:.1f}",
+            verdict,
+        )
+    out.print(t)
+    err.print(f"SLO search: {search['message']}", highlight=False, markup=False)
 
 
 @app.command()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -13,12 +14,30 @@ def plan(
     spec: SpecArg,
     cell: CellOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="Print the formulas with the numbers")] = False,
+    measured: Annotated[
+        Path | None,
+        typer.Option(
+            "--measured",
+            help="Size the fleet from a `bench --slo-search` result's knee (beside the roofline)",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
 
     Examples: toolchain plan engine_specs/llama-3.3-70b-fp8-h200.yaml --explain
+              toolchain plan engine_specs/llama-3.1-8b-fp8.yaml --measured knee.json
     """
+    if measured is not None:
+        from toolchain.cli.render import print_json
+        from toolchain.pipeline.measured import plan_measured
+
+        m = plan_measured(spec, measured, cell)
+        if json_out:
+            print_json(m)
+        else:
+            _print_measured(m)
+        return
     from rich.table import Table
 
     from toolchain.cli.render import err, fmt_bytes, out, print_json
@@ -83,6 +102,42 @@ def plan(
             err.print(f"Error: cell {cid}: {e}", markup=False, highlight=False)
         cid, e = errors[-1]
         raise PlanError(f"cell {cid}: {e}")
+
+
+def _print_measured(m: dict[str, Any]) -> None:
+    """The measured fleet beside the roofline's, and the arithmetic of the measured one."""
+    from rich.table import Table
+
+    from toolchain.cli.render import err, out
+
+    mf, rf = m["measured_fleet"], m["roofline_fleet"]
+    t = Table(title=f"fleet for {m['cell']} ({m['gpu']}): measured knee vs roofline")
+    for col in ("", "measured (SLO knee)", "roofline", "measured ÷ roofline"):
+        t.add_column(col)
+    ratio = m["ratio_tok_s_per_instance"]
+    t.add_row(
+        "tok/s per instance",
+        f"{mf['tok_s_per_instance']:,.1f} at {m['knee']['label']}",
+        f"{rf['tok_s_per_instance']:,.1f}" if rf else "-",
+        f"{ratio:.2f}" if ratio is not None else "-",
+    )
+    t.add_row(
+        "fleet GPUs",
+        str(mf["total_gpus"]),
+        str(rf["total_gpus"]) if rf else "-",
+        f"{m['ratio_gpus']:.2f}" if m["ratio_gpus"] is not None else "-",
+    )
+    t.add_row("instances", str(mf["total_instances"]), str(rf["total_instances"]) if rf else "-", "")
+    out.print(t)
+    err.print(
+        f"measured: peak {mf['peak_tok_s']:,.0f} tok/s ÷ {mf['tok_s_per_instance']:,.1f} tok/s per instance "
+        f"= {mf['raw_instances']:.2f} instances × {mf['gpus_per_instance']} GPUs ÷ utilization × headroom "
+        f"= {mf['total_gpus']} GPUs; search: {m['search']['slo']} ({m['search']['mode']})",
+        highlight=False,
+        markup=False,
+    )
+    for note in m["notes"]:
+        err.print(f"note: {note}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,310 @@
+"""SLO search: the highest load (concurrency or request rate) at which one instance still meets its SLOs.
+
+A probe is one load point with the same fixed request budget as every other probe. The search grows the
+load geometrically from ``start`` until a probe misses an SLO (or the bound ``limit`` is reached), then
+bisects between the highest passing and the lowest failing load until they are within ``tolerance``
+(concurrency: an absolute number of requests, default 1, so the knee is exact; rate: a fraction of the
+passing rate, default 5 %). At most ``max_probes`` probes are measured.
+
+A probe passes when P99 TTFT <= the TTFT SLO, P99 TPOT <= the TPOT SLO and the goodput fraction (requests
+that completed within both per-request SLOs ÷ requests sent) >= the goodput target; an SLO not given is not
+checked. The knee is the highest passing probe; its output-token throughput is the instance's measured
+capacity at the SLO, which `toolchain plan --measured` sizes a fleet from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from toolchain.bench.loadgen import Load
+from toolchain.bench.run import BenchConfig, _result_document, measure_point
+from toolchain.errors import UserInputError
+from toolchain.progress import Progress, silent
+
+MODES = ("concurrency", "rate")
+DEFAULT_LIMIT = {"concurrency": 1024.0, "rate": 10000.0}
+DEFAULT_TOLERANCE = {"concurrency": 1.0, "rate": 0.05}
+DEFAULT_MAX_PROBES = 16
+
+
+@dataclass(frozen=True)
+class SloTargets:
+    """What a probe must meet: P99 TTFT and P99 TPOT in ms, and the fraction of requests within both."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    goodput: float | None = None
+
+    def per_request(self) -> dict[str, float | None]:
+        """The per-request SLO the goodput counts against (metrics.meets)."""
+        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms}
+
+    def describe(self) -> str:
+        parts = []
+        if self.ttft_ms is not None:
+            parts.append(f"P99 TTFT <= {self.ttft_ms:g} ms")
+        if self.tpot_ms is not None:
+            parts.append(f"P99 TPOT <= {self.tpot_ms:g} ms")
+        if self.goodput is not None:
+            parts.append(f"goodput >= {self.goodput:.0%} of requests")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    mode: str  # concurrency | rate
+    start: float
+    limit: float
+    tolerance: float
+    max_probes: int = DEFAULT_MAX_PROBES
+    poisson: bool = False
+    duration_s: float | None = None
+
+    def load(self, x: float) -> Load:
+        if self.mode == "concurrency":
+            return Load(concurrency=int(x), duration_s=self.duration_s)
+        return Load(rate=x, poisson=self.poisson, duration_s=self.duration_s)
+
+    def close_enough(self, lo: float, hi: float) -> bool:
+        """Whether the bracket [lo, hi] is within the tolerance (the search stops there)."""
+        if self.mode == "concurrency":
+            return hi - lo <= max(1.0, self.tolerance)
+        return hi - lo <= self.tolerance * lo
+
+    def between(self, lo: float, hi: float) -> float:
+        mid = (lo + hi) / 2
+        return float(math.floor(mid)) if self.mode == "concurrency" else float(f"{mid:.4g}")
+
+
+def _positive(name: str, value: float | None, *, integer: bool = False) -> None:
+    if value is None:
+        return
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise UserInputError(f"{name} must be a positive number, not {value}")
+    if integer and value != int(value):
+        raise UserInputError(f"{name} must be a whole number of requests in concurrency mode, not {value}")
+
+
+def make_plan(
+    mode: str,
+    *,
+    start: float | None = None,
+    limit: float | None = None,
+    tolerance: float | None = None,
+    max_probes: int | None = None,
+    poisson: bool = False,
+    duration_s: float | None = None,
+) -> SearchPlan:
+    """Validate the search flags (each mistake a one-line UserInputError) and fill in the defaults."""
+    if mode not in MODES:
+        raise UserInputError(f"--slo-search takes concurrency or rate, not {mode!r}", "e.g. --slo-search concurrency")
+    integer = mode == "concurrency"
+    _positive("--slo-start", start, integer=integer)
+    _positive("--slo-max", limit, integer=integer)
+    _positive("--slo-tolerance", tolerance)
+    lo = float(start if start is not None else 1.0)
+    hi = float(limit if limit is not None else DEFAULT_LIMIT[mode])
+    if hi < lo:
+        raise UserInputError(f"--slo-max {hi:g} is below --slo-start {lo:g}", "the search runs from start up to max")
+    tol = float(tolerance if tolerance is not None else DEFAULT_TOLERANCE[mode])
+    if mode == "rate" and tol >= 1:
+        raise UserInputError(
+            f"--slo-tolerance for a rate search is a fraction of the rate (e.g. 0.05), not {tol:g}",
+            "pass a number between 0 and 1",
+        )
+    probes = DEFAULT_MAX_PROBES if max_probes is None else max_probes
+    if probes < 2:
+        raise UserInputError(f"--slo-max-probes must be at least 2, not {probes}", "e.g. --slo-max-probes 12")
+    return SearchPlan(mode, lo, hi, tol, probes, poisson, duration_s)
+
+
+def check_slo_flags(ttft_ms: float | None, tpot_ms: float | None, goodput: float | None) -> None:
+    """Each SLO flag's value, checked before anything slow runs."""
+    _positive("--slo-ttft-ms", ttft_ms)
+    _positive("--slo-tpot-ms", tpot_ms)
+    if goodput is not None and not (math.isfinite(goodput) and 0 < goodput <= 1):
+        raise UserInputError(f"--slo-goodput is a fraction of requests in (0, 1], not {goodput}", "e.g. 0.95")
+
+
+def make_targets(
+    spec_slo: dict[str, float | None], ttft_ms: float | None, tpot_ms: float | None, goodput: float | None
+) -> SloTargets:
+    """The search's SLOs: the flags, else the spec's (P99, or P50 when the spec gives only that)."""
+    check_slo_flags(ttft_ms, tpot_ms, goodput)
+    t = SloTargets(
+        ttft_ms if ttft_ms is not None else spec_slo.get("ttft_ms"),
+        tpot_ms if tpot_ms is not None else spec_slo.get("tpot_ms"),
+        goodput,
+    )
+    if t.ttft_ms is None and t.tpot_ms is None and t.goodput is None:
+        raise UserInputError(
+            "the SLO search has no SLO to search against",
+            "pass --spec SPEC (its slo section) or --slo-ttft-ms / --slo-tpot-ms / --slo-goodput",
+        )
+    return t
+
+
+def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], dict[str, Any]]:
+    """Whether one probe met every SLO, why not (one reason per miss), and the figures it was judged on."""
+    requests = summary.get("requests") or 0
+    good_frac = (summary["goodput_rps"] * summary["wall_s"] / requests) if requests and summary["wall_s"] else 0.0
+    figures = {
+        "ttft_ms_p99": (summary.get("ttft_ms") or {}).get("p99"),
+        "tpot_ms_p99": (summary.get("tpot_ms") or {}).get("p99"),
+        "goodput_fraction": round(good_frac, 6),
+        "completed": summary.get("completed", 0),
+        "requests": requests,
+        "output_token_throughput_tps": summary.get("output_token_throughput_tps", 0.0),
+        "request_throughput_rps": summary.get("request_throughput_rps", 0.0),
+        "goodput_rps": summary.get("goodput_rps", 0.0),
+    }
+    reasons = []
+    if not summary.get("completed"):
+        reasons.append(f"all {requests} requests failed")
+    for key, target, name in (("ttft_ms_p99", slo.ttft_ms, "TTFT"), ("tpot_ms_p99", slo.tpot_ms, "TPOT")):
+        got = figures[key]
+        if target is not None and got is not None and got > target:
+            reasons.append(f"P99 {name} {got:.1f} ms > {target:g} ms")
+    if slo.goodput is not None and good_frac < slo.goodput:
+        reasons.append(f"goodput {good_frac:.1%} of requests < {slo.goodput:.0%}")
+    return not reasons, reasons, figures
+
+
+def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> dict[str, Any]:
+    """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section."""
+    cfg.slo = slo.per_request()
+    runs: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    interrupted = stop = None
+    lo: float | None = None  # highest load that met the SLOs
+    hi: float | None = None  # lowest load that missed one
+    x = plan.start
+    status = "probe-limit"
+    while len(probes) < plan.max_probes:
+        phase = "grow" if hi is None else "bisect"
+        progress(f"SLO search ({plan.mode}), probe {len(probes) + 1}: {plan.load(x).label()} [{phase}]")
+        run, interrupted, stop = measure_point(cfg, plan.load(x), progress, first=not runs)
+        if run is None:  # the server was gone before this probe
+            status = "server-gone"
+            break
+        runs.append(run)
+        passed, reasons, figures = verdict(run["summary"], slo)
+        if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
+            passed, reasons = False, [f"probe cut short: {interrupted}"]
+        probes.append(
+            {"load": x, "label": run["label"], "phase": phase, "passed": passed, "reasons": reasons, **figures}
+        )
+        run["slo_probe"] = {"passed": passed, "reasons": reasons}
+        if stop is not None:
+            status = stop if stop in ("interrupted", "server-gone") else "stopped"  # stopped: --stop-on-error
+            break
+        if passed:
+            lo = x
+        else:
+            hi = x
+        if lo is None:  # the lowest load already misses
+            status = "unmet"
+            break
+        if hi is None:
+            if x >= plan.limit:
+                status = "bound"
+                break
+            x = min(x * 2, plan.limit)
+            continue
+        if plan.close_enough(lo, hi):
+            status = "found"
+            break
+        mid = plan.between(lo, hi)
+        if mid <= lo or mid >= hi:
+            status = "found"
+            break
+        x = mid
+    search = _section(plan, slo, probes, lo, hi, status)
+    result = _result_document(cfg, runs, interrupted, stop)
+    result["search"] = search
+    return result
+
+
+def _section(
+    plan: SearchPlan,
+    slo: SloTargets,
+    probes: list[dict[str, Any]],
+    lo: float | None,
+    hi: float | None,
+    status: str,
+) -> dict[str, Any]:
+    """The search section of the result: plan, SLOs, every probe in order, the curve by load, and the knee."""
+    knee = None
+    if lo is not None:
+        best = next(p for p in probes if p["load"] == lo and p["passed"])
+        knee = {**best, "first_failing_load": hi}
+    return {
+        "mode": plan.mode,
+        "plan": asdict(plan),
+        "slo": asdict(slo),
+        "slo_text": slo.describe(),
+        "status": status,
+        "message": _message(plan, slo, probes, knee, hi, status),
+        "probes": probes,
+        "curve": sorted(probes, key=lambda p: p["load"]),
+        "knee": knee,
+    }
+
+
+def _fmt(mode: str, x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"concurrency {x:g}" if mode == "concurrency" else f"{x:g} req/s"
+
+
+def _message(
+    plan: SearchPlan,
+    slo: SloTargets,
+    probes: list[dict[str, Any]],
+    knee: dict[str, Any] | None,
+    hi: float | None,
+    status: str,
+) -> str:
+    """One sentence on how the search ended, with the figures it ended on."""
+    if status == "unmet" and probes:
+        p = probes[0]
+        return (
+            f"the SLOs ({slo.describe()}) are not met even at the lowest load, {_fmt(plan.mode, p['load'])}: "
+            f"{'; '.join(p['reasons'])} (P99 TTFT {_n(p['ttft_ms_p99'])} ms, P99 TPOT {_n(p['tpot_ms_p99'])} ms, "
+            f"goodput {p['goodput_fraction']:.1%}, {p['completed']}/{p['requests']} completed)"
+        )
+    if knee is None:
+        return f"the search ended ({status}) before any probe met the SLOs"
+    cap = f"{knee['output_token_throughput_tps']:.1f} output tok/s, {knee['request_throughput_rps']:.2f} req/s"
+    if status == "found":
+        return f"knee at {_fmt(plan.mode, knee['load'])} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
+    if status == "bound":
+        return (
+            f"the SLOs still hold at the search bound {_fmt(plan.mode, knee['load'])} ({cap}); "
+            "the knee is higher: raise --slo-max"
+        )
+    if status == "probe-limit":
+        return (
+            f"stopped after {len(probes)} probes with the knee between {_fmt(plan.mode, knee['load'])} ({cap}) "
+            f"and {_fmt(plan.mode, hi)}; raise --slo-max-probes or --slo-tolerance"
+        )
+    best = _fmt(plan.mode, knee["load"])
+    return f"the search ended early ({status}); the highest load measured to meet the SLOs: {best}"
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def assess_search(result: dict[str, Any]) -> tuple[int, str | None]:
+    """Exit code of a search: 130 Ctrl-C, 1 when the server failed or the lowest load misses the SLOs, else 0."""
+    search = result["search"]
+    if result.get("stop") == "interrupted":
+        return 130, "interrupted by Ctrl-C"
+    if result.get("stop") is not None or search["status"] == "server-gone":
+        return 1, f"{result.get('interrupted')} (the search stopped; the partial curve is kept)"
+    if search["status"] == "unmet":
+        return 1, str(search["message"])
+    return 0, None
