@@ -192,7 +192,16 @@ def plan_cell_build(
         cmd = []
     cached = key in held if held is not None else registry.exists(key)
     status = "cached" if cached and not force else "planned"
-    return CellBuild(cell, key, status, cmd, ckpt)
+    plan = CellBuild(cell, key, status, cmd, ckpt)
+    if status == "planned" and not is_unquantized(cell.spec) and not (ckpt / "manifest.json").is_file():
+        if registry.exists(art.quantized_key):
+            plan.notes.append(f"the quantized checkpoint is not in {ckpt}; the build fetches it from {registry.url}")
+        else:
+            plan.notes.append(
+                f"the quantized checkpoint {ckpt} does not exist yet: run `toolchain quantize SPEC` "
+                "(or `toolchain up SPEC`) first; the build refuses to start without it"
+            )
+    return plan
 
 
 def engine_key_of(art: CellArtifacts) -> str:

@@ -1,0 +1,307 @@
+"""The decoder families the toolchain names, and what it can do with each on each runtime.
+
+One table (``FAMILIES``) decides, for a family, a runtime and a weight format, whether the whole path
+works (quantize → build → serve), works with a caveat, or is refused — with the reason and the upstream
+file it comes from (docs/model-families.md holds the sources; the support table there and in the README
+is generated from this module and held equal to it by tests/specs/test_families.py).
+
+- runtime ``tensorrt`` reads a TensorRT-LLM checkpoint: a quantized one from ModelOpt's
+  ``export_tensorrt_llm_checkpoint`` (``modelopt/torch/export/model_config_export.py`` and
+  ``tensorrt_llm_utils.py`` in nvidia-modelopt 0.47.0), an unquantized one from TensorRT-LLM's per-model
+  ``convert_checkpoint.py`` (``toolchain.compile.synth.CONVERTERS``); ``trtllm-build`` needs the
+  architecture in ``MODEL_MAP`` (``tensorrt_llm/models/__init__.py``).
+- runtime ``pytorch`` reads a Hugging Face checkpoint: the source, or ModelOpt's unified HF export
+  (``export_hf_checkpoint``), loaded by the PyTorch backend's model for the architecture
+  (``tensorrt_llm/_torch/models/``).
+
+Every ModelOpt weight format takes the same export path, so the quantized formats share one verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RUNTIMES = ("tensorrt", "pytorch")
+UNQUANTIZED = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""  # why it is refused, or the caveat when ok
+    fix: str = ""  # the alternative, when refused
+    source: str = ""  # the upstream fact it rests on (docs/model-families.md)
+
+    @property
+    def label(self) -> str:
+        if not self.ok:
+            return "refused"
+        return "yes (caveat)" if self.reason else "yes"
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str  # config.json model_type
+    architecture: str  # config.json architectures[0]
+    name: str
+    decoder_type: str | None  # ModelOpt's decoder_type for the TensorRT-LLM checkpoint export; None: no export
+    tensorrt_quantized: Verdict
+    pytorch: Verdict  # quantized (the unified HF export) and unquantized (the source) alike
+    moe: bool = False
+
+
+_OK = Verdict(True)
+_FUSED = (
+    "ModelOpt 0.47's TensorRT-LLM checkpoint exporter cannot read the fused experts Transformers 5 builds "
+    "(build_moe_config: TypeError, object of type '{cls}' has no len())"
+)
+_SRC_MO_TRT = "nvidia-modelopt 0.47.0 modelopt/torch/export/tensorrt_llm_utils.py convert_to_tensorrt_llm_config"
+_SRC_MO_LAYER = "nvidia-modelopt 0.47.0 modelopt/torch/export/layer_utils.py build_moe_config"
+_SRC_MO_TYPES = "nvidia-modelopt 0.47.0 modelopt/torch/export/model_utils.py MODEL_NAME_TO_TYPE"
+_SRC_PT = "NVIDIA/TensorRT-LLM docs/source/models/supported-models.md@00b6d5a (PyTorch backend table)"
+_ALT_PT = "use runtime: pytorch (the unified HF checkpoint), or weights: bf16 on tensorrt"
+_ALT_PT_ONLY = "use runtime: pytorch (ModelOpt's unified HF checkpoint serves it)"
+
+
+def _refused(reason: str, fix: str, source: str) -> Verdict:
+    return Verdict(False, reason, fix, source)
+
+
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in [
+        Family("llama", "LlamaForCausalLM", "Llama", "llama", _OK, _OK),
+        Family("mistral", "MistralForCausalLM", "Mistral", "llama", _OK, _OK),
+        Family(
+            "mixtral",
+            "MixtralForCausalLM",
+            "Mixtral",
+            None,
+            _refused(_FUSED.format(cls="QuantMixtralExperts"), _ALT_PT, _SRC_MO_LAYER),
+            _OK,
+            moe=True,
+        ),
+        Family("qwen2", "Qwen2ForCausalLM", "Qwen2 / Qwen2.5", "qwen", _OK, _OK),
+        Family("qwen3", "Qwen3ForCausalLM", "Qwen3", "qwen", _OK, _OK),
+        Family(
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            "Qwen2-MoE",
+            None,
+            _refused(_FUSED.format(cls="QuantQwen2MoeExperts"), _ALT_PT_ONLY, _SRC_MO_LAYER),
+            Verdict(
+                True,
+                "the PyTorch backend registers Qwen2MoeForCausalLM (_torch/models/modeling_qwen_moe.py) but its "
+                "supported-models table does not list it",
+                source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_qwen_moe.py",
+            ),
+            moe=True,
+        ),
+        Family(
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            "Qwen3-MoE",
+            None,
+            _refused(
+                "ModelOpt 0.47 has no TensorRT-LLM checkpoint export for decoder qwen3moe, and TensorRT-LLM's "
+                "MODEL_MAP has no Qwen3MoeForCausalLM",
+                _ALT_PT_ONLY,
+                f"{_SRC_MO_TRT}; NVIDIA/TensorRT-LLM tensorrt_llm/models/__init__.py@02267d3 MODEL_MAP",
+            ),
+            _OK,
+            moe=True,
+        ),
+        Family(
+            "gemma",
+            "GemmaForCausalLM",
+            "Gemma",
+            "gemma",
+            _OK,
+            _refused(
+                "TensorRT-LLM's PyTorch backend has no Gemma (1) model (Gemma3 only)",
+                "use runtime: tensorrt",
+                _SRC_PT,
+            ),
+        ),
+        Family(
+            "gemma2",
+            "Gemma2ForCausalLM",
+            "Gemma 2",
+            None,
+            _refused(
+                "ModelOpt 0.47 cannot export a TensorRT-LLM checkpoint for gemma2 (NotImplementedError)",
+                "convert it with TensorRT-LLM's own examples/models/core/gemma/convert_checkpoint.py outside "
+                "the toolchain, or move to Gemma 3 on runtime: pytorch",
+                _SRC_MO_TRT,
+            ),
+            _refused(
+                "TensorRT-LLM 1.2's PyTorch backend has no Gemma2 model (Gemma3 only)",
+                "move to Gemma 3 (runtime: pytorch)",
+                _SRC_PT,
+            ),
+        ),
+        Family(
+            "phi3",
+            "Phi3ForCausalLM",
+            "Phi-3 / Phi-4",
+            None,
+            _refused(
+                "ModelOpt 0.47 cannot export a TensorRT-LLM checkpoint for phi3 (NotImplementedError)",
+                _ALT_PT_ONLY,
+                _SRC_MO_TRT,
+            ),
+            _OK,
+        ),
+        Family(
+            "granite",
+            "GraniteForCausalLM",
+            "Granite",
+            None,
+            _refused(
+                "ModelOpt 0.47 has no decoder type for Granite, so it writes no TensorRT-LLM checkpoint (a "
+                "Llama one would drop Granite's embedding, residual, attention and logits multipliers)",
+                "no quantized path in this toolchain; serve it unquantized with TensorRT-LLM's AutoDeploy",
+                _SRC_MO_TYPES,
+            ),
+            _refused(
+                "TensorRT-LLM's PyTorch backend serves Granite only through AutoDeploy, which the LLM-API "
+                "repository does not configure",
+                "no supported runtime in this toolchain yet",
+                _SRC_PT,
+            ),
+        ),
+        Family(
+            "olmo2",
+            "Olmo2ForCausalLM",
+            "OLMo 2",
+            None,
+            _refused(
+                "ModelOpt 0.47 has no decoder type for OLMo2 and TensorRT-LLM's MODEL_MAP has no Olmo2ForCausalLM",
+                "no supported runtime in this toolchain",
+                f"{_SRC_MO_TYPES}; NVIDIA/TensorRT-LLM tensorrt_llm/models/__init__.py@02267d3 MODEL_MAP",
+            ),
+            _refused(
+                "TensorRT-LLM's PyTorch backend has no OLMo2 model (OLMo 3 only, through AutoDeploy)",
+                "no supported runtime in this toolchain",
+                _SRC_PT,
+            ),
+        ),
+    ]
+}
+BY_ARCHITECTURE = {f.architecture: f for f in FAMILIES.values()}
+# The offline catalog's entries (specs.arch.CATALOG) and their families.
+CATALOG_FAMILY = {
+    "llama-3.1-8b": "llama",
+    "llama-3-70b": "llama",
+    "llama-3.3-70b": "llama",
+    "mistral-7b-v0.3": "mistral",
+    "qwen2.5-7b": "qwen2",
+    "mixtral-8x7b": "mixtral",
+}
+
+
+def converters() -> dict[str, str]:
+    """TensorRT-LLM's per-model converters the toolchain drives for unquantized tensorrt builds."""
+    from toolchain.compile.synth import CONVERTERS
+
+    return dict(CONVERTERS)
+
+
+def verdict(family: Family, runtime: str, weights: str) -> Verdict:
+    """Whether ``family`` goes end to end on ``runtime`` with ``weights``."""
+    if runtime == "pytorch":
+        return family.pytorch
+    if weights in UNQUANTIZED:
+        if family.architecture in converters():
+            return _OK
+        return _refused(
+            f"no TensorRT-LLM converter for an unquantized {family.architecture} is driven by this toolchain",
+            "quantize it (weights: fp8 or int4_awq)" if family.tensorrt_quantized.ok else _ALT_PT_ONLY,
+            "toolchain/compile/synth.py CONVERTERS (TensorRT-LLM examples/models/core/*/convert_checkpoint.py)",
+        )
+    return family.tensorrt_quantized
+
+
+def family_of_config(cfg: dict[str, Any]) -> Family | None:
+    """The family of a config.json (by model_type, else by architecture), or None."""
+    mtype = cfg.get("model_type")
+    if isinstance(mtype, str) and mtype in FAMILIES:
+        return FAMILIES[mtype]
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return BY_ARCHITECTURE.get(archs[0])
+    return None
+
+
+def problem(cfg: dict[str, Any], runtime: str, weights: str) -> tuple[str, str] | None:
+    """(message, fix) when the toolchain cannot take this config's model on ``runtime`` with ``weights``."""
+    fam = family_of_config(cfg)
+    if fam is None:
+        mtype = cfg.get("model_type") or (cfg.get("architectures") or ["(none)"])[0]
+        return (
+            f"model family {mtype!s:.60} is not one this toolchain plans, quantizes or serves",
+            f"supported families: {', '.join(FAMILIES)} (docs/model-families.md)",
+        )
+    v = verdict(fam, runtime, weights)
+    if v.ok:
+        return None
+    what = "unquantized" if weights in UNQUANTIZED else weights
+    return f"{fam.name} ({fam.model_type}) on runtime {runtime} with {what} weights: {v.reason}", v.fix
+
+
+def support_table() -> str:
+    """The family × runtime × weight-format table (Markdown), as docs/model-families.md and the README show it."""
+    lines = [
+        "| family | `model_type` | tensorrt, quantized (fp8, int4_awq, …) | tensorrt, bf16 | pytorch, quantized | "
+        "pytorch, bf16 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in FAMILIES.values():
+        cells = [verdict(f, "tensorrt", "fp8"), verdict(f, "tensorrt", "bf16"), f.pytorch, f.pytorch]
+        moe = " (MoE)" if f.moe else ""
+        lines.append(f"| {f.name}{moe} | `{f.model_type}` | " + " | ".join(c.label for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def reasons_table() -> str:
+    """Every refusal and caveat of the support table, with its alternative and upstream source (Markdown)."""
+    lines = ["| family | where | reason | alternative | source |", "|---|---|---|---|---|"]
+    for f in FAMILIES.values():
+        seen: list[tuple[str, Verdict]] = []
+        for where, v in (
+            ("tensorrt, quantized", verdict(f, "tensorrt", "fp8")),
+            ("tensorrt, bf16", verdict(f, "tensorrt", "bf16")),
+            ("pytorch", f.pytorch),
+        ):
+            if v.reason and v not in (s for _, s in seen):
+                seen.append((where, v))
+        for where, v in seen:
+            lines.append(f"| {f.name} | {where} | {v.reason} | {v.fix or '—'} | {v.source} |")
+    return "\n".join(lines)
+
+
+def spec_config(spec: Any) -> dict[str, Any] | None:
+    """The config.json of a spec's model when it is at hand offline (a local checkpoint, or the catalog's
+    family for model.architecture); None when it is not (an hf:// source not downloaded yet)."""
+    from toolchain.errors import ModelConfigError
+    from toolchain.specs.checkpoint import read_config_json
+
+    local = spec.local_source()
+    if local is not None and (local / "config.json").is_file():
+        try:
+            return read_config_json(local / "config.json")
+        except ModelConfigError:
+            return None  # the planner and quantize report a broken config.json themselves
+    name = spec.model.architecture
+    if name in CATALOG_FAMILY:
+        return {"model_type": CATALOG_FAMILY[name]}
+    return None
+
+
+def spec_problem(spec: Any) -> tuple[str, str] | None:
+    """What ``spec validate`` says about the spec's model family on its runtime and weight format."""
+    cfg = spec_config(spec)
+    if cfg is None:
+        return None
+    return problem(cfg, spec.runtime, spec.quantization.weights)
