@@ -217,7 +217,11 @@ def verdict(family: Family, runtime: str, weights: str) -> Verdict:
             return _OK
         return _refused(
             f"no TensorRT-LLM converter for an unquantized {family.architecture} is driven by this toolchain",
-            "quantize it (weights: fp8 or int4_awq)" if family.tensorrt_quantized.ok else _ALT_PT_ONLY,
+            "quantize it (weights: fp8 or int4_awq)"
+            if family.tensorrt_quantized.ok
+            else "use runtime: pytorch"
+            if family.pytorch.ok
+            else "no supported runtime in this toolchain",
             "toolchain/compile/synth.py CONVERTERS (TensorRT-LLM examples/models/core/*/convert_checkpoint.py)",
         )
     return family.tensorrt_quantized
@@ -305,3 +309,9 @@ def spec_problem(spec: Any) -> tuple[str, str] | None:
     if cfg is None:
         return None
     return problem(cfg, spec.runtime, spec.quantization.weights)
+
+
+if __name__ == "__main__":  # python -m toolchain.specs.families: the tables for docs/model-families.md
+    print(support_table())
+    print()
+    print(reasons_table())
