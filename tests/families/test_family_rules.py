@@ -130,7 +130,9 @@ def _spec(tmp: Path, ckpt: Path, runtime: str, weights: str = "fp8") -> Path:
     return path
 
 
-MATRIX = [(f, r, w) for f in families.FAMILIES for r in families.RUNTIMES for w in ("fp8", "bf16")]
+MATRIX = [(f, r, w) for f in families.FAMILIES for r in families.RUNTIMES for w in ("fp8", "bf16")] + [
+    (f, r, "int4_awq") for f, fam in families.FAMILIES.items() if fam.moe for r in families.RUNTIMES
+]
 
 
 @pytest.mark.parametrize(("family", "runtime", "weights"), MATRIX)

@@ -319,6 +319,19 @@ def check_export(
 
 def gate(acc: Accuracy, limits: Any) -> None:
     """Raise AccuracyGateError when any metric is over the spec's threshold."""
+    fails = failures(acc, limits)
+    if fails:
+        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails))
+
+
+def from_json(d: dict[str, Any]) -> Accuracy:
+    """An Accuracy from its manifest form (``to_json``)."""
+    names = ("method", "rel_logit_error", "top1_agreement", "ppl_original", "ppl_quantized", "tokens", "dtype")
+    return Accuracy(**{k: d[k] for k in names if k in d})
+
+
+def failures(acc: Accuracy, limits: Any) -> list[str]:
+    """Each metric over its threshold in ``limits`` (an AccuracyGate), as a phrase; empty when all pass."""
     fails = []
     if not math.isfinite(acc.ppl_original):
         fails.append(f"the original model's logits are not finite in {acc.dtype} (NaN or infinity); try dtype bfloat16")
@@ -330,5 +343,4 @@ def gate(acc: Accuracy, limits: Any) -> None:
         fails.append(f"top-1 agreement {acc.top1_agreement:.2f} < {limits.min_top1_agreement}")
     if acc.ppl_increase > limits.max_ppl_increase:
         fails.append(f"perplexity +{acc.ppl_increase:.1%} > +{limits.max_ppl_increase:.0%}")
-    if fails:
-        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails))
+    return fails

@@ -33,7 +33,7 @@ from toolchain.digest import atomic_write_text, canonical_json, check_replaceabl
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
-from toolchain.specs.families import BY_ARCHITECTURE, FAMILIES
+from toolchain.specs.families import AWQ, BY_ARCHITECTURE, FAMILIES, verdict
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -150,6 +150,10 @@ def quantize(
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
     _check_request(recipe, device, device_map, gate_method)
     cfg = check_checkpoint(model_dir, allow_pickle)
+    family = BY_ARCHITECTURE[cfg["architectures"][0]]
+    if family.moe and recipe.weights in AWQ:
+        v = verdict(family, "pytorch", recipe.weights)
+        raise UserInputError(f"{family.name} with {recipe.weights}: {v.reason}", v.fix)
     input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
         existing = verify_output(out, rehash=rehash) if reuse else None

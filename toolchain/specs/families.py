@@ -208,8 +208,19 @@ def converters() -> dict[str, str]:
     return dict(CONVERTERS)
 
 
+AWQ = ("int4_awq", "w4a8_awq")
+_MOE_AWQ = _refused(
+    "ModelOpt 0.47's AWQ export cannot walk the fused experts Transformers 5 builds (get_experts_list: "
+    "TypeError, object of type 'Quant…Experts' has no len())",
+    "use weights: fp8 (or int8_sq, nvfp4) for this mixture-of-experts model",
+    "nvidia-modelopt 0.47.0 modelopt/torch/export/unified_export_hf.py requantize_resmooth_fused_llm_layers",
+)
+
+
 def verdict(family: Family, runtime: str, weights: str) -> Verdict:
     """Whether ``family`` goes end to end on ``runtime`` with ``weights``."""
+    if family.moe and weights in AWQ and (runtime == "pytorch" or family.tensorrt_quantized.ok):
+        return _MOE_AWQ if family.pytorch.ok else family.pytorch
     if runtime == "pytorch":
         return family.pytorch
     if weights in UNQUANTIZED:
@@ -254,17 +265,25 @@ def problem(cfg: dict[str, Any], runtime: str, weights: str) -> tuple[str, str] 
     return f"{fam.name} ({fam.model_type}) on runtime {runtime} with {what} weights: {v.reason}", v.fix
 
 
+# The table's columns: (runtime, the weight formats the column stands for, the one it is judged by).
+COLUMNS = (
+    ("tensorrt", "fp8, int8, nvfp4", "fp8"),
+    ("tensorrt", "int4_awq, w4a8_awq", "int4_awq"),
+    ("tensorrt", "bf16", "bf16"),
+    ("pytorch", "fp8, int8, nvfp4", "fp8"),
+    ("pytorch", "int4_awq, w4a8_awq", "int4_awq"),
+    ("pytorch", "bf16", "bf16"),
+)
+
+
 def support_table() -> str:
     """The family × runtime × weight-format table (Markdown), as docs/model-families.md and the README show it."""
-    lines = [
-        "| family | `model_type` | tensorrt, quantized (fp8, int4_awq, …) | tensorrt, bf16 | pytorch, quantized | "
-        "pytorch, bf16 |",
-        "|---|---|---|---|---|---|",
-    ]
+    head = " | ".join(f"{r}: {what}" for r, what, _ in COLUMNS)
+    lines = [f"| family | `model_type` | {head} |", "|---|---|" + "---|" * len(COLUMNS)]
     for f in FAMILIES.values():
-        cells = [verdict(f, "tensorrt", "fp8"), verdict(f, "tensorrt", "bf16"), f.pytorch, f.pytorch]
+        cells = [verdict(f, r, w).label for r, _, w in COLUMNS]
         moe = " (MoE)" if f.moe else ""
-        lines.append(f"| {f.name}{moe} | `{f.model_type}` | " + " | ".join(c.label for c in cells) + " |")
+        lines.append(f"| {f.name}{moe} | `{f.model_type}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -273,13 +292,10 @@ def reasons_table() -> str:
     lines = ["| family | where | reason | alternative | source |", "|---|---|---|---|---|"]
     for f in FAMILIES.values():
         seen: list[tuple[str, Verdict]] = []
-        for where, v in (
-            ("tensorrt, quantized", verdict(f, "tensorrt", "fp8")),
-            ("tensorrt, bf16", verdict(f, "tensorrt", "bf16")),
-            ("pytorch", f.pytorch),
-        ):
+        for r, what, w in COLUMNS:
+            v = verdict(f, r, w)
             if v.reason and v not in (s for _, s in seen):
-                seen.append((where, v))
+                seen.append((f"{r}: {what}", v))
         for where, v in seen:
             lines.append(f"| {f.name} | {where} | {v.reason} | {v.fix or '—'} | {v.source} |")
     return "\n".join(lines)

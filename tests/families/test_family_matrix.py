@@ -1,0 +1,89 @@
+"""The family matrix end to end on CPU: for each family, runtime and weight format the support table takes,
+quantize with real ModelOpt (accuracy recorded), emit the Triton repository and lint it clean; the tiny
+checkpoints are made here with each family's own Transformers class. What the table refuses is covered by
+`spec validate` in test_family_rules.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import SPECS
+from toolchain.artifacts.cell import for_cell
+from toolchain.pipeline.quantize import run_quantize
+from toolchain.quantize.tiny import make_tiny_checkpoint
+from toolchain.specs import families
+from toolchain.specs.loader import load_spec
+from toolchain.specs.matrix import expand
+from toolchain.triton.lint import lint_repository
+from toolchain.triton.repository import emit_for_cell
+
+pytestmark = pytest.mark.slow
+FAST = {"samples": 4, "seq_len": 16, "batch_size": 4}
+# Formats that exercise both export paths (FP8 per-tensor, INT4 AWQ groups); KV cache left to the model dtype.
+FORMATS = ("fp8", "int4_awq")
+CASES = [
+    (f, w)
+    for f, fam in families.FAMILIES.items()
+    for w in FORMATS
+    if any(families.verdict(fam, r, w).ok for r in families.RUNTIMES)
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("family-ckpts")
+    return {f: make_tiny_checkpoint(root / f, family=f) for f in {c[0] for c in CASES}}
+
+
+def _spec(tmp: Path, ckpt: Path, runtime: str, weights: str) -> Path:
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"]["source"] = str(ckpt)
+    d["runtime"] = runtime
+    d["quantization"].update(weights=weights, kv_cache="auto", calibration={**FAST, "dataset": "builtin", "seed": 1})
+    d["quantization"]["accuracy"] = {"max_rel_logit_error": 0.5, "min_top1_agreement": 0.5, "max_ppl_increase": 1.0}
+    if runtime == "pytorch":
+        d["target"] = {"trtllm_version": "1.2.0", "tensorrt_version": "10.13.3"}
+    path = tmp / f"{runtime}.yaml"
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+def test_matrix_covers_every_family_some_runtime_takes() -> None:
+    taken = {
+        f
+        for f, fam in families.FAMILIES.items()
+        if any(families.verdict(fam, r, "fp8").ok for r in ("tensorrt", "pytorch"))
+    }
+    assert {c[0] for c in CASES} == taken
+    assert {"llama", "qwen2", "gemma", "mixtral", "phi3", "qwen3_moe"} <= taken
+
+
+@pytest.mark.parametrize(("family", "weights"), CASES)
+def test_family_quantizes_emits_and_lints(
+    checkpoints: dict[str, Path], tmp_path: Path, family: str, weights: str
+) -> None:
+    fam = families.FAMILIES[family]
+    runtimes = [r for r in families.RUNTIMES if families.verdict(fam, r, weights).ok]
+    first = _spec(tmp_path, checkpoints[family], runtimes[0], weights)
+    [outcome] = run_quantize(first)
+    m = outcome.result.manifest
+    out = outcome.result.out
+    # the accuracy figures are recorded and mean something (the gate passed in run_quantize)
+    acc = m["accuracy"][m["accuracy"]["gate"]]
+    assert 0 < acc["rel_logit_error"] < 0.5 and acc["top1_agreement"] >= 0.5, acc
+    # a TensorRT-LLM checkpoint exactly where ModelOpt can write one; the unified HF checkpoint always
+    assert (out / "trtllm" / "rank0.safetensors").is_file() == (fam.decoder_type is not None)
+    assert (out / "hf" / "hf_quant_config.json").is_file() and (out / "hf" / "tokenizer.json").is_file()
+    assert m["exports"] == (["hf", "trtllm"] if fam.decoder_type else ["hf"])
+    if fam.decoder_type is None:
+        assert any("no TensorRT-LLM checkpoint" in n for n in m["notes"])
+    for runtime in runtimes:
+        spec = _spec(tmp_path, checkpoints[family], runtime, weights)
+        cell = expand(load_spec(spec))[0]
+        repo = tmp_path / f"repo-{runtime}"
+        emit_for_cell(for_cell(cell), "reference", repo)
+        errors = [f.line() for f in lint_repository(repo) if f.severity == "error"]
+        assert errors == [], (family, runtime, errors)
