@@ -5,12 +5,19 @@ checkpoints are made here with each family's own Transformers class. What the ta
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import types
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import REPO, SPECS
 from toolchain.artifacts.cell import for_cell
 from toolchain.pipeline.quantize import run_quantize
 from toolchain.quantize.tiny import make_tiny_checkpoint
@@ -87,3 +94,88 @@ def test_family_quantizes_emits_and_lints(
         emit_for_cell(for_cell(cell), "reference", repo)
         errors = [f.line() for f in lint_repository(repo) if f.severity == "error"]
         assert errors == [], (family, runtime, errors)
+
+
+class _Tensor:
+    def __init__(self, value: Any) -> None:
+        self.value = np.asarray(value)
+
+    def as_numpy(self) -> Any:
+        return self.value
+
+
+class _Metric:
+    def set(self, value: float) -> None:
+        del value
+
+
+class _MetricFamily:
+    GAUGE = "gauge"
+
+    def __init__(self, **kw: Any) -> None:
+        del kw
+
+    def Metric(self, labels: dict[str, str]) -> _Metric:
+        return _Metric()
+
+
+def _pb_utils() -> types.ModuleType:
+    m = types.ModuleType("triton_python_backend_utils")
+    m.MetricFamily = _MetricFamily  # type: ignore[attr-defined]
+    m.Logger = types.SimpleNamespace(log_info=lambda msg: None)  # type: ignore[attr-defined]
+    m.using_decoupled_model_transaction_policy = lambda cfg: True  # type: ignore[attr-defined]
+    m.triton_string_to_numpy = lambda t: {"TYPE_INT32": np.int32, "TYPE_FP32": np.float32}.get(t, np.int64)  # type: ignore[attr-defined]
+    m.get_input_tensor_by_name = lambda req, name: req.get(name)  # type: ignore[attr-defined]
+    return m
+
+
+SERVED = [
+    f for f, fam in families.FAMILIES.items() if any(families.verdict(fam, r, "fp8").ok for r in families.RUNTIMES)
+]
+
+
+@pytest.mark.parametrize("family", SERVED)
+def test_cpu_reference_streams_the_greedy_ids_of_transformers(
+    checkpoints: dict[str, Path], monkeypatch: pytest.MonkeyPatch, family: str
+) -> None:
+    """The CPU reference model (what `serve` runs in the tensorrt_llm slot on a CPU) streams, for every family
+    a runtime takes, the token ids of Transformers' float32 greedy generate."""
+    import torch
+    import transformers
+
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _pb_utils())
+    path = REPO / "triton_repo" / "tensorrt_llm_cpu_reference" / "1" / "model.py"
+    loader = importlib.machinery.SourceFileLoader(f"cpu_ref_{family}", str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    ckpt = checkpoints[family]
+    model = mod.TritonPythonModel()
+    outputs = [
+        {"name": n, "data_type": t} for n, t in (("output_ids", "TYPE_INT32"), ("sequence_length", "TYPE_INT32"))
+    ]
+    cfg = {"parameters": {"hf_model_dir": {"string_value": str(ckpt)}}, "output": outputs, "max_batch_size": 1}
+    model.initialize(
+        {"model_config": json.dumps(cfg), "model_repository": str(ckpt), "model_name": "m", "model_version": "1"}
+    )
+    tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+    prompt = tok("The quick brown fox", return_tensors="pt").input_ids
+    n = 12
+    req = {
+        "input_ids": _Tensor(prompt[0].numpy()),
+        "input_lengths": _Tensor([prompt.shape[1]]),
+        "request_output_len": _Tensor([n]),
+        "streaming": _Tensor([True]),
+        "exclude_input_in_output": _Tensor([True]),
+    }
+    chunks: list[list[int]] = []
+    model._generate(
+        req, 0, lambda toks, perf, err, final: chunks.append(list(toks or [])) if err is None else pytest.fail(err)
+    )
+    hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
+    with torch.no_grad():
+        want = hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)[0, prompt.shape[1] :].tolist()
+    assert [t for c in chunks for t in c] == want
+    pieces = [str(tok.decode(c)) for c in chunks]
+    assert "".join(pieces) == tok.decode(want) or "\ufffd" in tok.decode(want)
