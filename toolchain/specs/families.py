@@ -8,7 +8,7 @@ is generated from this module and held equal to it by tests/specs/test_families.
 - runtime ``tensorrt`` reads a TensorRT-LLM checkpoint: a quantized one from ModelOpt's
   ``export_tensorrt_llm_checkpoint`` (``modelopt/torch/export/model_config_export.py`` and
   ``tensorrt_llm_utils.py`` in nvidia-modelopt 0.47.0), an unquantized one from TensorRT-LLM's per-model
-  ``convert_checkpoint.py`` (``toolchain.compile.synth.CONVERTERS``); ``trtllm-build`` needs the
+  ``convert_checkpoint.py`` (``CONVERTERS``); ``trtllm-build`` needs the
   architecture in ``MODEL_MAP`` (``tensorrt_llm/models/__init__.py``).
 - runtime ``pytorch`` reads a Hugging Face checkpoint: the source, or ModelOpt's unified HF export
   (``export_hf_checkpoint``), loaded by the PyTorch backend's model for the architecture
@@ -201,11 +201,14 @@ CATALOG_FAMILY = {
 }
 
 
-def converters() -> dict[str, str]:
-    """TensorRT-LLM's per-model converters the toolchain drives for unquantized tensorrt builds."""
-    from toolchain.compile.synth import CONVERTERS
-
-    return dict(CONVERTERS)
+# HF architecture -> the per-model converter an unquantized checkpoint needs (TensorRT-LLM examples/models/core/*),
+# which `toolchain build` runs for runtime tensorrt with bf16/fp16 weights (compile/synth.py).
+CONVERTERS = {
+    "LlamaForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "MistralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "MixtralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
+    "Qwen2ForCausalLM": "examples/models/core/qwen/convert_checkpoint.py",
+}
 
 
 AWQ = ("int4_awq", "w4a8_awq")
@@ -224,7 +227,7 @@ def verdict(family: Family, runtime: str, weights: str) -> Verdict:
     if runtime == "pytorch":
         return family.pytorch
     if weights in UNQUANTIZED:
-        if family.architecture in converters():
+        if family.architecture in CONVERTERS:
             return _OK
         return _refused(
             f"no TensorRT-LLM converter for an unquantized {family.architecture} is driven by this toolchain",
@@ -233,7 +236,7 @@ def verdict(family: Family, runtime: str, weights: str) -> Verdict:
             else "use runtime: pytorch"
             if family.pytorch.ok
             else "no supported runtime in this toolchain",
-            "toolchain/compile/synth.py CONVERTERS (TensorRT-LLM examples/models/core/*/convert_checkpoint.py)",
+            "toolchain/specs/families.py CONVERTERS (TensorRT-LLM examples/models/core/*/convert_checkpoint.py)",
         )
     return family.tensorrt_quantized
 
