@@ -20,7 +20,7 @@ import yaml
 from tests.conftest import REPO, SPECS
 from toolchain.artifacts.cell import for_cell
 from toolchain.pipeline.quantize import run_quantize
-from toolchain.quantize.tiny import make_tiny_checkpoint
+from toolchain.quantize.tiny import TINY, make_tiny_checkpoint
 from toolchain.specs import families
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
@@ -42,7 +42,8 @@ CASES = [
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("family-ckpts")
-    return {f: make_tiny_checkpoint(root / f, family=f) for f in {c[0] for c in CASES}}
+    one_layer = {**TINY, "num_hidden_layers": 1}  # the matrix is many quantize runs: keep each one small
+    return {f: make_tiny_checkpoint(root / f, family=f, sizes=one_layer) for f in {c[0] for c in CASES}}
 
 
 def _spec(tmp: Path, ckpt: Path, runtime: str, weights: str) -> Path:

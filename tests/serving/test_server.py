@@ -68,6 +68,15 @@ def test_streaming_through_ensemble_matches_transformers(served: S.Server, greed
     assert all(b >= a for a, b in zip(res.times, res.times[1:], strict=False))
 
 
+def test_streaming_through_bls_sends_whole_characters(served: S.Server, greedy: Any) -> None:
+    """The BLS decodes the stream as one sequence and sends what is new, so the pieces join to the text."""
+    tok, run = greedy
+    want = run(PROMPT, 12)
+    res = stream_generate(served.grpc_url, "tensorrt_llm_bls", PROMPT, 12, stream=True)
+    assert res.error is None
+    assert "".join(res.chunks) == tok.decode(want, skip_special_tokens=True)
+
+
 def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy: Any) -> None:
     tok, run = greedy
     want = run(PROMPT, 10)
