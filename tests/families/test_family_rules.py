@@ -182,8 +182,10 @@ def test_quantize_refuses_a_family_with_no_export_in_one_line(
         assert res.exit_code == 2, res.output
         assert res.output.startswith("Error: architecture ") and "Traceback" not in res.output
     # a mixture of experts with AWQ: refused before calibration, in one line, with the format to use
-    moe = cli("quantize", "--checkpoint", family_checkpoints["mixtral"], "--weights", "int4_awq", "--out", tmp_path / "m")
-    assert moe.exit_code == 2 and moe.output.startswith("Error: Mixtral with int4_awq: ") and "weights: fp8" in moe.output
+    mixtral = family_checkpoints["mixtral"]
+    moe = cli("quantize", "--checkpoint", mixtral, "--weights", "int4_awq", "--out", tmp_path / "m")
+    assert moe.exit_code == 2 and moe.output.startswith("Error: Mixtral with int4_awq: ")
+    assert "weights: fp8" in moe.output
 
 
 def test_build_dry_run_says_the_quantized_checkpoint_is_missing(

@@ -74,7 +74,7 @@ class CellBuild:
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
     from toolchain.artifacts.quantized import QUANT_ALGO
-    from toolchain.compile.synth import CONVERTERS
+    from toolchain.specs.families import CONVERTERS
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():

@@ -150,6 +150,7 @@ _KNOWN = {
     "output_router_logits",
     "rope_parameters",
     "shared_expert_intermediate_size",
+    "qkv_bias",
     "decoder_sparse_step",
     "mlp_only_layers",
     "norm_topk_prob",
