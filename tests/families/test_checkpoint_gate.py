@@ -18,11 +18,11 @@ FAST = ("--calib-samples", "4", "--calib-seq-len", "16")
 def test_explicit_thresholds_gate_checkpoint_mode(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "q"
     res = cli(
-        "quantize", "--checkpoint", tiny_checkpoint, "--weights", "int4_awq", "--out", out, *FAST,
-        "--min-top1-agreement", "0.999",
+        "quantize", "--checkpoint", tiny_checkpoint, "--weights", "fp8", "--out", out, *FAST,
+        "--min-top1-agreement", "0.999", "--max-rel-logit-error", "0.000001",
     )  # fmt: skip
     assert res.exit_code == 5, res.output
-    assert "accuracy gate failed" in res.output and "top-1 agreement" in res.output
+    assert "accuracy gate failed" in res.output and "relative logit error" in res.output
     assert not out.exists()  # a checkpoint that failed its gate is not left behind
 
 
