@@ -231,3 +231,21 @@ def test_catalog_families_are_known() -> None:
 
     assert set(families.CATALOG_FAMILY) == set(CATALOG)
     assert all(v in families.FAMILIES for v in families.CATALOG_FAMILY.values())
+
+
+def test_an_hf_source_in_the_hub_cache_is_judged_offline(cli: Cli, tmp_path: Path) -> None:
+    """A config.json the Hugging Face cache already holds is read (never the network) and judged."""
+    import os
+
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    repo = Path(os.environ["HF_HOME"]) / "hub" / "models--acme--tiny-gemma2"
+    (repo / "snapshots" / rev).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    cfg = {**_config("gemma2"), "architectures": ["Gemma2ForCausalLM"]}
+    (repo / "snapshots" / rev / "config.json").write_text(json.dumps(cfg))
+    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d["model"] = {"source": f"hf://acme/tiny-gemma2@{rev}"}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(d))
+    res = cli("spec", "validate", tmp_path / "g.yaml")
+    assert res.exit_code == 2 and "Gemma 2 (gemma2) on runtime tensorrt" in res.output, res.output

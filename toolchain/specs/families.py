@@ -20,6 +20,7 @@ Every ModelOpt weight format takes the same export path, so the quantized format
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 RUNTIMES = ("tensorrt", "pytorch")
@@ -305,8 +306,8 @@ def reasons_table() -> str:
 
 
 def spec_config(spec: Any) -> dict[str, Any] | None:
-    """The config.json of a spec's model when it is at hand offline (a local checkpoint, or the catalog's
-    family for model.architecture); None when it is not (an hf:// source not downloaded yet)."""
+    """The config.json of a spec's model when it is at hand offline (a local checkpoint, the catalog's family
+    for model.architecture, or an hf:// source's config in the Hub cache); None when it is not."""
     from toolchain.errors import ModelConfigError
     from toolchain.specs.checkpoint import read_config_json
 
@@ -319,6 +320,16 @@ def spec_config(spec: Any) -> dict[str, Any] | None:
     name = spec.model.architecture
     if name in CATALOG_FAMILY:
         return {"model_type": CATALOG_FAMILY[name]}
+    if spec.model.is_hf:  # a config.json already in the Hugging Face cache; never the network here
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            from huggingface_hub import hf_hub_download
+
+            repo, rev = spec.model.hf_repo_revision()
+            cached = hf_hub_download(repo, "config.json", revision=rev, local_files_only=True)
+            with contextlib.suppress(ModelConfigError):
+                return read_config_json(Path(cached))
     return None
 
 
