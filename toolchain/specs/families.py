@@ -257,7 +257,9 @@ def problem(cfg: dict[str, Any], runtime: str, weights: str) -> tuple[str, str] 
     """(message, fix) when the toolchain cannot take this config's model on ``runtime`` with ``weights``."""
     fam = family_of_config(cfg)
     if fam is None:
-        mtype = cfg.get("model_type") or (cfg.get("architectures") or ["(none)"])[0]
+        mtype = cfg.get("model_type") or (cfg.get("architectures") or [None])[0]
+        if mtype is None:  # a config that names no family (the planner takes it as Llama-shaped)
+            return None
         return (
             f"model family {mtype!s:.60} is not one this toolchain plans, quantizes or serves",
             f"supported families: {', '.join(FAMILIES)} (docs/model-families.md)",
