@@ -160,7 +160,7 @@ def test_a_family_the_toolchain_does_not_name_is_refused_by_validate(
 ) -> None:
     res = cli("spec", "validate", _spec(tmp_path, family_checkpoints["gpt_neox"], "tensorrt"))
     assert res.exit_code == 2
-    pattern = r"Error: .*model family gpt_neox is not one this toolchain .* — supported families: llama"
+    pattern = r"Error: .*model_type 'gpt_neox' is not a family this toolchain .* — supported families: llama"
     assert re.match(pattern, res.output)
 
 
@@ -233,12 +233,15 @@ def test_catalog_families_are_known() -> None:
     assert all(v in families.FAMILIES for v in families.CATALOG_FAMILY.values())
 
 
-def test_an_hf_source_in_the_hub_cache_is_judged_offline(cli: Cli, tmp_path: Path) -> None:
+def test_an_hf_source_in_the_hub_cache_is_judged_offline(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A config.json the Hugging Face cache already holds is read (never the network) and judged."""
-    import os
+    from huggingface_hub import constants
 
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read at call time, set at import
     rev = "0123456789abcdef0123456789abcdef01234567"
-    repo = Path(os.environ["HF_HOME"]) / "hub" / "models--acme--tiny-gemma2"
+    repo = tmp_path / "hub" / "models--acme--tiny-gemma2"
     (repo / "snapshots" / rev).mkdir(parents=True)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(rev)

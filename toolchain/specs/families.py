@@ -261,7 +261,7 @@ def problem(cfg: dict[str, Any], runtime: str, weights: str) -> tuple[str, str] 
         if mtype is None:  # a config that names no family (the planner takes it as Llama-shaped)
             return None
         return (
-            f"model family {mtype!s:.60} is not one this toolchain plans, quantizes or serves",
+            f"model_type {str(mtype)[:60]!r} is not a family this toolchain plans, quantizes or serves",
             f"supported families: {', '.join(FAMILIES)} (docs/model-families.md)",
         )
     v = verdict(fam, runtime, weights)
