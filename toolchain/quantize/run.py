@@ -87,7 +87,11 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     family = BY_ARCHITECTURE.get(archs[0]) if archs else None
     exportable = [f.architecture for f in FAMILIES.values() if f.decoder_type or f.pytorch.ok]
     if family is None or family.architecture not in exportable:
-        why = f": {family.tensorrt_quantized.reason}" if family is not None else ""
+        why = (
+            f": on tensorrt, {family.tensorrt_quantized.reason}; on pytorch, {family.pytorch.reason}"
+            if family is not None
+            else ""
+        )
         raise UserInputError(
             f"architecture {archs[0] if archs else '(none)'} is not one this toolchain quantizes{why}",
             f"supported: {', '.join(exportable)} (docs/model-families.md)",
