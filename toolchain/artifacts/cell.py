@@ -70,8 +70,9 @@ class CellArtifacts:
     def tokenizer_dir(self) -> Path:
         """The quantized checkpoint's tokenizer, else the source checkpoint's."""
         q = self.quantized_dir / "trtllm"
-        if (q / "tokenizer.json").is_file():
-            return q
+        for d in (q, self.quantized_dir / "hf"):  # hf/ alone for a family with no TensorRT-LLM checkpoint
+            if (d / "tokenizer.json").is_file():
+                return d
         local = self.spec.local_source()
         if local is not None and (local / "tokenizer.json").is_file():
             return local

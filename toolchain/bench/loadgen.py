@@ -5,6 +5,7 @@ by count or duration; Ctrl-C or a dead server keeps what was measured."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import time
@@ -167,6 +168,7 @@ class TritonTarget:
 
         rec.sent = time.perf_counter()
         server_tokens = None
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character split over pieces waits for its rest
         async for result, error in self.client.stream_infer(gen(), stream_timeout=self.timeout):
             now = time.perf_counter()
             if error is not None:
@@ -181,7 +183,7 @@ class TritonTarget:
                 rec.chunk_times.append(now)
                 if self.on_text is not None:
                     piece = text.reshape(-1)[0]
-                    self.on_text(piece.decode("utf-8", "replace") if isinstance(piece, bytes) else str(piece))
+                    self.on_text(utf8.decode(piece) if isinstance(piece, bytes) else str(piece))
             n = result.as_numpy("num_output_tokens")
             if n is not None and n.size:
                 server_tokens = max(server_tokens or 0, int(n.reshape(-1)[0]))
@@ -191,6 +193,8 @@ class TritonTarget:
             speculative.read_outputs(result, rec.perf)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 break
+        if self.on_text is not None and (rest := utf8.decode(b"", final=True)):
+            self.on_text(rest)
         if server_tokens is not None:
             rec.output_tokens = server_tokens
         else:

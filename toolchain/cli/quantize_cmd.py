@@ -50,12 +50,26 @@ def quantize(
     force: ForceOpt = False,
     rehash: RehashOpt = False,
     registry: RegistryOpt = None,
+    max_rel_logit_error: Annotated[
+        float | None, typer.Option("--max-rel-logit-error", min=0, help="With --checkpoint: gate on this threshold")
+    ] = None,
+    min_top1_agreement: Annotated[
+        float | None,
+        typer.Option("--min-top1-agreement", min=0, max=1, help="With --checkpoint: gate on this threshold"),
+    ] = None,
+    max_ppl_increase: Annotated[
+        float | None, typer.Option("--max-ppl-increase", min=0, help="With --checkpoint: gate on this threshold")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Quantize a checkpoint with ModelOpt; export the TRT-LLM checkpoint and the unified HF checkpoint.
 
     With a SPEC, the spec's model and quantization are used, one checkpoint per parallel mapping is written to
-    the cache, and --registry also stores each one there.
+    the cache, and --registry also stores each one there; the spec's accuracy thresholds gate each one.
+
+    With --checkpoint, --max-rel-logit-error, --min-top1-agreement and --max-ppl-increase gate the result (the
+    spec defaults fill the ones not given); without them it is not gated, and a warning names each figure
+    worse than the spec defaults.
 
     Examples:
       toolchain quantize engine_specs/tiny.yaml
@@ -66,13 +80,30 @@ def quantize(
     from toolchain.cli.render import out as out_console
     from toolchain.errors import UserInputError
     from toolchain.pipeline.quantize import QuantizeJob, run_quantize
+    from toolchain.quantize import accuracy
 
     if device_map is not None and device is not Device.cuda:
         raise UserInputError(
             "--device-map spreads the model over GPUs", "add --device cuda, or drop --device-map on CPU"
         )
+    from toolchain.specs.models import AccuracyGate as Limits
+
+    given = {
+        k: v
+        for k, v in (
+            ("max_rel_logit_error", max_rel_logit_error),
+            ("min_top1_agreement", min_top1_agreement),
+            ("max_ppl_increase", max_ppl_increase),
+        )
+        if v is not None
+    }
     target: Path | QuantizeJob
     if spec is not None:
+        if given:
+            raise UserInputError(
+                "a SPEC's accuracy thresholds come from its quantization.accuracy",
+                "set them in the spec, or drop --max-rel-logit-error/--min-top1-agreement/--max-ppl-increase",
+            )
         if checkpoint is not None or weights is not None:
             raise UserInputError(
                 "give either a SPEC or --checkpoint/--weights, not both",
@@ -100,7 +131,7 @@ def quantize(
             tp,
             pp,
         )
-        target = QuantizeJob(checkpoint, recipe, out)
+        target = QuantizeJob(checkpoint, recipe, out, accuracy_limits=Limits(**given) if given else None)
     outcomes = run_quantize(
         target,
         out=out,
@@ -118,6 +149,15 @@ def quantize(
         acc = m["accuracy"][m["accuracy"]["gate"]]
         for n in res.notes:
             err.print(f"note: {n}", highlight=False)
+        if o.job.accuracy_limits is None:  # --checkpoint without thresholds: not gated, but never silently worse
+            worse = accuracy.failures(accuracy.from_json(acc), Limits())
+            if worse:
+                err.print(
+                    f"warning: not gated, and worse than the spec defaults: {'; '.join(worse)} — pass "
+                    "--max-rel-logit-error/--min-top1-agreement/--max-ppl-increase to gate",
+                    highlight=False,
+                    markup=False,
+                )
         (err if json_out else out_console).print(  # the result is data: stdout (stderr under --json)
             f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
             f"rel logit err {acc['rel_logit_error']:.3f}, top-1 {acc['top1_agreement']:.2f}, "

@@ -74,7 +74,7 @@ class CellBuild:
 def check_checkpoint(cell: Cell, ckpt: Path) -> str:
     """The TRT-LLM checkpoint must match the spec: architecture, dtype, quantization, world size."""
     from toolchain.artifacts.quantized import QUANT_ALGO
-    from toolchain.compile.synth import CONVERTERS
+    from toolchain.specs.families import CONVERTERS
 
     cfg_path = ckpt / "config.json"
     if not cfg_path.is_file():
@@ -192,7 +192,14 @@ def plan_cell_build(
         cmd = []
     cached = key in held if held is not None else registry.exists(key)
     status = "cached" if cached and not force else "planned"
-    return CellBuild(cell, key, status, cmd, ckpt)
+    plan = CellBuild(cell, key, status, cmd, ckpt)
+    if status == "planned" and not is_unquantized(cell.spec) and not (ckpt / "manifest.json").is_file():
+        plan.notes.append(  # no registry request per cell: a dry run of many cells lists the registry once
+            f"the quantized checkpoint {ckpt} does not exist yet: run `toolchain quantize SPEC` "
+            "(or `toolchain up SPEC`) first; the build fetches it from the registry if it is stored there, "
+            "and refuses to start otherwise"
+        )
+    return plan
 
 
 def engine_key_of(art: CellArtifacts) -> str:

@@ -11,16 +11,9 @@ from typing import Any
 from toolchain.compile.flags import check_args
 from toolchain.compile.speculative import adjusted_shape, expected_feature_config, feature_args
 from toolchain.errors import CompatibilityError
+from toolchain.specs.families import CONVERTERS  # the per-model converters of unquantized checkpoints
 from toolchain.specs.matrix import Cell
 from toolchain.specs.resolve import resolve
-
-# HF architecture -> the per-model converter an unquantized checkpoint needs (TensorRT-LLM examples/models/core/*).
-CONVERTERS = {
-    "LlamaForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
-    "MistralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
-    "MixtralForCausalLM": "examples/models/core/llama/convert_checkpoint.py",
-    "Qwen2ForCausalLM": "examples/models/core/qwen/convert_checkpoint.py",
-}
 
 
 def onoff(v: bool) -> str:

@@ -6,6 +6,9 @@
 - Bytes read by one decode step: every weight except the input-embedding table, of which only the
   looked-up rows (one per sequence in the batch) are read; when the table is tied to ``lm_head``
   the whole matrix is read anyway (by the output projection), so it counts in full.
+- Mixture of experts: a decode step reads, per MoE layer, only the experts the batch's tokens are routed
+  to: k of E at batch 1, E·(1 − (1 − k/E)^batch) in expectation under uniform routing; everything else
+  (attention, routers, shared experts) in full.
 - KV cache per token = 2 (K and V) × layers × KV heads × head dim × bytes of the KV dtype.
 """
 
@@ -55,6 +58,8 @@ def decode_weight_bytes(
 ) -> float:
     """Weight bytes one decode step of ``batch`` sequences reads (whole model, before TP/PP split)."""
     total = weight_bytes(arch, weights, dtype, group_size)
+    if arch.num_experts:  # only the experts some token of the batch is routed to are read
+        total -= (arch.expert_params - arch.expert_linear_read(batch)) * bytes_per_param(weights, group_size)
     if arch.tie_embeddings:
         return total
     row = arch.hidden_size * DTYPE_BYTES[dtype]

@@ -268,6 +268,14 @@ def plan_cell(cell: Cell, arch: ModelArch) -> CellPlan:
     return plan
 
 
+def moe_read(arch: ModelArch) -> str:
+    """The explain clause for a mixture of experts: only the experts the batch is routed to are read."""
+    if not arch.num_experts:
+        return ""
+    e, k = arch.num_experts, arch.experts_per_token
+    return f" − unrouted experts (per MoE layer {k} of {e} at batch 1, E·(1 − (1 − k/E)^batch) at a batch)"
+
+
 def explain(plan: CellPlan, arch: ModelArch) -> str:
     """The arithmetic behind one plan, line by line."""
     g = 1e9
@@ -293,7 +301,8 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f"  concurrency = KV tokens ÷ block-rounded context: {plan.max_concurrency_at_max_seq} at max_seq_len, "
         f"{plan.max_concurrency_at_avg} at {plan.avg_context} tokens",
         f"  weights read per decode step = weights − input embedding table + looked-up rows"
-        f"{' (table tied to lm_head: read in full)' if arch.tie_embeddings else ''} = "
+        f"{' (table tied to lm_head: read in full)' if arch.tie_embeddings else ''}"
+        f"{moe_read(arch)} = "
         f"{plan.decode_read_bytes_per_gpu * plan.pp / g:.2f} GB per TP rank",
         f"  TPOT floor (batch 1) = (weights read/TP + KV of {plan.avg_context} tokens) ÷ HBM = "
         f"{plan.tpot_floor_b1_ms:.2f} ms",

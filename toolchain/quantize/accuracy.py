@@ -189,6 +189,40 @@ def dequantize_hf_export(export_dir: Path, device: str = "cpu") -> dict[str, Any
     return {n: src.get(n) for n in src.names()}
 
 
+# A parameter's stored tensor: one name, or groups of per-expert names that are stacked (each group along a
+# new first dimension) and then concatenated along dimension 1 (a fused gate_up_proj).
+Stored = str | tuple[tuple[str, ...], ...]
+# Transformers 5 fuses the experts of an MoE layer into two 3-D parameters when it loads a checkpoint
+# (transformers/conversion_mapping.py, "mixtral" and "qwen2_moe"); checkpoints, ModelOpt's unified export
+# included, keep one Linear per expert: gate_up_proj [E, 2I, H] = cat(stack(gate), stack(up)), down_proj
+# [E, H, I] = stack(down). Mixtral's block is stored as block_sparse_moe (w1 gate, w3 up, w2 down).
+_FUSED_EXPERTS = {
+    "gate_up_proj": (("gate_proj.weight", "up_proj.weight"), ("w1.weight", "w3.weight")),
+    "down_proj": (("down_proj.weight",), ("w2.weight",)),
+}
+
+
+def stored_names(full: str, tensors: CheckpointTensors) -> Stored | None:
+    """Where the parameter ``full`` of a Transformers model is stored in ``tensors``, or None."""
+    prefixes = [full]
+    if ".mlp." in full:
+        prefixes.append(full.replace(".mlp.", ".block_sparse_moe.", 1))
+    for name in prefixes:
+        if name in tensors:
+            return name
+    base, _, leaf = full.rpartition(".experts.")
+    if not base or leaf not in _FUSED_EXPERTS:
+        return None
+    for stem in dict.fromkeys((base, base.replace(".mlp", ".block_sparse_moe", 1))):
+        for parts in _FUSED_EXPERTS[leaf]:
+            count = 0
+            while f"{stem}.experts.{count}.{parts[0]}" in tensors:
+                count += 1
+            if count and all(f"{stem}.experts.{e}.{p}" in tensors for p in parts for e in range(count)):
+                return tuple(tuple(f"{stem}.experts.{e}.{p}" for e in range(count)) for p in parts)
+    return None
+
+
 def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, device: str, dtype: Any = None) -> Any:
     """Logits of ``model_dir``'s architecture with weights from ``tensors``, one module's weights at a time,
     computed in ``dtype`` (float32 unless given).
@@ -206,6 +240,9 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
     cfg = AutoConfig.from_pretrained(model_dir)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)  # type: ignore[no-untyped-call]
+    # Built on the meta device, a tied output head is a parameter of its own; tie it again, so it reads
+    # the input embedding (a tied checkpoint, and ModelOpt's export of one, store only that).
+    model.tie_weights()
     model.eval()
     for mod in model.modules():
         for bname, buf in list(mod._buffers.items()):
@@ -216,18 +253,23 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             aliases.setdefault(id(p), []).append((mod, pname, f"{mname}.{pname}" if mname else pname))
-    plan: dict[torch.nn.Module, list[tuple[str, str]]] = {}
+    plan: dict[torch.nn.Module, list[tuple[str, Stored]]] = {}
     for slots in aliases.values():
-        stored = next((full for _, _, full in slots if full in tensors), None)
+        stored = next((found for _, _, full in slots if (found := stored_names(full, tensors)) is not None), None)
         if stored is None:
             raise QuantizeError(f"{tensors.root} has no tensor for {slots[0][2]}; it does not match {model_dir}")
         for mod, pname, _ in slots:
             plan.setdefault(mod, []).append((pname, stored))
     placeholders = {mod: {pname: mod._parameters[pname] for pname, _ in slots} for mod, slots in plan.items()}
 
+    def read(stored: Stored) -> Any:
+        if isinstance(stored, str):
+            return tensors.get(stored, dtype)
+        return torch.cat([torch.stack([tensors.get(n, dtype) for n in group]) for group in stored], dim=1)
+
     def load(mod: torch.nn.Module, args: Any) -> None:
         for pname, stored in plan[mod]:
-            mod._parameters[pname] = torch.nn.Parameter(tensors.get(stored, dtype), requires_grad=False)
+            mod._parameters[pname] = torch.nn.Parameter(read(stored), requires_grad=False)
 
     def drop(mod: torch.nn.Module, args: Any, output: Any) -> None:
         mod._parameters.update(placeholders[mod])
@@ -277,6 +319,19 @@ def check_export(
 
 def gate(acc: Accuracy, limits: Any) -> None:
     """Raise AccuracyGateError when any metric is over the spec's threshold."""
+    fails = failures(acc, limits)
+    if fails:
+        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails))
+
+
+def from_json(d: dict[str, Any]) -> Accuracy:
+    """An Accuracy from its manifest form (``to_json``)."""
+    names = ("method", "rel_logit_error", "top1_agreement", "ppl_original", "ppl_quantized", "tokens", "dtype")
+    return Accuracy(**{k: d[k] for k in names if k in d})
+
+
+def failures(acc: Accuracy, limits: Any) -> list[str]:
+    """Each metric over its threshold in ``limits`` (an AccuracyGate), as a phrase; empty when all pass."""
     fails = []
     if not math.isfinite(acc.ppl_original):
         fails.append(f"the original model's logits are not finite in {acc.dtype} (NaN or infinity); try dtype bfloat16")
@@ -288,5 +343,4 @@ def gate(acc: Accuracy, limits: Any) -> None:
         fails.append(f"top-1 agreement {acc.top1_agreement:.2f} < {limits.min_top1_agreement}")
     if acc.ppl_increase > limits.max_ppl_increase:
         fails.append(f"perplexity +{acc.ppl_increase:.1%} > +{limits.max_ppl_increase:.0%}")
-    if fails:
-        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails))
+    return fails

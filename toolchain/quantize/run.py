@@ -33,6 +33,7 @@ from toolchain.digest import atomic_write_text, canonical_json, check_replaceabl
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
+from toolchain.specs.families import AWQ, BY_ARCHITECTURE, FAMILIES, verdict
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -46,17 +47,9 @@ _CFG = {
     "int8_wo": "INT8_WEIGHT_ONLY_CFG",
     "nvfp4": "NVFP4_DEFAULT_CFG",
 }
-# HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs.
-DECODER_TYPE = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "MixtralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen",
-    "Qwen3ForCausalLM": "qwen",
-    "GemmaForCausalLM": "gemma",
-    "Gemma2ForCausalLM": "gemma2",
-    "Phi3ForCausalLM": "phi3",
-}
+# HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs; the other families of
+# specs.families get the unified HF checkpoint only (for the pytorch runtime).
+DECODER_TYPE = {f.architecture: f.decoder_type for f in FAMILIES.values() if f.decoder_type}
 AWQ_FORMATS = ("int4_awq", "w4a8_awq")
 NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
@@ -91,10 +84,17 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     archs = cfg.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CheckpointError(f"{cfg_path}: architectures must be a list of class names")
-    if not archs or archs[0] not in DECODER_TYPE:
+    family = BY_ARCHITECTURE.get(archs[0]) if archs else None
+    exportable = [f.architecture for f in FAMILIES.values() if f.decoder_type or f.pytorch.ok]
+    if family is None or family.architecture not in exportable:
+        why = (
+            f": on tensorrt, {family.tensorrt_quantized.reason}; on pytorch, {family.pytorch.reason}"
+            if family is not None
+            else ""
+        )
         raise UserInputError(
-            f"architecture {archs[0] if archs else '(none)'} is not one ModelOpt's TensorRT-LLM exporter supports",
-            f"supported: {', '.join(DECODER_TYPE)}",
+            f"architecture {archs[0] if archs else '(none)'} is not one this toolchain quantizes{why}",
+            f"supported: {', '.join(exportable)} (docs/model-families.md)",
         )
     return dict(cfg)
 
@@ -154,6 +154,10 @@ def quantize(
     model_dir, out = Path(model_dir).resolve(), Path(out).resolve()
     _check_request(recipe, device, device_map, gate_method)
     cfg = check_checkpoint(model_dir, allow_pickle)
+    family = BY_ARCHITECTURE[cfg["architectures"][0]]
+    if family.moe and recipe.weights in AWQ:
+        v = verdict(family, "pytorch", recipe.weights)
+        raise UserInputError(f"{family.name} with {recipe.weights}: {v.reason}", v.fix)
     input_digest = input_digest or directory_digest(model_dir)
     if out.exists():
         existing = verify_output(out, rehash=rehash) if reuse else None
@@ -172,7 +176,13 @@ def quantize(
     run = _Run(model_dir, recipe, device, device_map, progress)
     calibrated = run.calibrate(gate_method)
     with staged_dir(out) as tmp:
-        run.export(calibrated, DECODER_TYPE[cfg["architectures"][0]], tmp)
+        arch = cfg["architectures"][0]
+        if arch not in DECODER_TYPE:
+            calibrated.notes.append(
+                f"no TensorRT-LLM checkpoint for {arch} ({BY_ARCHITECTURE[arch].tensorrt_quantized.reason}); "
+                "the unified HF checkpoint (hf/) serves runtime pytorch"
+            )
+        run.export(calibrated, DECODER_TYPE.get(arch), tmp)
         progress("checking accuracy")
         dq, (files, hashed) = _check_and_seal(run, calibrated, tmp)
         primary = calibrated.fake if calibrated.fake is not None else dq
@@ -340,12 +350,20 @@ class _Run:
             self.model_dir, export_dir, calibrated.first, dtype=self.dtype, reference=calibrated.reference
         )
 
-    def export(self, calibrated: _Calibrated, decoder: str, tmp: Path) -> None:
-        """Both checkpoints into ``tmp``: TensorRT-LLM's from the calibrated model, the unified HF one from a copy.
+    def export(self, calibrated: _Calibrated, decoder: str | None, tmp: Path) -> None:
+        """Both checkpoints into ``tmp``: TensorRT-LLM's from the calibrated model, the unified HF one from a copy;
+        the HF one only when ``decoder`` is None (a family ModelOpt writes no TensorRT-LLM checkpoint for).
 
         Each exporter changes the model it reads (scales are merged, weights replaced by their quantized form),
         so the second export reads a copy restored from the saved quantizer state."""
         recipe, torch, mexport = self.recipe, self.torch, self.mexport
+        if decoder is None:
+            self.progress("exporting unified HF checkpoint")
+            with _quiet(), torch.inference_mode():
+                mexport.export_hf_checkpoint(calibrated.model, export_dir=tmp / "hf")
+            calibrated.model = None
+            self.tok.save_pretrained(tmp / "hf")
+            return
         state = tmp / "modelopt_state.pth"
         with _quiet():
             self.mto.save(calibrated.model, str(state))
@@ -385,6 +403,7 @@ def _manifest(
         "versions": _versions(),
         "device": run.device,
         "files": files,
+        "exports": sorted({rel.split("/", 1)[0] for rel in files} & {"trtllm", "hf"}),
         "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
         "accuracy": {
             "gate": primary.method,

@@ -1,4 +1,8 @@
-"""A tiny random-weight Llama with a locally trained BPE tokenizer: no download, deterministic.
+"""A tiny random-weight decoder with a locally trained BPE tokenizer: no download, deterministic.
+
+Llama by default; ``family`` picks another decoder family the toolchain names (``FAMILIES``), built
+with that family's own Transformers class, so its parameters are the real ones (biases, q/k norms,
+extra norms, shared experts) and the family tests exercise what a real checkpoint of it holds.
 
 Hidden and intermediate sizes are multiples of 128 so every format ModelOpt exports (AWQ uses
 128-wide groups along the input dimension) works; 4 attention heads over 2 KV heads is GQA.
@@ -11,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from toolchain._deps import require
 from toolchain.quantize.calib import BUILTIN_TEXT
@@ -37,13 +42,47 @@ LLAMA_160M = {
 }
 
 
+_MOE = {"num_experts_per_tok": 2, "moe_intermediate_size": 128}
+# model_type -> (Transformers config class, the family's extra config values). Every family is tiny:
+# 2 layers, hidden 128, 4 experts of 128 where it is a mixture of experts.
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "mixtral": ("MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None}),
+    "qwen2": ("Qwen2Config", {"tie_word_embeddings": True}),
+    "qwen3": ("Qwen3Config", {"head_dim": 32}),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        {**_MOE, "num_experts": 4, "shared_expert_intermediate_size": 128, "decoder_sparse_step": 1},
+    ),
+    "qwen3_moe": ("Qwen3MoeConfig", {**_MOE, "num_experts": 4, "head_dim": 32, "decoder_sparse_step": 1}),
+    "gemma": ("GemmaConfig", {"head_dim": 32, "tie_word_embeddings": True}),
+    "gemma2": ("Gemma2Config", {"head_dim": 32, "query_pre_attn_scalar": 32, "sliding_window": 64}),
+    "phi3": ("Phi3Config", {}),
+    "granite": ("GraniteConfig", {}),
+    "olmo2": ("Olmo2Config", {}),
+    "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.25}),
+}
+
+
 def make_tiny_checkpoint(
-    out: Path, *, seed: int = 0, force: bool = False, sizes: dict[str, int] | None = None, dtype: str = "float32"
+    out: Path,
+    *,
+    seed: int = 0,
+    force: bool = False,
+    sizes: dict[str, int] | None = None,
+    dtype: str = "float32",
+    family: str = "llama",
+    tie: bool | None = None,
 ) -> Path:
     """Write the tiny checkpoint (or a random Llama of other ``sizes``) to ``out`` atomically; returns ``out``.
 
+    ``family`` is a ``FAMILIES`` model_type; ``tie`` overrides whether the output head shares the input
+    embedding (the family's default otherwise: Qwen2 small sizes and Gemma tie it).
     The tokenizer always has ``TINY["vocab_size"]`` entries; a larger model vocabulary only adds rows.
     """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     dims = dict(sizes or TINY)
     out = Path(out)
     if out.exists():
@@ -70,20 +109,27 @@ def make_tiny_checkpoint(
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
-    cfg = transformers.LlamaConfig(
-        **dims,
-        tie_word_embeddings=False,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-    )
+    cls_name, extra = FAMILIES[family]
+    kw: dict[str, Any] = {
+        "tie_word_embeddings": False,
+        "bos_token_id": fast.bos_token_id,
+        "eos_token_id": fast.eos_token_id,
+        "pad_token_id": fast.pad_token_id,
+        **extra,
+    }
+    if tie is not None:
+        kw["tie_word_embeddings"] = tie
+    if family == "gpt_neox":  # GPT-NeoX names its sizes differently and has no grouped KV heads
+        kw["max_position_embeddings"] = dims.pop("max_position_embeddings")
+        dims.pop("num_key_value_heads", None)
+    cfg = getattr(transformers, cls_name)(**dims, **kw)
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     # Random init gives near-uniform logits; widen the output head so greedy decoding is decisive
     # (tests compare greedy text across runtimes) and accuracy numbers mean something.
     with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
+        model.get_output_embeddings().weight.mul_(8.0)
     model = model.to(getattr(torch, dtype))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -32,6 +32,12 @@ class ModelArch:
     experts_per_token: int = 0
     params_override: float | None = None  # exact count (safetensors headers) or a nominal figure
     params_source: str = "config formula"
+    # What the families add to the Llama shape (FAMILY_SHAPES; 0 for a plain Llama):
+    bias_params: int = 0  # attention/MLP biases, all layers
+    extra_norm_params: int = 0  # q/k norms and norms beyond two per layer, all layers
+    shared_expert_size: int = 0  # intermediate size of an always-on shared expert (Qwen2-MoE)
+    sparse_layers: int | None = None  # layers whose MLP is the mixture of experts (None: all, when MoE)
+    dense_intermediate_size: int = 0  # the MLP of the other layers of an MoE model
 
     @property
     def embed_params(self) -> int:
@@ -42,35 +48,63 @@ class ModelArch:
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
 
     @property
+    def moe_layers(self) -> int:
+        if not self.num_experts:
+            return 0
+        return self.num_layers if self.sparse_layers is None else self.sparse_layers
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in the routed experts (gate, up and down projections of each), all layers."""
+        return float(self.moe_layers * self.num_experts * 3 * self.hidden_size * self.intermediate_size)
+
+    @property
+    def _dense_linear_params(self) -> float:
+        """Decoder Linear parameters outside the routed experts: attention, dense MLPs, shared experts, routers."""
+        attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        dense_layers = self.num_layers - self.moe_layers
+        dense_inter = self.dense_intermediate_size or self.intermediate_size
+        mlp = dense_layers * 3 * self.hidden_size * dense_inter
+        if self.moe_layers:
+            router = self.hidden_size * self.num_experts
+            gate = self.hidden_size if self.shared_expert_size else 0  # the shared expert's 1-wide sigmoid gate
+            shared = 3 * self.hidden_size * self.shared_expert_size + gate
+            mlp += self.moe_layers * (router + shared)
+        return float(self.num_layers * attn + mlp)
+
+    @property
     def linear_params(self) -> float:
         """Parameters in the decoder Linear layers: what weight quantization applies to."""
         if self.params_override is not None:
-            return self.params_override - self.embed_params - self.lm_head_params - self.norm_params
-        attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
-        if self.num_experts:
-            mlp = self.num_experts * 3 * self.hidden_size * self.intermediate_size + self.hidden_size * self.num_experts
-        else:
-            mlp = 3 * self.hidden_size * self.intermediate_size
-        return float(self.num_layers * (attn + mlp))
+            return self.params_override - self.embed_params - self.lm_head_params - self.norm_params - self.bias_params
+        return self._dense_linear_params + self.expert_params
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.num_layers + 1) * self.hidden_size
+        return (2 * self.num_layers + 1) * self.hidden_size + self.extra_norm_params
 
     @property
     def params(self) -> float:
         if self.params_override is not None:
             return self.params_override
-        return self.linear_params + self.embed_params + self.lm_head_params + self.norm_params
+        return self.linear_params + self.embed_params + self.lm_head_params + self.norm_params + self.bias_params
 
     @property
     def active_params(self) -> float:
-        """Parameters touched per token (MoE: only the routed experts)."""
+        """Parameters touched per token (MoE: only the routed experts, ``experts_per_token`` of each layer's)."""
         if not self.num_experts:
             return self.params
-        attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
-        mlp = self.experts_per_token * 3 * self.hidden_size * self.intermediate_size
-        return float(self.num_layers * (attn + mlp) + self.embed_params + self.lm_head_params + self.norm_params)
+        inactive = self.moe_layers * (self.num_experts - self.experts_per_token) * 3 * self.hidden_size
+        return self.params - inactive * self.intermediate_size
+
+    def expert_linear_read(self, batch: int) -> float:
+        """Routed-expert parameters one decode step of ``batch`` tokens reads: per MoE layer, the experts at
+        least one token is routed to, in expectation under uniform routing, E·(1 − (1 − k/E)^batch)."""
+        if not self.num_experts:
+            return 0.0
+        e, k = self.num_experts, self.experts_per_token or self.num_experts
+        hit = e * (1.0 - (1.0 - k / e) ** max(1, batch))
+        return self.moe_layers * hit * 3 * self.hidden_size * self.intermediate_size
 
 
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -115,6 +149,15 @@ _KNOWN = {
     "router_aux_loss_coef",
     "output_router_logits",
     "rope_parameters",
+    "shared_expert_intermediate_size",
+    "qkv_bias",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "norm_topk_prob",
+    "query_pre_attn_scalar",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "hidden_activation",
 }
 
 
@@ -168,7 +211,60 @@ def arch_from_config(cfg: dict[str, Any], name: str = "model", where: str = "con
         tie_embeddings=tie,
         num_experts=experts,
         experts_per_token=per_token,
+        **_family_shape(cfg, str(mtype or "llama"), d, where),
     )
+
+
+def _flag(cfg: dict[str, Any], key: str, where: str) -> bool:
+    value = cfg.get(key, False)
+    if not isinstance(value, bool):
+        raise ModelConfigError(f"{where}: {key} must be true or false (got {value!r:.60})")
+    return value
+
+
+def _family_shape(cfg: dict[str, Any], mtype: str, d: dict[str, int], where: str) -> dict[str, Any]:
+    """What a family adds to the Llama shape, from its config (FAMILY_SHAPES says which terms apply; the
+    tests hold the totals equal to the parameters Transformers builds for each family)."""
+    shape = FAMILY_SHAPES.get(mtype, {})
+    layers, hidden, heads, kv, hd = d["layers"], d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
+    q, k = heads * hd, kv * hd
+    bias = 0
+    if shape.get("qkv_bias"):  # always on: q, k and v projections
+        bias += q + 2 * k
+    elif _flag(cfg, "attention_bias", where):  # q, k, v and o projections
+        bias += q + 2 * k + hidden
+    if _flag(cfg, "mlp_bias", where):
+        bias += 2 * d["intermediate"] + hidden
+    norms = {"head": 2 * hd, "proj": q + k}.get(str(shape.get("qk_norm", "")), 0)
+    norms += (int(shape.get("norms_per_layer", 2)) - 2) * hidden
+    out: dict[str, Any] = {"bias_params": layers * bias, "extra_norm_params": layers * norms}
+    if d["experts"] and shape.get("moe_layout") == "qwen":
+        step = cfg.get("decoder_sparse_step") or 1
+        dense_only = cfg.get("mlp_only_layers") or []
+        if type(step) is not int or step < 1 or not isinstance(dense_only, list):
+            raise ModelConfigError(f"{where}: decoder_sparse_step must be a positive integer, mlp_only_layers a list")
+        out["sparse_layers"] = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+        if cfg.get("intermediate_size") is not None:
+            out["dense_intermediate_size"] = int(cfg["intermediate_size"])
+        shared = cfg.get("shared_expert_intermediate_size")
+        if shared:
+            out["shared_expert_size"] = int(shared)
+    return out
+
+
+# What each family's decoder layer adds to the Llama layer (read from the family's modeling_*.py in
+# Transformers 5.14; docs/model-families.md). qkv_bias: q/k/v projections always carry a bias;
+# qk_norm "head": RMSNorm over head_dim on q and k (Qwen3), "proj": over the whole q and k projections
+# (OLMo2); norms_per_layer: Gemma2 has four; moe_layout "qwen": decoder_sparse_step/mlp_only_layers
+# choose the MoE layers, shared_expert_intermediate_size adds an always-on expert with a 1-wide gate.
+FAMILY_SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2": {"qkv_bias": True},
+    "qwen2_moe": {"qkv_bias": True, "moe_layout": "qwen"},
+    "qwen3": {"qk_norm": "head"},
+    "qwen3_moe": {"qk_norm": "head", "moe_layout": "qwen"},
+    "olmo2": {"qk_norm": "proj"},
+    "gemma2": {"norms_per_layer": 4},
+}
 
 
 def unknown_fields(cfg: dict[str, Any]) -> list[str]:

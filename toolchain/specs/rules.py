@@ -327,10 +327,14 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     """Every problem of a spec and its cells (default: all), with the shape rules when the model's
     architecture is known offline (local config.json or the catalog)."""
     from toolchain.errors import ModelConfigError
+    from toolchain.specs import families
     from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.matrix import expand
 
     problems = check_spec(spec)
+    family = families.spec_problem(spec)  # the model family on this runtime and weight format
+    if family is not None:
+        problems.insert(0, Problem(None, *family))
     try:
         arch = arch_for_spec(spec, allow_network=False)
     except ModelConfigError:

@@ -84,6 +84,19 @@ SPEC_COUNTERS = ("total_draft_tokens", "total_accepted_draft_tokens")
 Send = Callable[[Any, bool], None]
 
 
+def whole_text(text: str, sent: int, final: bool) -> tuple[str, int]:
+    """The new text of a streamed sequence decoded so far (``text``) after the ``sent`` characters already
+    sent, without a trailing U+FFFD (the bytes of a multi-byte character split over tokens), which waits for
+    the next token unless ``final``; returns (piece, characters sent now)."""
+    end = len(text) if final else len(text.rstrip("\ufffd"))
+    end = max(end, sent)
+    return text[sent:end], end
+
+
+def _as_str(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def _get(resp: Any, name: str) -> Any:
     t = pb_utils.get_output_tensor_by_name(resp, name)
     return None if t is None else t.as_numpy()
@@ -136,6 +149,7 @@ class TritonPythonModel:
         if streaming and not self.decoupled:
             raise RuntimeError("streaming needs the BLS model deployed in decoupled mode")
         seen: list[int] = []
+        sent = 0  # characters of the decoded stream sent so far (streaming without accumulate_tokens)
         last = None
         for resp in self._call(self.llm, llm_in, ["output_ids", "sequence_length", *PASS], decoupled=True):
             if resp.has_error():
@@ -145,14 +159,21 @@ class TritonPythonModel:
                 continue
             last = resp
             lengths = _get(resp, "sequence_length")
-            if streaming:
-                if self.accumulate:
-                    seen += ids[0, 0, : int(lengths[0, 0])].tolist()
-                    ids = np.array(seen, dtype=np.int32).reshape(1, 1, -1)
-                    lengths = np.array([[len(seen)]], dtype=np.int32)
+            if not streaming:
                 send(self._out(self._detok(ids, lengths), resp), False)
-            else:
-                send(self._out(self._detok(ids, lengths), resp), False)
+                continue
+            # Decode what has streamed so far as one sequence, so a character split over tokens arrives whole.
+            seen += ids[0, 0, : int(lengths[0, 0])].tolist()
+            text = self._detok(np.array(seen, dtype=np.int32).reshape(1, 1, -1), np.array([[len(seen)]], np.int32))
+            if not self.accumulate:
+                piece, sent = whole_text(_as_str(text.reshape(-1)[0]), sent, final=False)
+                text = np.array([[piece]], dtype=object)
+            send(self._out(text, resp), False)
+        if streaming and not self.accumulate and seen and last is not None:
+            text = self._detok(np.array(seen, dtype=np.int32).reshape(1, 1, -1), np.array([[len(seen)]], np.int32))
+            rest, sent = whole_text(_as_str(text.reshape(-1)[0]), sent, final=True)
+            if rest:  # bytes that never became a character: sent as the decoder renders them
+                send(self._out(np.array([[rest]], dtype=object), last), False)
         return last
 
     def _spec_step(

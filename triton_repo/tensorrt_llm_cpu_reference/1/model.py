@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PERF = (
     "kv_cache_alloc_new_blocks",
@@ -53,6 +53,21 @@ def _resolve(args: dict[str, str], value: str) -> str:
     return os.path.normpath(os.path.join(args["model_repository"], value))
 
 
+# A UTF-8 character is at most 4 bytes, so at most 4 byte-level tokens make one up.
+MAX_CHAR_TOKENS = 4
+
+
+def ends_mid_character(tok: Any, generated: list[int], pending: int) -> bool:
+    """Whether the last ``pending`` generated tokens stop inside a multi-byte character (a byte-level BPE
+    token can carry part of one: decoded alone it is U+FFFD); held back until the character is whole,
+    for at most MAX_CHAR_TOKENS tokens (a byte sequence that never becomes a character is sent then)."""
+    if tok is None or pending >= MAX_CHAR_TOKENS:
+        return False
+    tail = generated[-(pending + MAX_CHAR_TOKENS) :]
+    text: str = tok.decode(tail, skip_special_tokens=False)
+    return text.endswith("\ufffd")
+
+
 def _opt(req: Any, name: str, default: Any = None) -> Any:
     t = pb_utils.get_input_tensor_by_name(req, name)
     return default if t is None else t.as_numpy().reshape(-1)
@@ -71,8 +86,14 @@ class TritonPythonModel:
         self.max_blocks = int(max_tokens) // self.tpb if max_tokens.isdigit() else 4096
         torch.manual_seed(0)
         torch.set_num_threads(1)
-        model: Any = AutoModelForCausalLM.from_pretrained(_resolve(args, params["hf_model_dir"]), dtype=torch.float32)
+        hf_dir = _resolve(args, params["hf_model_dir"])
+        model: Any = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
         self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
+        # Streaming holds back a token that ends inside a multi-byte character (ends_mid_character): each
+        # streamed response then decodes to whole characters. Without tokenizer files, tokens go one by one.
+        self.tok: Any = None
+        if any(os.path.isfile(os.path.join(hf_dir, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+            self.tok = AutoTokenizer.from_pretrained(hf_dir)
         self.prefix: OrderedDict[str, tuple[int, Any]] = OrderedDict()  # block-chain hash -> (n_tokens, cache)
         self.reused_total = 0
         self.active = 0
@@ -214,6 +235,7 @@ class TritonPythonModel:
         reused, cache = self._lookup(ids)
         start = reused * self.tpb
         generated: list[int] = []
+        pending: list[int] = []  # streamed tokens not sent yet (they end inside a character)
         with torch.no_grad():
             x = torch.tensor([ids[start:]])
             out = self.model(input_ids=x, past_key_values=cache, use_cache=True)
@@ -243,7 +265,10 @@ class TritonPythonModel:
                 if getattr(req, "is_cancelled", None) and req.is_cancelled():
                     done = True
                 if streaming:
-                    send([tok], perf, None, done)
+                    pending.append(tok)
+                    if done or not ends_mid_character(self.tok, generated, len(pending)):
+                        send(pending, perf, None, done)
+                        pending = []
                 if done:
                     break
                 out = self.model(input_ids=torch.tensor([[tok]]), past_key_values=cache, use_cache=True)
