@@ -212,7 +212,7 @@ def test_a_draft_target_cell_is_cached_only_with_its_draft_engine(cli: Cli, tmp_
     d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
     d["model"]["source"] = "hf://org/target@main"
     d["speculative"] = {"mode": "draft_target", "max_draft_len": 4, "draft": {"source": "hf://org/draft@main"}}
-    d["serving"].update(streaming=False)
+    d["serving"].update(streaming=False, decoupled=False)
     spec = tmp_path / "dt.yaml"
     spec.write_text(yaml.safe_dump(d))
     reg = tmp_path / "reg"
