@@ -65,7 +65,7 @@ class Stages:
     nothing was printed for that long, a line says which stage is still running and for how long.
     """
 
-    quiet_after = 4.0
+    quiet_after = 2.5
 
     def __init__(self, quiet: bool = False, *, every: float = 3.0, tty: bool | None = None) -> None:
         self.t0 = time.monotonic()
@@ -84,7 +84,7 @@ class Stages:
         _OPEN.add(self)
 
     def _tick(self) -> None:
-        while not self._closed.wait(0.5):
+        while not self._closed.wait(0.25):
             with self._lock:
                 now = time.monotonic()
                 if self._bars is not None or self._stage is None or now - self._printed < self.quiet_after:

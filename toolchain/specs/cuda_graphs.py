@@ -46,9 +46,7 @@ def tensorrt_cache_size(cell: Cell) -> int:
     cg = cell.spec.serving.cuda_graphs
     if not cg.enabled:
         return 0
-    if cg.cache_size is not None:
-        return cg.cache_size
-    return len(batch_sizes(cell))
+    return cg.cache_size or len(batch_sizes(cell))
 
 
 def problems(spec: EngineSpec) -> list[Problem]:
@@ -59,7 +57,7 @@ def problems(spec: EngineSpec) -> list[Problem]:
     out: list[Problem] = []
     if not cg.enabled:
         return out
-    if spec.runtime == "tensorrt" and cg.padding:
+    if spec.runtime == "tensorrt" and cg.padding and "padding" in cg.model_fields_set:
         out.append(
             Problem(
                 None,
@@ -68,7 +66,7 @@ def problems(spec: EngineSpec) -> list[Problem]:
                 "remove padding (or set it to false) for runtime tensorrt; padding needs runtime: pytorch",
             )
         )
-    if spec.runtime == "pytorch" and cg.cache_size is not None:
+    if spec.runtime == "pytorch" and cg.cache_size:
         out.append(
             Problem(
                 None,
@@ -96,15 +94,17 @@ def cell_problems(cell: Cell) -> list[Problem]:
     return []
 
 
-def notes(spec: EngineSpec) -> list[str]:
-    """What the tensorrt runtime makes of batch_sizes (accepted, with a different meaning than on pytorch)."""
+def notes(spec: EngineSpec, cells: list[Cell]) -> list[str]:
+    """What the tensorrt runtime makes of a chosen ``batch_sizes`` list (accepted: it keeps that many graphs,
+    not those sizes); nothing when the list is the default one (powers of 2 up to each cell's max batch)."""
     cg = spec.serving.cuda_graphs
-    if spec.runtime != "tensorrt" or not cg.enabled:
+    if spec.runtime != "tensorrt" or not cg.enabled or not cg.batch_sizes or cg.cache_size:
         return []
-    if cg.batch_sizes and cg.cache_size is None:
-        return [
-            f"serving.cuda_graphs.batch_sizes on runtime tensorrt: the tensorrtllm backend cannot be told which "
-            f"sizes to capture; it captures each decode batch as it occurs and keeps the {len(cg.batch_sizes)} most "
-            f"recently used graphs (cuda_graph_cache_size {len(cg.batch_sizes)}); exact sizes need runtime: pytorch"
-        ]
-    return []
+    if all(sorted(cg.batch_sizes) == default_batch_sizes(c.max_batch_size) for c in cells):
+        return []
+    n = len(cg.batch_sizes)
+    return [
+        f"serving.cuda_graphs.batch_sizes on runtime tensorrt: the tensorrtllm backend cannot be told which sizes "
+        f"to capture; it captures each decode batch as it occurs and keeps the {n} most recently used graphs "
+        f"(cuda_graph_cache_size {n}); exact sizes need runtime: pytorch"
+    ]

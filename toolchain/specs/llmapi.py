@@ -90,7 +90,7 @@ def llmapi_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any
     else:
         sizes = sorted(cg.batch_sizes) if cg.batch_sizes else None
         g: dict[str, Any] = {
-            "enable_padding": True if cg.padding is None else cg.padding,
+            "enable_padding": cg.padding,
             "max_batch_size": max(sizes) if sizes else cell.max_batch_size,
         }
         if sizes:

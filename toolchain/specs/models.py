@@ -257,18 +257,18 @@ class CudaGraphs(_Strict):
         "graphs (cuda_graph_cache_size)",
         json_schema_extra=RUNTIME,
     )
-    padding: bool | None = Field(
-        None,
-        description="runtime pytorch: pad batches up to the next captured size (default true); runtime tensorrt "
-        "cannot pad (refused)",
+    padding: bool = Field(
+        True,
+        description="runtime pytorch: pad batches up to the next captured size; runtime tensorrt cannot pad "
+        "(setting it there is refused)",
         json_schema_extra=RUNTIME,
     )
-    cache_size: int | None = Field(
-        None,
-        ge=1,
+    cache_size: int = Field(
+        0,
+        ge=0,
         le=INT32_MAX,
         description="runtime tensorrt: graphs the backend keeps (cuda_graph_cache_size, LRU, at most the engine "
-        "max batch); default: one per batch size above",
+        "max batch); 0: one per batch size above",
         json_schema_extra=RUNTIME,
     )
 

@@ -125,6 +125,7 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     if llm_name:
         out += _lint_llm(repo, llm_name, configs, files, meta, world_size)
     out += _lint_parameters(repo, configs, files, llm_name)
+    out += _lint_engine_inside(repo, configs, files, meta)
     out += _lint_tokenizers(repo, configs, files, meta)
     out += [
         Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
@@ -275,6 +276,13 @@ def _llm_engine(llm: Any, f: str, meta: dict[str, Any]) -> tuple[EngineInfo | No
     path = _param(llm, "gpt_model_path") or ""
     if path and Path(path, "config.json").is_file():
         engine = EngineInfo.from_engine_dir(Path(path))
+        kv = engine.kv_mismatch(meta["kv_cache"]) if meta.get("kv_cache") else None
+        if kv:
+            out.append(
+                Finding(
+                    f, "parameters.gpt_model_path", kv, "re-emit from the spec the engine was built for, or rebuild"
+                )
+            )
         ranks = len(list(Path(path).glob("rank*.engine")))
         if ranks != engine.world_size:
             out.append(
@@ -456,6 +464,35 @@ def _lint_parameters(repo: Path, configs: dict[str, Any], files: dict[str, str],
                     )
         if which == "tensorrt_llm":
             out += _guided_decoding(f, cfg)
+    return out
+
+
+def _lint_engine_inside(
+    repo: Path, configs: dict[str, Any], files: dict[str, str], meta: dict[str, Any]
+) -> list[Finding]:
+    """A repository emitted with its engine inside must serve that engine: after ``cp -a repo copy`` the
+    absolute ``gpt_model_path`` still names ``repo``'s engine, and ``copy`` would serve it."""
+    if not meta or meta.get("engines_root") or meta.get("reference"):
+        return []
+    here = repo.resolve()
+    out = []
+    for name, cfg in configs.items():
+        path = _param(cfg, "gpt_model_path") or ""
+        if cfg.backend != "tensorrtllm" or not path.startswith("/"):
+            continue
+        p = Path(path).resolve()
+        if p != here and here not in p.parents:
+            inside = here / name / "1" / "engine"
+            out.append(
+                Finding(
+                    files[name],
+                    "parameters.gpt_model_path",
+                    f"{path} lies outside this repository ({here}), which was emitted with its engine inside: "
+                    "a copied repository serves the original's engine",
+                    f"re-emit the repository at its new place (`toolchain triton emit ... --out {here} --force`), "
+                    f"or set gpt_model_path to {inside}",
+                )
+            )
     return out
 
 
