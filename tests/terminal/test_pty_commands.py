@@ -8,6 +8,7 @@ with ``ValueError: I/O operation on closed file`` only on a terminal.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_quantize_on_a_terminal(up_run: PtyRun, home: Path) -> None:
     assert (out / "manifest.json").is_file() or any(out.rglob("manifest.json")), r.describe()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def served(up_run: PtyRun, home: Path) -> Iterator[str]:
     """tritonserver on up's repository (for bench), started in-process."""
     from toolchain.triton import server as S
@@ -103,7 +104,7 @@ def served(up_run: PtyRun, home: Path) -> Iterator[str]:
         _repo(home),
         ports=S.Ports(S.free_port(), S.free_port(), S.free_port()),
         log_path=home / "bench-server.log",
-        ready_timeout=300,
+        ready_timeout=540,
     )
     try:
         yield srv.grpc_url
@@ -136,6 +137,8 @@ def test_serve_then_ctrl_c_on_a_terminal(up_run: PtyRun, home: Path) -> None:
             ports[1],
             "--metrics-port",
             ports[2],
+            "--ready-timeout",
+            "540",  # a loaded 2-core machine takes minutes to load four Python models
         ],
         env=_env(home),
         timeout=600,
@@ -156,8 +159,9 @@ def test_cache_push_and_pull_of_a_large_file_on_a_terminal(home: Path, tmp_path:
     reg = tmp_path / "registry"
     push = run_on_pty([TOOLCHAIN, "cache", "push", str(src), "--registry", str(reg)], env=_env(home), timeout=600)
     _ok(push)
-    key = push.text.strip().splitlines()
-    full = next(line.strip() for line in key if len(line.strip()) == 64)
+    keys = re.findall(r"\b[0-9a-f]{64}\b", push.text)
+    assert keys, push.describe()
+    full = keys[-1]
     pull = run_on_pty(
         [TOOLCHAIN, "cache", "pull", full, str(tmp_path / "restored"), "--registry", str(reg)],
         env=_env(home),

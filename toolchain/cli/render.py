@@ -82,6 +82,9 @@ class Stages:
         self._closed = threading.Event()
         self._ticker: threading.Thread | None = None
         _OPEN.add(self)
+        if tty is None and self.tty and not quiet:  # a real terminal: covered from the start
+            self._stage = ("starting", self.t0)
+            self._start_ticker()
 
     def _tick(self) -> None:
         while not self._closed.wait(0.25):

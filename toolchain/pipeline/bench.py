@@ -8,7 +8,7 @@ from typing import Any
 from toolchain.bench.run import run_bench, save
 from toolchain.bench.setup import make_config
 from toolchain.planning.plan import CellPlan, plan_cell
-from toolchain.progress import Progress, silent
+from toolchain.progress import Heartbeat, Progress, silent
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell
 
@@ -22,7 +22,9 @@ def planner_floor(cell: Cell, plan: CellPlan | None = None) -> dict[str, Any]:
 def run_benchmark(*, save_to: Path | None = None, progress: Progress = silent, **options: Any) -> dict[str, Any]:
     """Build the load test from ``options`` (see ``toolchain.bench.setup.make_config``), run it, add the
     planner floor when a spec names the cell, and save the result when asked (partial results included)."""
-    cfg, cell = make_config(**options)
+    progress("preparing the load: tokenizer, prompts, connection")
+    with Heartbeat(progress, "preparing the load"):
+        cfg, cell = make_config(**options)
     result = run_bench(cfg, progress=progress)
     if cell is not None:
         result["planner"] = planner_floor(cell)
