@@ -26,7 +26,8 @@ def test_github_matrix_gives_no_job_to_cached_cells(cli: Cli, tmp_path: Path) ->
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)
     builds = _builds(m)
-    assert len(builds) == 13 and m["build_0_count"] == 13 and m["cached"] == []
+    # 13 cells, plus the LoRA and the draft-target examples
+    assert len(builds) == 15 and m["build_0_count"] == 15 and m["cached"] == []
     for b in builds:
         assert set(b) >= {"id", "spec", "cell", "gpu", "runner", "engine_key", "needs"}
         assert b["needs"] in {q["id"] for q in m["quantize"]["include"]}
@@ -37,7 +38,7 @@ def test_github_matrix_gives_no_job_to_cached_cells(cli: Cli, tmp_path: Path) ->
     open_registry(str(tmp_path / "reg")).put(h100["engine_key"], tmp_path / "eng")
     m2 = json.loads(cli("matrix", *ALL, "--format", "github", "--registry", tmp_path / "reg").stdout)
     assert m2["cached"] == [h100["id"]]
-    assert h100["id"] not in {b["id"] for b in _builds(m2)} and m2["build_0_count"] == 12
+    assert h100["id"] not in {b["id"] for b in _builds(m2)} and m2["build_0_count"] == 14
     # one quantize job per model x precision x mapping: the 8B spec's 8 cells share one
     q8 = [q for q in m["quantize"]["include"] if q["spec"].endswith("llama-3.1-8b-fp8.yaml")]
     assert len(q8) == 1
@@ -98,7 +99,7 @@ def test_gitlab_child_pipeline_structure(cli: Cli, tmp_path: Path) -> None:
             assert need in jobs, f"{name} needs unknown job {need}"
     assert doc["variables"]["TOOLCHAIN_CACHE"] == "$CI_PROJECT_DIR/.toolchain-cache"
     assert "before_script" not in doc["default"]  # no scripts/setup.sh venv hiding the container's TensorRT-LLM
-    assert sum(j["stage"] == "build" for j in jobs.values()) == 13
+    assert sum(j["stage"] == "build" for j in jobs.values()) == 15
     from toolchain.pipeline.matrix import gitlab
 
     done = gitlab(_synthetic(3, cached=3))
