@@ -159,7 +159,7 @@ def test_cache_push_and_pull_of_a_large_file_on_a_terminal(home: Path, tmp_path:
     reg = tmp_path / "registry"
     push = run_on_pty([TOOLCHAIN, "cache", "push", str(src), "--registry", str(reg)], env=_env(home), timeout=600)
     _ok(push)
-    keys = re.findall(r"\b[0-9a-f]{64}\b", push.text)
+    keys = re.findall(r"(?m)^([0-9a-f]{64})\s*$", push.text)  # the key, on a line of its own
     assert keys, push.describe()
     full = keys[-1]
     pull = run_on_pty(

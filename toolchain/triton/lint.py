@@ -175,8 +175,10 @@ def _lint_loadable(repo: Path, configs: dict[str, Any], files: dict[str, str], l
                 Finding(
                     str(f),
                     "input",
-                    f"model {name} declares no inputs (auto-complete is off where toolchain serves it)",
+                    f"model {name} declares no inputs (toolchain serves with --disable-auto-complete-config; "
+                    "only a Python model's auto_complete_config could add them elsewhere)",
                     "declare the model's inputs and outputs",
+                    "error" if cfg.backend == "tensorrtllm" else "warning",
                 )
             )
     llmapi = (repo / "tensorrt_llm" / "1" / "model.yaml").is_file()
