@@ -36,6 +36,7 @@ def test_wheel_carries_every_model_source(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls", "tensorrt_llm_cpu_reference", "llmapi"):
         assert f"toolchain/triton_repo/{model}/1/model.py" in names, model
+    assert "toolchain/triton/data/inflight_batcher_llm_1.1_parameters.json" in names  # what `triton lint` checks
 
 
 def test_emit_from_the_installed_wheel(wheel: Path, tmp_path: Path, tiny_spec: Path) -> None:
