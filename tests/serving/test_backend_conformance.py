@@ -272,3 +272,15 @@ def test_lint_refuses_an_engine_whose_kv_dtype_is_not_the_specs(tiny_spec: Path,
     cfg_path.write_text(json.dumps(cfg))
     errors = _errors(repo)
     assert any("quantization.kv_cache 'fp8'" in e and "kv_cache_quant_algo none" in e for e in errors), errors
+
+
+def test_values_the_runtime_refuses_at_start_are_errors(tiny_spec: Path, tmp_path: Path) -> None:
+    """trtGptModelInflightBatching.cpp: crossKvCacheFraction only for encoder-decoder models; KV blocks must be
+    onboarded when the engine has paged context FMHA."""
+    cell = expand(load_spec(tiny_spec))[0]
+    repo = Path(emit_for_cell(for_cell(cell), str(_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"])
+    _set(repo, "tensorrt_llm", "cross_kv_cache_fraction", "0.5")
+    _set(repo, "tensorrt_llm", "kv_cache_onboard_blocks", "false")
+    errors = _errors(repo)
+    assert any("parameters.cross_kv_cache_fraction: set for a decoder-only model" in e for e in errors), errors
+    assert any("parameters.kv_cache_onboard_blocks: false with an engine" in e for e in errors), errors

@@ -374,6 +374,27 @@ def _llm_parameters(llm: Any, f: str, engine: EngineInfo | None = None) -> list[
                 "warning",
             )
         )
+    if _param(llm, "cross_kv_cache_fraction") and not _param(llm, "encoder_model_path"):
+        out.append(
+            Finding(
+                f,
+                "parameters.cross_kv_cache_fraction",
+                "set for a decoder-only model: the runtime refuses to start ('Do not set crossKvCacheFraction "
+                "for decoder-only model')",
+                "remove it (it is for encoder-decoder models)",
+            )
+        )
+    onboard = P.parse_bool("cpp_bool", _param(llm, "kv_cache_onboard_blocks") or "")
+    if onboard is False and engine is not None and engine.paged_context_fmha:
+        out.append(
+            Finding(
+                f,
+                "parameters.kv_cache_onboard_blocks",
+                "false with an engine built with paged context FMHA: the runtime refuses to start ('KV cache "
+                "blocks need to be onboarded if context FMHA')",
+                "set it to true (or remove it)",
+            )
+        )
     if mode and n is not None and engine is not None and n > engine.max_batch_size:
         out.append(
             Finding(
