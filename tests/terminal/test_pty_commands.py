@@ -40,6 +40,8 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _ok(r: PtyRun) -> None:
+    what = " ".join(r.argv[1:3])
+    print(f"pty: {what}: exit {r.returncode}, {r.seconds:.1f} s, longest silence {r.longest_silence:.1f} s")
     assert r.returncode == 0, r.describe()
     assert "Traceback" not in r.text and "Error:" not in r.text, r.describe()
     assert r.longest_silence <= SILENCE_LIMIT_S, r.describe()
