@@ -15,6 +15,7 @@ a blocking wait (a subprocess, a server coming up) reporting at least once a sec
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Callable
@@ -87,3 +88,22 @@ class Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(2)
+
+
+def importing(progress: Progress, modules: tuple[str, ...], what: str | None = None) -> None:
+    """Import ``modules`` (torch, transformers, ModelOpt: seconds each on a cold start) with a line first and
+    a heartbeat while it lasts, so a terminal never sits silent on an import. A module that cannot be imported
+    is left for the caller's own ``require`` to report (with its extra's install hint)."""
+    import sys
+
+    missing = [m for m in modules if m not in sys.modules]
+    if not missing:
+        return
+    label = what or f"loading {', '.join(missing)}"
+    progress(label)
+    with Heartbeat(progress, label, lambda: None, every=1.0):
+        for m in missing:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                return

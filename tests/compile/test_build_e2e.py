@@ -219,6 +219,7 @@ def test_pytorch_artifact_carries_its_local_draft_and_adapters(tiny_checkpoint: 
             "lora": {"adapters": ["./sql"], "max_rank": 8},
             "speculative": {"mode": "draft_target", "max_draft_len": 3, "draft": {"source": str(tiny_checkpoint)}},
             "serving.streaming": False,
+            "serving.decoupled": False,
         },
     )
     reg = open_registry(str(tmp_path / "reg"))

@@ -23,7 +23,12 @@ BASE = {
     "model": {"source": "hf://org/model@main"},
     "target": {"trtllm_version": "1.1.0", "tensorrt_version": "10.13.3"},
     "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [4], "max_seq_len": [1024], "max_input_len": [512]},
-    "serving": {"streaming": False, "enable_chunked_prefill": False, "cuda_graphs": {"enabled": False}},
+    "serving": {
+        "streaming": False,
+        "decoupled": False,
+        "enable_chunked_prefill": False,
+        "cuda_graphs": {"enabled": False},
+    },
 }
 DRAFT = {"mode": "draft_target", "max_draft_len": 5, "draft": {"source": "hf://org/draft@main"}}
 

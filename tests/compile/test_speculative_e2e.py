@@ -44,6 +44,7 @@ def _spec(tmp_path: Path, ckpt: Path, **blocks: object) -> Path:
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)
     d["serving"]["streaming"] = False
+    d["serving"]["decoupled"] = False
     d.update(blocks)
     p = tmp_path / "spec.yaml"
     p.write_text(yaml.safe_dump(d))

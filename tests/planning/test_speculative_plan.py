@@ -84,7 +84,7 @@ def test_cell_plan_gives_break_even_and_lora_memory() -> None:
         "quantization": {"weights": "fp8"},
         "target": {"trtllm_version": "1.1.0", "tensorrt_version": "10.13.3"},
         "matrix": {"gpu": ["H200-SXM"], "max_batch_size": [8], "max_seq_len": [4096]},
-        "serving": {"streaming": False},
+        "serving": {"streaming": False, "decoupled": False},
         "speculative": {
             "mode": "draft_target",
             "max_draft_len": 5,

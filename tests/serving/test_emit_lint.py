@@ -165,7 +165,15 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
 
 
 def _engine_dir(
-    d: Path, *, tp: int = 1, pp: int = 1, batch: int = 8, seq: int = 256, beam: int = 1, **plugin: Any
+    d: Path,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    batch: int = 8,
+    seq: int = 256,
+    beam: int = 1,
+    kv: str | None = "FP8",  # the tiny spec's quantization.kv_cache: fp8
+    **plugin: Any,
 ) -> Path:
     d.mkdir()
     (d / "config.json").write_text(
@@ -174,6 +182,7 @@ def _engine_dir(
                 "pretrained_config": {
                     "mapping": {"world_size": tp * pp, "tp_size": tp, "pp_size": pp},
                     "logits_dtype": "float32",
+                    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": kv},
                 },
                 "build_config": {
                     "max_batch_size": batch,
@@ -218,6 +227,8 @@ def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None
         ({"beam": 4}, "build_config.max_beam_width: cell 1, engine 4"),
         ({"seq": 512}, "build_config.max_seq_len: cell 256, engine 512"),
         ({"tokens_per_block": 64}, "plugin_config.tokens_per_block: cell 32, engine 64"),
+        ({"kv": None}, "spec quantization.kv_cache 'fp8' but the engine's config.json has "),
+        ({"kv": "INT8"}, "quantization.kv_cache_quant_algo INT8"),
     ],
 )
 def test_emit_refuses_an_engine_of_another_cell(

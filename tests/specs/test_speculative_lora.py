@@ -22,7 +22,7 @@ BASE = {
     "model": {"source": "hf://org/model@main"},
     "target": {"trtllm_version": "1.1.0", "tensorrt_version": "10.13.3"},
     "matrix": {"gpu": ["H100-SXM"], "max_batch_size": [8], "max_seq_len": [1024]},
-    "serving": {"streaming": False},
+    "serving": {"streaming": False, "decoupled": False},
 }
 
 

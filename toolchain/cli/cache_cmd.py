@@ -73,8 +73,9 @@ def pull(
     from toolchain.registry import open_registry
 
     r = open_registry(registry, must_exist=True)
-    r.progress = Stages()
+    stages = r.progress = Stages()
     m = r.get(ref, dest, force=force, link=link)
+    stages.close()
     err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False, markup=False)
 
 
@@ -109,9 +110,10 @@ def push(
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
     r = open_registry(registry)
-    r.progress = Stages()
+    stages = r.progress = Stages()
     full = key_for_push(key, r) if key else None
     m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
+    stages.close()  # the bars end their line before the key is printed on its own
     out.print(m.key, highlight=False)
     err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)
 

@@ -68,6 +68,12 @@ def _traceback_when_debugging() -> None:
         traceback.print_exc()
 
 
+def _close_progress() -> None:
+    render = sys.modules.get("toolchain.cli.render")  # not imported: nothing was drawn
+    if render is not None:
+        render.close_all()
+
+
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
@@ -78,7 +84,10 @@ class _Group(TyperGroup):
         fail = _Failure(_wants_json(ctx))
         json_printed(reset=True)
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                _close_progress()  # a bar left drawing would overwrite the error line or the results
         except ToolchainError as e:
             _traceback_when_debugging()
             raise fail(e.message, e.hint, e.exit_code) from None
@@ -166,8 +175,29 @@ for _module in COMMANDS:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    app(prog_name="toolchain")
+    """Console-script entry point.
+
+    Once the command is done, the exit handlers run and the process ends at once: tearing down torch and
+    the other C extensions at interpreter exit took seconds after the last line (a terminal sat silent)."""
+    import atexit
+    import contextlib
+    import os
+
+    code: int | str | None = 0
+    try:
+        app(prog_name="toolchain")
+    except SystemExit as e:
+        code = e.code
+    if "torch" not in sys.modules:
+        sys.exit(code)
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":

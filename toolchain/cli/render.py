@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from rich.console import Console
@@ -73,7 +74,12 @@ class Stages:
     A plain ``stage`` is one timed narration line. Counted work (``done``/``total``) becomes a bar on a
     terminal, and otherwise a line at most every ``every`` seconds per stage (plus one when it is
     complete), with rate and ETA for bytes and the latest message for open-ended work.
+
+    On a terminal nothing stays silent for more than ``quiet_after`` seconds: when no bar is drawing and
+    nothing was printed for that long, a line says which stage is still running and for how long.
     """
+
+    quiet_after = 2.5
 
     def __init__(self, quiet: bool = False, *, every: float = 3.0, tty: bool | None = None) -> None:
         self.t0 = time.monotonic()
@@ -85,6 +91,29 @@ class Stages:
         self._last_line: dict[str, float] = {}
         self._bars: Any = None
         self._tasks: dict[str, Any] = {}
+        self._stage: tuple[str, float] | None = None  # the latest narrated stage and when it began
+        self._printed = time.monotonic()
+        self._closed = threading.Event()
+        self._ticker: threading.Thread | None = None
+        _OPEN.add(self)
+        if tty is None and self.tty and not quiet:  # a real terminal: covered from the start
+            self._stage = ("starting", self.t0)
+            self._start_ticker()
+
+    def _tick(self) -> None:
+        while not self._closed.wait(0.25):
+            with self._lock:
+                now = time.monotonic()
+                if self._bars is not None or self._stage is None or now - self._printed < self.quiet_after:
+                    continue
+                stage, began = self._stage
+                err.print(f"{self._stamp()}   … still {escape(stage)} ({now - began:.0f} s)", highlight=False)
+                self._printed = now
+
+    def _start_ticker(self) -> None:
+        if self.tty and self._ticker is None and not self._closed.is_set():
+            self._ticker = threading.Thread(target=self._tick, name="stages-ticker", daemon=True)
+            self._ticker.start()
 
     def _stamp(self) -> str:
         return f"[dim][{time.monotonic() - self.t0:6.1f}s][/dim]"
@@ -120,8 +149,11 @@ class Stages:
         if self.quiet:
             return
         with self._lock:
+            self._start_ticker()
+            self._printed = time.monotonic()
             if done is None:
                 self._close_bars()
+                self._stage = (stage.strip(), time.monotonic())
                 err.print(f"{self._stamp()} {escape(stage)}", highlight=False)
                 return
             if self.tty:
@@ -147,6 +179,10 @@ class Stages:
                 TimeElapsedColumn(),
                 console=err,
                 transient=False,
+                # never swap sys.stdout/sys.stderr: a bar started inside someone's redirect_stdout would
+                # put that (by then closed) file back as sys.stdout when it stops
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._bars.start()
         info = self.describe(stage, done, total, unit, message).removeprefix(f"{stage}: ")
@@ -160,5 +196,15 @@ class Stages:
             self._bars, self._tasks = None, {}
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             self._close_bars()
+
+
+_OPEN: weakref.WeakSet[Stages] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Stop every bar still drawing (the command ended, or failed): what is printed next stays readable."""
+    for stages in list(_OPEN):
+        stages.close()

@@ -19,6 +19,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     """
     from toolchain.cli.render import err, print_json
     from toolchain.errors import ToolchainError
+    from toolchain.specs.cuda_graphs import notes
     from toolchain.specs.rules import validate_spec_file
 
     results: list[dict[str, Any]] = []
@@ -26,9 +27,12 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     for path in specs:
         try:
             spec, cells = validate_spec_file(path)
-            results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells)})
+            said = notes(spec, cells)  # what a knob means on this runtime, where it differs from the schema's wording
+            results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said})
             if not json_out:
                 err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
+                for line in said:
+                    err.print(f"  note: {line}", highlight=False, markup=False)
         except ToolchainError as e:
             results.append({"spec": str(path), "ok": False, "error": e.message, "hint": e.hint})
             failures.append((str(path), e))

@@ -28,7 +28,11 @@ def up(
     from toolchain.specs.loader import load_spec
 
     s = load_spec(spec)
-    res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=Stages(quiet=False))
+    stages = Stages(quiet=False)
+    try:
+        res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=stages)
+    finally:
+        stages.close()
     if json_out:
         from dataclasses import asdict
 

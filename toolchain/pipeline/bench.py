@@ -9,7 +9,7 @@ from toolchain.bench.run import run_bench, save
 from toolchain.bench.setup import make_config
 from toolchain.errors import UserInputError
 from toolchain.planning.plan import CellPlan, plan_cell
-from toolchain.progress import Progress, silent
+from toolchain.progress import Heartbeat, Progress, silent
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell
 
@@ -59,7 +59,9 @@ def run_benchmark(
             "--slo-start, --slo-max, --slo-tolerance and --slo-max-probes shape an --slo-search",
             "add --slo-search concurrency|rate, or drop them",
         )
-    cfg, cell = make_config(**options)
+    progress("preparing the load: tokenizer, prompts, connection")
+    with Heartbeat(progress, "preparing the load"):
+        cfg, cell = make_config(**options)
     targets = (
         S.make_targets(cfg.slo, slo.get("ttft_ms"), slo.get("tpot_ms"), slo.get("goodput"))
         if (plan is not None or any(v is not None for v in slo.values()))

@@ -17,7 +17,7 @@ from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.errors import NeedsGPUError, SpecError
 from toolchain.planning.plan import CellPlan, plan_cell
-from toolchain.progress import Progress, prefixed, silent
+from toolchain.progress import Progress, importing, prefixed, silent
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
@@ -49,6 +49,7 @@ def _ensure_checkpoint(spec: EngineSpec, progress: Progress) -> str:
     from toolchain.quantize.tiny import make_tiny_checkpoint
 
     progress(f"creating the tiny checkpoint at {src}")
+    importing(prefixed(progress, "  "), ("torch", "transformers"), "importing torch and transformers")
     make_tiny_checkpoint(src)
     return "created"
 
@@ -178,11 +179,12 @@ def _serve_and_bench(
     try:
         progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
         result = _bench(art, plan, srv.grpc_url, srv.metrics_url, engine, requests, concurrency, res, progress)
+        progress("report: Markdown/HTML with plots, and the diagnosis")
         _report(art, plan, result, work, res)
         res.stages["bench"] = "done"
     finally:
         progress("stop the server")
-        srv.stop()
+        srv.stop(progress=prefixed(progress, "  "))
 
 
 def _bench(
@@ -204,6 +206,7 @@ def _bench(
     from toolchain.pipeline.bench import planner_floor
 
     spec, cell = art.spec, art.cell
+    progress("  loading the tokenizer and the prompts")
     tok = AutoTokenizer.from_pretrained(art.tokenizer_dir())
     t = spec.traffic
     inp = Dist.parse(str(t.input_tokens.mean if t else 32))

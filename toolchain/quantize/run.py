@@ -31,7 +31,7 @@ from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_dig
 from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import atomic_write_text, canonical_json, check_replaceable, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
-from toolchain.progress import Progress, silent
+from toolchain.progress import Progress, importing, silent
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.families import AWQ, BY_ARCHITECTURE, FAMILIES, verdict
 
@@ -172,7 +172,7 @@ def quantize(
         check_replaceable(out, "manifest.json")
     if device == "cuda" and not require("torch", "quantize").cuda.is_available():
         raise NeedsGPUError("--device cuda asked for, but no CUDA GPU is visible", "use --device cpu")
-    progress("importing torch, transformers and ModelOpt")
+    importing(progress, QUANTIZE_MODULES, "importing torch, transformers and ModelOpt")
     run = _Run(model_dir, recipe, device, device_map, progress)
     calibrated = run.calibrate(gate_method)
     with staged_dir(out) as tmp:
@@ -192,6 +192,15 @@ def quantize(
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
+
+
+QUANTIZE_MODULES = (
+    "torch",
+    "transformers",
+    "modelopt.torch.quantization",
+    "modelopt.torch.opt",
+    "modelopt.torch.export",
+)
 
 
 def _check_and_seal(

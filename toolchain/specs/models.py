@@ -263,15 +263,23 @@ class CudaGraphs(_Strict):
     batch_sizes: list[int] | None = Field(
         None,
         max_length=MAX_AXIS_VALUES,
-        description="Batch sizes to capture (default: powers of 2 up to max batch)",
+        description="Decode batch sizes to capture (default: powers of 2 up to max batch). runtime pytorch: "
+        "captured exactly; runtime tensorrt: the backend captures each batch as it occurs and keeps this many "
+        "graphs (cuda_graph_cache_size)",
         json_schema_extra=RUNTIME,
     )
-    padding: bool = Field(True, description="Pad batches up to the next captured size", json_schema_extra=RUNTIME)
+    padding: bool = Field(
+        True,
+        description="runtime pytorch: pad batches up to the next captured size; runtime tensorrt cannot pad "
+        "(setting it there is refused)",
+        json_schema_extra=RUNTIME,
+    )
     cache_size: int = Field(
         0,
         ge=0,
         le=INT32_MAX,
-        description="Triton cuda_graph_cache_size (0: backend default)",
+        description="runtime tensorrt: graphs the backend keeps (cuda_graph_cache_size, LRU, at most the engine "
+        "max batch); 0: one per batch size above",
         json_schema_extra=RUNTIME,
     )
 

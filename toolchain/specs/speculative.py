@@ -267,12 +267,50 @@ def _engine_problems(spec: EngineSpec, m: str) -> list[Problem]:
                 "remove build.use_paged_context_fmha: false",
             )
         )
+    if m == "draft_target":
+        out += _draft_target_serving_problems(spec)
     if m == "draft_target" and spec.serving.streaming:
         out.append(
             Problem(
                 None,
                 "draft-target runs through the BLS model, which rejects streaming requests with num_draft_tokens",
                 "set serving.streaming: false",
+            )
+        )
+    return out
+
+
+def _draft_target_serving_problems(spec: EngineSpec) -> list[Problem]:
+    """Serving values draft-target cannot honour (the repository would have to say otherwise), refused."""
+    from toolchain.specs.rules import Problem
+
+    s = spec.serving
+    out: list[Problem] = []
+    if not s.enable_prefix_caching:
+        out.append(
+            Problem(
+                None,
+                "draft-target needs KV-cache block reuse on the target model (TensorRT-LLM refuses to start "
+                "otherwise: 'KV cache block reuse must be enabled for speculative decoding target model')",
+                "remove serving.enable_prefix_caching: false",
+            )
+        )
+    if not s.exclude_input_in_output:
+        out.append(
+            Problem(
+                None,
+                "draft-target answers through the BLS model with the generated tokens only (the draft and "
+                "target models run with exclude_input_in_output true, as upstream's recipe sets them)",
+                "remove serving.exclude_input_in_output: false",
+            )
+        )
+    if s.decoupled:
+        out.append(
+            Problem(
+                None,
+                "draft-target's BLS model calls the target and draft models one step at a time, so none of "
+                "the three can be decoupled",
+                "set serving.decoupled: false (and serving.streaming: false)",
             )
         )
     return out

@@ -25,6 +25,7 @@ from typing import Any
 
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.specs.cuda_graphs import tensorrt_cache_size
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import Serving
 from toolchain.specs.speculative import engine_max_seq_len
@@ -84,6 +85,7 @@ class EngineInfo:
     tp_size: int = 1
     pp_size: int = 1
     kv_cache_type: str = "PAGED"
+    kv_cache_quant_algo: str | None = None  # pretrained_config.quantization: the engine decides the KV dtype
 
     @classmethod
     def from_engine_dir(cls, d: Path) -> EngineInfo:
@@ -92,6 +94,7 @@ class EngineInfo:
             bc, pc = cfg["build_config"], cfg["pretrained_config"]
             plug = bc.get("plugin_config") or {}
             mapping = pc["mapping"]
+            kv_algo = (pc.get("quantization") or {}).get("kv_cache_quant_algo")
             kv_type = bc.get("kv_cache_type") or ("PAGED" if plug.get("paged_kv_cache", True) else "CONTINUOUS")
             return cls(
                 str(d.resolve()),
@@ -107,6 +110,7 @@ class EngineInfo:
                 int(mapping.get("tp_size", mapping["world_size"])),
                 int(mapping.get("pp_size", 1)),
                 str(kv_type).upper(),
+                str(kv_algo).upper() if kv_algo else None,
             )
         except (OSError, KeyError, ValueError, TypeError) as e:
             raise TritonRepoError(
@@ -152,7 +156,24 @@ class EngineInfo:
         ]
         if b.use_paged_context_fmha is False:
             want.append(("plugin_config.use_paged_context_fmha", False, self.paged_context_fmha))
-        return [f"{k}: cell {w!r}, engine {g!r}" for k, w, g in want if w != g]
+        out = [f"{k}: cell {w!r}, engine {g!r}" for k, w, g in want if w != g]
+        kv = self.kv_mismatch(cell.spec.quantization.kv_cache)
+        return [*out, kv] if kv else out
+
+    def kv_mismatch(self, kv_cache: str) -> str | None:
+        """The spec's quantization.kv_cache against the engine's KV dtype (None when they agree)."""
+        want = KV_QUANT_ALGO.get(kv_cache)
+        if want == self.kv_cache_quant_algo:
+            return None
+        got = self.kv_cache_quant_algo or "none (the model dtype)"
+        return (
+            f"spec quantization.kv_cache {kv_cache!r} but the engine's config.json has "
+            f"quantization.kv_cache_quant_algo {got} (the engine decides the KV dtype)"
+        )
+
+
+# spec quantization.kv_cache -> the engine's pretrained_config.quantization.kv_cache_quant_algo
+KV_QUANT_ALGO: dict[str, str | None] = {"auto": None, "fp8": "FP8", "int8": "INT8"}
 
 
 def _pb() -> Any:
@@ -246,7 +267,6 @@ def _llm_parameters(
     """The tensorrt_llm model's parameters (the reference model's own ones added with ``reference``)."""
     s = cell.spec.serving
     cg = s.cuda_graphs
-    graph_cache = cg.cache_size or (len(cg.batch_sizes) if cg.batch_sizes else 0)
     p: dict[str, Any] = {
         **T.REQUIRED_PARAMETERS,
         "gpt_model_type": s.batching,
@@ -258,10 +278,10 @@ def _llm_parameters(
         "enable_chunked_context": s.enable_chunked_prefill,
         "batch_scheduler_policy": s.scheduler_policy,
         "cuda_graph_mode": cg.enabled,
-        "cuda_graph_cache_size": graph_cache if cg.enabled else 0,
+        # graphs kept: one per decode batch size the spec asks for (specs.cuda_graphs)
+        "cuda_graph_cache_size": tensorrt_cache_size(cell),
         "exclude_input_in_output": s.exclude_input_in_output,
         "normalize_log_probs": True,
-        "enable_trt_overlap": False,
     }
     if s.max_tokens_in_paged_kv_cache is not None:
         p["max_tokens_in_paged_kv_cache"] = s.max_tokens_in_paged_kv_cache
@@ -505,6 +525,7 @@ def _repo_meta(
         "features_build_config": SP.predicted_build_config(cell),
         "reference": reference,
         "reference_note": REFERENCE_NOTE if reference else None,
+        "kv_cache": cell.spec.quantization.kv_cache,
         "engine": {
             **asdict(engine),
             "engine_dir": gpt_path or None,

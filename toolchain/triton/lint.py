@@ -17,22 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import TritonRepoError
+from toolchain.triton import parameters as P
 from toolchain.triton import tensors as T
 from toolchain.triton.emit import EngineInfo
 from toolchain.triton.speculative import lint_repository_features
-
-BOOL_PARAMS = (
-    "enable_kv_cache_reuse",
-    "enable_chunked_context",
-    "exclude_input_in_output",
-    "normalize_log_probs",
-    "cuda_graph_mode",
-    "enable_trt_overlap",
-    "multi_block_mode",
-    "enable_context_fmha_fp32_acc",
-    "kv_cache_onboard_blocks",
-)
-BOOL_VALUES = ("true", "false", "True", "False", "TRUE", "FALSE", "1", "0")
 
 
 @dataclass(frozen=True)
@@ -136,6 +124,8 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     llm_name = next((n for n, c in configs.items() if c.backend == "tensorrtllm" or _param(c, "gpt_model_type")), None)
     if llm_name:
         out += _lint_llm(repo, llm_name, configs, files, meta, world_size)
+    out += _lint_parameters(repo, configs, files, llm_name)
+    out += _lint_engine_inside(repo, configs, files, meta)
     out += _lint_tokenizers(repo, configs, files, meta)
     out += [
         Finding(files.get("tensorrt_llm", str(repo)), "speculative/LoRA", msg, "emit the repository from the spec")
@@ -143,6 +133,65 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     ]
     out += _lint_llmapi(repo, meta)
     out += _lint_models(repo, configs, files)
+    out += _lint_loadable(repo, configs, files, llm_name)
+    return out
+
+
+def _lint_loadable(repo: Path, configs: dict[str, Any], files: dict[str, str], llm_name: str | None) -> list[Finding]:
+    """What Triton itself needs to load each model (toolchain's server starts with --disable-auto-complete-config,
+    so nothing is guessed), and an LLM model for a TensorRT-LLM repository."""
+    out: list[Finding] = []
+    for name, cfg in configs.items():
+        f = Path(files[name])
+        if not cfg.backend and not cfg.platform:
+            out.append(
+                Finding(
+                    str(f),
+                    "backend",
+                    f"model {name} names neither a backend nor a platform, so Triton cannot load it",
+                    'set backend: "tensorrtllm" or "python", or platform: "ensemble"',
+                )
+            )
+        if cfg.name and cfg.name != f.parent.name:
+            out.append(
+                Finding(
+                    str(f),
+                    "name",
+                    f"{cfg.name!r} differs from its directory {f.parent.name!r}; Triton refuses the model",
+                    f'set name: "{f.parent.name}" (or rename the directory)',
+                )
+            )
+        if not any(d.is_dir() and d.name.isdigit() for d in f.parent.iterdir()):
+            out.append(
+                Finding(
+                    str(f),
+                    "version",
+                    f"model {name} has no version directory (e.g. {f.parent.name}/1/), so Triton serves no version",
+                    f"create {f.parent.name}/1/",
+                )
+            )
+        if not cfg.platform and not cfg.input and cfg.backend:
+            out.append(
+                Finding(
+                    str(f),
+                    "input",
+                    f"model {name} declares no inputs (toolchain serves with --disable-auto-complete-config; "
+                    "only a Python model's auto_complete_config could add them elsewhere)",
+                    "declare the model's inputs and outputs",
+                    "error" if cfg.backend == "tensorrtllm" else "warning",
+                )
+            )
+    llmapi = (repo / "tensorrt_llm" / "1" / "model.yaml").is_file()
+    if llm_name is None and not llmapi:
+        out.append(
+            Finding(
+                str(repo),
+                "-",
+                "no TensorRT-LLM model: no config has backend tensorrtllm (or gpt_model_type), and there is no "
+                "tensorrt_llm/1/model.yaml",
+                "emit the repository with `toolchain triton emit`, or add the tensorrt_llm model",
+            )
+        )
     return out
 
 
@@ -205,7 +254,7 @@ def _lint_llm(
                 f"launch with {engine.world_size} ranks (one per GPU)",
             )
         )
-    out += _llm_parameters(llm, f)
+    out += _llm_parameters(llm, f, engine)
     if engine is not None:
         out += _llm_against_engine(llm, f, engine, configs, files)
     streams = any(any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name)
@@ -229,6 +278,13 @@ def _llm_engine(llm: Any, f: str, meta: dict[str, Any]) -> tuple[EngineInfo | No
     path = _param(llm, "gpt_model_path") or ""
     if path and Path(path, "config.json").is_file():
         engine = EngineInfo.from_engine_dir(Path(path))
+        kv = engine.kv_mismatch(meta["kv_cache"]) if meta.get("kv_cache") else None
+        if kv:
+            out.append(
+                Finding(
+                    f, "parameters.gpt_model_path", kv, "re-emit from the spec the engine was built for, or rebuild"
+                )
+            )
         ranks = len(list(Path(path).glob("rank*.engine")))
         if ranks != engine.world_size:
             out.append(
@@ -290,44 +346,13 @@ def _llm_paths(repo: Path, llm_name: str, llm: Any, f: str, meta: dict[str, Any]
     return out
 
 
-def _llm_parameters(llm: Any, f: str) -> list[Finding]:
-    """Values the backend would silently replace by its default."""
+def _llm_parameters(llm: Any, f: str, engine: EngineInfo | None = None) -> list[Finding]:
+    """What the CUDA-graph knobs do together (each key's own values: ``_lint_parameters``)."""
     out: list[Finding] = []
-    for key in BOOL_PARAMS:
-        v = _param(llm, key)
-        if v is not None and v not in BOOL_VALUES:
-            out.append(
-                Finding(f, f"parameters.{key}", f"{v!r} is not a boolean (the backend ignores it)", "use true or false")
-            )
-    pol = _param(llm, "batch_scheduler_policy")
-    if pol is not None and pol not in ("max_utilization", "guaranteed_no_evict"):
-        out.append(
-            Finding(
-                f,
-                "parameters.batch_scheduler_policy",
-                f"{pol!r} is invalid (falls back silently)",
-                "use max_utilization or guaranteed_no_evict",
-            )
-        )
-    frac = _param(llm, "kv_cache_free_gpu_mem_fraction")
-    try:
-        if frac is not None and not 0 < float(frac) <= 1:
-            raise ValueError
-    except ValueError:
-        out.append(
-            Finding(
-                f,
-                "parameters.kv_cache_free_gpu_mem_fraction",
-                f"{frac!r} is not in (0, 1]",
-                "use a fraction such as 0.9",
-            )
-        )
-    if _param(llm, "cuda_graph_mode") in ("false", "False", "0") and (
-        _param(llm, "cuda_graph_cache_size") or "0"
-    ) not in (
-        "0",
-        "",
-    ):
+    mode = P.parse_bool("cpp_bool", _param(llm, "cuda_graph_mode") or "")
+    size = _param(llm, "cuda_graph_cache_size")
+    n = int(size) if size is not None and P.INT_RE.fullmatch(size) else None
+    if not mode and n:
         out.append(
             Finding(
                 f,
@@ -337,7 +362,200 @@ def _llm_parameters(llm: Any, f: str) -> list[Finding]:
                 "warning",
             )
         )
+    if mode and n is not None and n < 1:
+        out.append(
+            Finding(
+                f,
+                "parameters.cuda_graph_cache_size",
+                f"{n} with cuda_graph_mode on: the runtime keeps a single graph, so every change in the decode "
+                "batch evicts it and captures again",
+                "set it to the number of decode batch sizes to keep (toolchain emits one per power of 2 up to "
+                "the engine's max batch size)",
+                "warning",
+            )
+        )
+    if _param(llm, "cross_kv_cache_fraction") and not _param(llm, "encoder_model_path"):
+        out.append(
+            Finding(
+                f,
+                "parameters.cross_kv_cache_fraction",
+                "set for a decoder-only model: the runtime refuses to start ('Do not set crossKvCacheFraction "
+                "for decoder-only model')",
+                "remove it (it is for encoder-decoder models)",
+            )
+        )
+    onboard = P.parse_bool("cpp_bool", _param(llm, "kv_cache_onboard_blocks") or "")
+    if onboard is False and engine is not None and engine.paged_context_fmha:
+        out.append(
+            Finding(
+                f,
+                "parameters.kv_cache_onboard_blocks",
+                "false with an engine built with paged context FMHA: the runtime refuses to start ('KV cache "
+                "blocks need to be onboarded if context FMHA')",
+                "set it to true (or remove it)",
+            )
+        )
+    if mode and n is not None and engine is not None and n > engine.max_batch_size:
+        out.append(
+            Finding(
+                f,
+                "parameters.cuda_graph_cache_size",
+                f"{n} > engine max_batch_size {engine.max_batch_size}: the runtime keeps at most "
+                f"{engine.max_batch_size} graphs",
+                f"set it <= {engine.max_batch_size}",
+                "warning",
+            )
+        )
     return out
+
+
+def _table_model(name: str, cfg: Any, llm_name: str | None) -> str | None:
+    """Which model of the reference table a config is (None: not one of inflight_batcher_llm's)."""
+    if cfg.backend == "tensorrtllm" or name == llm_name or _param(cfg, "gpt_model_type") is not None:
+        return "tensorrt_llm"
+    if name in ("preprocessing", "postprocessing", "tensorrt_llm_bls") and cfg.backend == "python":
+        return name
+    return None
+
+
+def _lint_parameters(repo: Path, configs: dict[str, Any], files: dict[str, str], llm_name: str | None) -> list[Finding]:
+    """Every parameter key against what its model reads (TensorRT-LLM 1.1, triton.parameters): unknown keys,
+    values the model cannot parse, deprecated and rejected keys, guided decoding without its tokenizer info."""
+    out: list[Finding] = []
+    models = set(configs)
+    for name, cfg in configs.items():
+        which = _table_model(name, cfg, llm_name)
+        if which is None:
+            continue
+        known = P.keys(which)
+        extra = (
+            P.REFERENCE_KEYS if which == "tensorrt_llm" and _param(cfg, "toolchain_reference") is not None else set()
+        )
+        f = files[name]
+        for key in cfg.parameters:
+            value = cfg.parameters[key].string_value
+            field = f"parameters.{key}"
+            if key in extra:
+                continue
+            spec = known.get(key)
+            if spec is None:
+                why = "the tensorrtllm backend" if which == "tensorrt_llm" else f"the {which} model"
+                out.append(
+                    Finding(
+                        f,
+                        field,
+                        f"unknown key: {why} never reads it, so it has no effect",
+                        P.did_you_mean(key, [*known, *extra]),
+                    )
+                )
+                continue
+            if "rejected" in spec:
+                out.append(Finding(f, field, spec["rejected"], "remove it"))
+                continue
+            if "deprecated" in spec:
+                out.append(Finding(f, field, f"deprecated: {spec['deprecated']}", "remove it", "warning"))
+                continue
+            if value == "" and spec["type"] not in ("path", "string", "enum", "model_name"):
+                default = spec.get("default")
+                out.append(
+                    Finding(
+                        f,
+                        field,
+                        f"empty: the model uses its default ({default})",
+                        "give a value or remove the key",
+                        "warning",
+                    )
+                )
+                continue
+            problem = P.value_problem(which, key, value, spec, models)
+            if problem is not None:
+                values = spec.get("values")
+                fix = f"use one of {', '.join(repr(v) for v in values)}" if values else f"give a {spec['type']} value"
+                if spec["type"] == "model_name":
+                    fix = "name a model of this repository"
+                out.append(Finding(f, field, problem, fix))
+        if which != "tensorrt_llm" and not _is_toolchain_model(repo, name):
+            for key, spec in known.items():
+                if spec.get("mandatory_upstream") and key not in cfg.parameters:
+                    out.append(
+                        Finding(
+                            f,
+                            f"parameters.{key}",
+                            f"missing: the upstream {which} model.py reads it with no default (KeyError at load)",
+                            f'add parameters {{ key: "{key}" value {{ string_value: "" }} }}',
+                        )
+                    )
+        if which == "tensorrt_llm":
+            out += _guided_decoding(f, cfg)
+    return out
+
+
+def _lint_engine_inside(
+    repo: Path, configs: dict[str, Any], files: dict[str, str], meta: dict[str, Any]
+) -> list[Finding]:
+    """A repository emitted with its engine inside must serve that engine: after ``cp -a repo copy`` the
+    absolute ``gpt_model_path`` still names ``repo``'s engine, and ``copy`` would serve it."""
+    if not meta or meta.get("engines_root") or meta.get("reference"):
+        return []
+    here = repo.resolve()
+    out = []
+    for name, cfg in configs.items():
+        path = _param(cfg, "gpt_model_path") or ""
+        if cfg.backend != "tensorrtllm" or not path.startswith("/"):
+            continue
+        p = Path(path).resolve()
+        if p != here and here not in p.parents:
+            inside = here / name / "1" / "engine"
+            out.append(
+                Finding(
+                    files[name],
+                    "parameters.gpt_model_path",
+                    f"{path} lies outside this repository ({here}), which was emitted with its engine inside: "
+                    "a copied repository serves the original's engine",
+                    f"re-emit the repository at its new place (`toolchain triton emit ... --out {here} --force`), "
+                    f"or set gpt_model_path to {inside}",
+                )
+            )
+    return out
+
+
+def _is_toolchain_model(repo: Path, name: str) -> bool:
+    """Whether ``name``'s 1/model.py is the toolchain's own (which reads only the keys it documents)."""
+    from toolchain.triton.emit import model_sources
+
+    mine = repo / name / "1" / "model.py"
+    try:
+        return mine.read_bytes() == (model_sources() / name / "1" / "model.py").read_bytes()
+    except (OSError, TritonRepoError):
+        return False
+
+
+def _guided_decoding(f: str, llm: Any) -> list[Finding]:
+    backend = _param(llm, "guided_decoding_backend") or ""
+    info = _param(llm, "xgrammar_tokenizer_info_path") or ""
+    if not backend or backend.startswith("${"):
+        return []
+    if not info or info.startswith("${"):
+        return [
+            Finding(
+                f,
+                "parameters.guided_decoding_backend",
+                f"{backend!r} without xgrammar_tokenizer_info_path: the backend silently turns guided decoding off",
+                "set xgrammar_tokenizer_info_path to the tokenizer-info JSON (encoded_vocab, tokenizer_str, "
+                "stop_token_ids), or empty guided_decoding_backend",
+            )
+        ]
+    if not Path(info).is_file():
+        return [
+            Finding(
+                f,
+                "parameters.xgrammar_tokenizer_info_path",
+                f"{info} does not exist here (the backend fails to load: 'Xgrammar's tokenizer info path ... does "
+                "not exist')",
+                "give the absolute path of the tokenizer-info JSON where the server runs",
+            )
+        ]
+    return []
 
 
 def _llm_against_engine(

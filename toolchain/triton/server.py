@@ -66,8 +66,16 @@ class Server:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.ports.metrics}/metrics"
 
-    def stop(self, grace: float = 15.0) -> None:
-        stop_group(self.proc, grace)
+    def stop(self, grace: float = 15.0, progress: Progress = silent) -> None:
+        """SIGTERM the server's process group (SIGKILL after ``grace`` s). Unloading the models takes seconds
+        (the Python stubs exit one by one), so ``progress`` hears about it every second."""
+        if self.proc.poll() is None:
+            with Heartbeat(
+                progress, "stopping tritonserver (unloading the models)", lambda: tail(self.log_path, 1) or None
+            ):
+                stop_group(self.proc, grace)
+        else:
+            stop_group(self.proc, grace)
         for f in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
             with contextlib.suppress(OSError):
                 os.unlink(f)

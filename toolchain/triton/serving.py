@@ -42,6 +42,6 @@ def serve_repository(
     except KeyboardInterrupt:
         stop.set()
     finally:
-        srv.stop()
+        srv.stop(progress=progress)
     if srv.proc.returncode not in (0, -15, None) and not stop.is_set():
         raise ServerError(f"tritonserver exited with {srv.proc.returncode}", log_path=srv.log_path)

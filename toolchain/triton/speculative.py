@@ -78,6 +78,7 @@ def apply_features(configs: dict[str, Any], cell: Cell, *, draft_model_path: str
     sd = cell.spec.speculative
     if sd is None or sd.mode != "draft_target":
         return configs
+    _check_draft_target_serving(cell)
     llm.model_transaction_policy.decoupled = False
     draft = type(llm)()
     draft.CopyFrom(llm)
@@ -93,6 +94,27 @@ def apply_features(configs: dict[str, Any], cell: Cell, *, draft_model_path: str
     bls.model_transaction_policy.decoupled = False
     _set(bls, {"tensorrt_llm_draft_model_name": DRAFT_MODEL})
     return configs
+
+
+def _check_draft_target_serving(cell: Cell) -> None:
+    """The values draft-target writes are the spec's own (specs.speculative refuses the others); a spec that
+    skipped validation is refused here rather than emitted with values it did not ask for."""
+    s = cell.spec.serving
+    wrong = [
+        name
+        for name, ok in (
+            ("enable_prefix_caching: true", s.enable_prefix_caching),
+            ("exclude_input_in_output: true", s.exclude_input_in_output),
+            ("decoupled: false", not s.decoupled),
+            ("streaming: false", not s.streaming),
+        )
+        if not ok
+    ]
+    if wrong:
+        raise TritonRepoError(
+            f"cell {cell.id} is draft-target, which needs serving {', '.join(wrong)}",
+            "set them in the spec (`toolchain spec validate` explains why)",
+        )
 
 
 def _param(cfg: Any, key: str) -> str | None:
