@@ -22,8 +22,8 @@ variable                       default                  meaning
 
 Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
 them through untouched. For ``oci://`` registries it reads Docker's ``DOCKER_CONFIG`` (the directory of
-``config.json``) as the Docker CLI and ORAS do. It reads two of huggingface_hub's to decide, before a download, whether the Hub may be
-asked at all: ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``.
+``config.json``) as the Docker CLI and ORAS do. It reads two of huggingface_hub's to decide, before a
+download, whether the Hub may be asked at all: ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``.
 """
 
 from __future__ import annotations
