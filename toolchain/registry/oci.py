@@ -238,6 +238,7 @@ class OCIBackend(Backend):
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request sent: tests and benchmarks
         self._config_pushed = False
+        self._api_checked = False
 
     # --- HTTP ----------------------------------------------------------------------------------
 
@@ -479,6 +480,9 @@ class OCIBackend(Backend):
                     raise self._fail(resp, f"uploading {src.name}", push=True)
                 time.sleep(0.25 * 2**broken)
                 location, offset = self._upload_status(location)
+                if offset < 0:  # the session cannot go on (distribution: stale state after a partial chunk)
+                    location, _ = self._start_upload()  # a new one from byte 0; nothing is hashed twice
+                    offset = 0
             if hashed != size or os.fstat(f.fileno()).st_size != size:
                 raise CorruptArtifactError(f"{src} changed size while it was being pushed", None)
         digest = "sha256:" + h.hexdigest()
@@ -486,8 +490,13 @@ class OCIBackend(Backend):
         return digest, size
 
     def _upload_status(self, location: str) -> tuple[str, int]:
-        """Where an upload session stands: (its location, the next byte it expects)."""
-        resp = self._request("GET", location, push=True)
+        """Where an upload session stands: (its location, the next byte it expects); -1: it cannot go on."""
+        try:
+            resp = self._request("GET", location, push=True)
+        except RegistryUnavailableError:
+            return location, -1
+        if resp.status_code in (400, 404, 416):
+            return location, -1
         if resp.status_code not in (202, 204):
             raise self._fail(resp, "asking the status of an upload", push=True)
         m = re.fullmatch(r"(?:bytes=)?0-(\d+)", resp.headers.get("Range", "").strip())
@@ -592,7 +601,20 @@ class OCIBackend(Backend):
 
     def _entry_ref(self, key: str) -> tuple[dict[str, Any], str] | None:
         """An entry's manifest: tagged by key, else (another client's artifact) by manifest digest."""
-        return self._get_manifest(key) or self._get_manifest(f"sha256:{key}")
+        got = self._get_manifest(key) or self._get_manifest(f"sha256:{key}")
+        if got is None:
+            self._check_api()
+        return got
+
+    def _check_api(self) -> None:
+        """Once, when something is not found: is this an OCI registry at all? (``GET /v2/`` answers 200 or
+        401 on every registry; a 404 there means a wrong host, port or path, not a missing entry.)"""
+        if self._api_checked:
+            return
+        resp = self._request("GET", self.base.rsplit("/v2/", 1)[0] + "/v2/")
+        if resp.status_code == 404:
+            raise self._fail(resp, "GET /v2/ (the API root every OCI registry serves)")
+        self._api_checked = True
 
     def tag_names(self) -> builtins.list[str]:
         """Every tag of the repository (one request per page of the tags list; 404: no repository yet)."""
@@ -629,7 +651,10 @@ class OCIBackend(Backend):
             return self.blob_exists(digest)
         kind, name = self._split(path)
         if kind == "manifest" and KEY_RE.fullmatch(name):
-            return self._head_manifest(name) is not None or self._head_manifest(f"sha256:{name}") is not None
+            if self._head_manifest(name) is not None or self._head_manifest(f"sha256:{name}") is not None:
+                return True
+            self._check_api()
+            return False
         if kind == "tag" and TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
             return self._head_manifest(name) is not None
         return False
