@@ -16,6 +16,7 @@ QUICK = {
     "registry_bench.py": ["push: read 1.0", "hashing", "S3 get"],
     "matrix_bench.py": ["spec expand", "matrix --registry s3://", "build --all --dry-run"],
     "quantize_bench.py": ["peak RSS", "wall", "byte-identical"],
+    "oci_bench.py": ["OCI push: toolchain", "OCI pull: toolchain", "OCI/S3", "0 from one that did"],
 }
 
 
