@@ -141,3 +141,19 @@ def test_the_pod_entrypoint_restores_from_oci_and_refuses_a_corrupt_engine(
     )
     assert rc.returncode != 0
     assert "does not match its digest" in rc.stderr and "not serving" in rc.stderr
+
+
+def test_up_and_triton_emit_fetch_the_engine_from_oci(oci_url: str, tmp_path: Path) -> None:
+    """`toolchain up` and `triton emit` restore a cell's engine with `pipeline.emit.fetch_engine`."""
+    from toolchain.pipeline.emit import fetch_engine
+
+    src = tmp_path / "engine"
+    src.mkdir()
+    (src / "config.json").write_text('{"build_config": {}}')
+    (src / "rank0.engine").write_bytes(os.urandom(50_000))
+    key = "a2" * 32
+    reg = open_registry(oci_url)
+    reg.put(key, src)
+    reg.tag(key, "cell-prod")
+    path, got = fetch_engine("cell-prod", oci_url)
+    assert got == key and _tree(path) == _tree(src)
