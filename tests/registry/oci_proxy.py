@@ -33,6 +33,7 @@ class ProxyState:
     tokens: dict[str, set[str]] = field(default_factory=dict)  # token -> granted actions
     cut_blob_once: bool = False
     cut_patch_once: bool = False
+    fail_range_once: bool = False  # answer 503 to the first ranged blob GET (a registry failing on the resume)
     log: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # (method, path, headers)
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,6 +77,12 @@ class Handler(BaseHTTPRequestHandler):
                 hdrs["WWW-Authenticate"] = 'Basic realm="fake"'
             self._reply(st.status, b"" if st.status == 404 else payload, hdrs)
             return
+        if self.command == "GET" and "Range" in self.headers and "/blobs/" in self.path:
+            with st.lock:
+                fail, st.fail_range_once = st.fail_range_once, False
+            if fail:
+                self._reply(503, b'{"errors":[{"code":"UNAVAILABLE","message":"busy"}]}')
+                return
         if st.users:
             if self.path.startswith("/token"):
                 self._token()

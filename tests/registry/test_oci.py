@@ -190,12 +190,12 @@ def test_a_broken_download_resumes_with_range(oci_env: RegistryServer, tmp_path:
     with proxy(state) as host:
         r = open_registry(f"oci://{host}/engines/resume")
         r.put(KEY, src)
-        state.cut_blob_once = True
+        state.cut_blob_once = state.fail_range_once = True  # cut half-way, then a 503 to the first resume
         state.log.clear()
         r.get(KEY, tmp_path / "o")
     assert _tree(tmp_path / "o") == _tree(src)
     ranged = [h.get("Range") for m, p, h in state.log if m == "GET" and "/blobs/" in p and h.get("Range")]
-    assert ranged and ranged[0] != "bytes=0-"
+    assert len(ranged) == 2 and ranged[0] == ranged[1] != "bytes=0-"  # resumed where it broke, twice
 
 
 def test_a_broken_chunk_upload_resumes_where_the_registry_stopped(oci_env: RegistryServer, tmp_path: Path) -> None:

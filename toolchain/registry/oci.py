@@ -530,6 +530,8 @@ class OCIBackend(Backend):
                                 out.seek(0)
                                 out.truncate()
                                 h, written = hashlib.sha256(), 0
+                        elif written and resp.status_code in RETRY_STATUS and broken < RETRIES:
+                            raise _Broken(f"{resp.status_code} on resume")
                         else:
                             resp.read()
                             raise self._fail(resp, f"GET of blob {digest[:19]}")
@@ -835,6 +837,7 @@ class OCIBackend(Backend):
 
 
 def _stream_errors() -> tuple[type[BaseException], ...]:
+    """What a broken download raises mid-stream (and a retryable status on resume)."""
     import httpx
 
-    return (httpx.TransportError, httpx.StreamError)
+    return (httpx.TransportError, httpx.StreamError, _Broken)
