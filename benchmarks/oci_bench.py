@@ -38,9 +38,12 @@ TARGET_READS = 1.05
 CHUNK = 64 * 2**20
 
 
+CACHES = Path(tempfile.gettempdir())  # set to the work directory by main, so each run removes its caches
+
+
 def fresh_cache() -> None:
     """A new, empty toolchain cache (no stat-cache digests): the next Registry hashes every file."""
-    os.environ["TOOLCHAIN_CACHE"] = tempfile.mkdtemp(prefix="ocibench-cache-")
+    os.environ["TOOLCHAIN_CACHE"] = tempfile.mkdtemp(prefix="cache-", dir=CACHES)
 
 
 def alternate(i: int, sides: list[tuple[str, Callable[[], object]]], into: dict[str, list[float]]) -> None:
@@ -55,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
     size_gb, runs = (0.064, 1) if args.quick else (args.size_gb, args.runs)
+    global CACHES
     os.environ["TOOLCHAIN_OCI_PLAIN_HTTP"] = "1"
-    fresh_cache()
     import oras.client
 
     from toolchain.registry import open_registry
 
     work = Path(tempfile.mkdtemp(prefix="ocibench-", dir=os.environ.get("BENCH_DIR", "/tmp")))
+    CACHES = work
+    fresh_cache()
     srv = start_registry(work)
     moto, s3_url = start_moto(work / "moto.log")
     try:
