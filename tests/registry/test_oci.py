@@ -354,6 +354,9 @@ def test_the_toolchain_pulls_what_oras_pushes(
     assert m.kind == "artifact" and m.provenance["oci"]["annotations"]["by"] == "oras"
     reg.get(key, tmp_path / "by-digest")
     assert _tree(tmp_path / "by-digest") == _tree(src)
+    # gc leaves another client's tags alone (its manifest is there by digest: the tag does not dangle)
+    reg.gc(reg.gc_plan(grace_s=0))
+    assert reg.tags() == {"v1": key}
     # its digests are checked like ours: a corrupt blob is refused
     bad = oci_server.blob_data(m.files["rank0.engine"].digest)
     bad.write_bytes(b"x" + bad.read_bytes()[1:])
