@@ -33,6 +33,7 @@ class ProxyState:
     tokens: dict[str, set[str]] = field(default_factory=dict)  # token -> granted actions
     cut_blob_once: bool = False
     cut_patch_once: bool = False
+    no_patch: bool = False  # answer 405 to every PATCH (a registry without chunked uploads)
     fail_range_once: bool = False  # answer 503 to the first ranged blob GET (a registry failing on the resume)
     log: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # (method, path, headers)
     token_requests: list[dict[str, Any]] = field(default_factory=list)
@@ -76,6 +77,9 @@ class Handler(BaseHTTPRequestHandler):
             if st.status == 401:
                 hdrs["WWW-Authenticate"] = 'Basic realm="fake"'
             self._reply(st.status, b"" if st.status == 404 else payload, hdrs)
+            return
+        if self.command == "PATCH" and st.no_patch:
+            self._reply(405, b'{"errors":[{"code":"UNSUPPORTED","message":"no chunked uploads"}]}')
             return
         if self.command == "GET" and "Range" in self.headers and "/blobs/" in self.path:
             with st.lock:

@@ -211,6 +211,18 @@ def test_a_broken_chunk_upload_resumes_where_the_registry_stopped(oci_env: Regis
     assert "GET" in asked and asked.count("POST") == 5 + 1
 
 
+def test_a_registry_without_chunked_uploads_gets_whole_file_puts(oci_env: RegistryServer, tmp_path: Path) -> None:
+    src = _engine(tmp_path / "e", big=40 * MB)
+    state = ProxyState(upstream=oci_env.host, no_patch=True)
+    with proxy(state) as host:
+        r = open_registry(f"oci://{host}/engines/nopatch")
+        r.put(KEY, src)
+        r.get(KEY, tmp_path / "o")
+    assert _tree(tmp_path / "o") == _tree(src)
+    patches = [p for m, p, _ in state.log if m == "PATCH"]
+    assert len(patches) == 1  # refused once; every later large file goes as one PUT
+
+
 def test_a_corrupt_blob_served_by_the_registry_is_refused(
     oci_url: str, oci_server: RegistryServer, tmp_path: Path, cli: Any
 ) -> None:

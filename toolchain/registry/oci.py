@@ -239,6 +239,7 @@ class OCIBackend(Backend):
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request sent: tests and benchmarks
         self._config_pushed = False
         self._api_checked = False
+        self._monolithic = False  # the registry refused a chunked upload: whole-file PUTs from now on
 
     # --- HTTP ----------------------------------------------------------------------------------
 
@@ -425,7 +426,11 @@ class OCIBackend(Backend):
 
     def upload_stream(self, src: Path) -> tuple[str, int]:
         """Send ``src`` as chunks of one upload session, hashing each byte as it is sent (one read);
-        a lost chunk resumes where the registry's upload status says it stopped. Returns (digest, size)."""
+        a lost chunk resumes where the registry's upload status says it stopped. A registry that refuses
+        chunked uploads (its first ``PATCH`` answered 400/405/501) gets a monolithic ``PUT`` instead: the
+        file is hashed first, then streamed (two reads). Returns (digest, size)."""
+        if self._monolithic:
+            return self._upload_monolithic(src)
         location, min_chunk = self._start_upload()
         chunk = max(CHUNK, min_chunk)
         h = hashlib.sha256()
@@ -468,6 +473,9 @@ class OCIBackend(Backend):
                     location = self._location(resp)
                     offset = start + n
                     continue
+                if status in (400, 405, 501) and start == 0 and hashed <= n:
+                    self._monolithic = True  # no chunked uploads here: this session is dropped by the registry
+                    return self._upload_monolithic(src)
                 if status not in (0, 416, *RETRY_STATUS):
                     raise self._fail(resp, f"uploading {src.name} (bytes {start}-{start + n - 1})", push=True)
                 broken += 1
@@ -487,6 +495,38 @@ class OCIBackend(Backend):
                 raise CorruptArtifactError(f"{src} changed size while it was being pushed", None)
         digest = "sha256:" + h.hexdigest()
         self._finish_upload(location, digest)
+        return digest, size
+
+    def _upload_monolithic(self, src: Path) -> tuple[str, int]:
+        """Hash ``src``, then send it as the body of the closing ``PUT`` (streamed from the file)."""
+        from toolchain.digest import hash_file
+
+        digest = hash_file(src, "sha256")
+        size = src.stat().st_size
+
+        def body() -> Iterator[bytes]:
+            with open(src, "rb") as f:
+                sent = 0
+                while b := f.read(READ):
+                    sent += len(b)
+                    if self.meter is not None:
+                        self.meter(len(b))
+                    yield b
+            if sent != size:
+                raise CorruptArtifactError(f"{src} changed size while it was being pushed", None)
+
+        if self.blob_exists(digest):  # the digest is known before sending here: HEAD skips it
+            if self.meter is not None:
+                self.meter(size)
+            return digest, size
+        import httpx
+
+        location, _ = self._start_upload()
+        url = str(httpx.URL(location).copy_merge_params({"digest": digest}))
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        resp = self._request("PUT", url, push=True, body=body, headers=headers)
+        if resp.status_code not in (201, 204):
+            raise self._fail(resp, f"uploading {src.name} in one request", push=True)
         return digest, size
 
     def _upload_status(self, location: str) -> tuple[str, int]:
