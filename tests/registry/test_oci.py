@@ -375,3 +375,25 @@ def test_the_toolchain_pulls_what_oras_pushes(
     res = cli("cache", "pull", "v1", tmp_path / "o3", "--registry", oci_url)
     assert res.exit_code == 1 and "does not match its digest" in _one_error_line(res.output)
     assert not reg.backend.exists(blob_path("sha256:" + "0" * 64))
+
+
+def test_credentials_are_never_sent_to_another_host_an_upload_location_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    import httpx
+
+    from toolchain.registry.oci import OCIBackend
+
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("Authorization")))
+        if request.method == "POST":
+            return httpx.Response(202, headers={"Location": "http://storage.example/upload/1?sig=x"})
+        return httpx.Response(201)
+
+    monkeypatch.setenv("TOOLCHAIN_OCI_PLAIN_HTTP", "1")
+    b = OCIBackend("registry.example", "team/engines", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    b._auth = "Bearer registry-token"
+    b.upload_bytes(b"data", "sha256:" + hashlib.sha256(b"data").hexdigest())
+    assert seen == [("registry.example", "Bearer registry-token"), ("storage.example", None)]

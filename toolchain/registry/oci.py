@@ -314,10 +314,12 @@ class OCIBackend(Backend):
         import httpx
 
         full = url if url.startswith(("http://", "https://")) else f"{self.base}{url}"
+        # credentials go to the registry only, never to another host an upload Location names
+        ours = httpx.URL(full).netloc == httpx.URL(self.base).netloc
         attempt, authed, tried = 0, False, None
         while True:
             h = dict(headers or {})
-            if self._auth:
+            if self._auth and ours:
                 h["Authorization"] = self._auth
             content = body() if callable(body) else body
             try:
@@ -332,7 +334,7 @@ class OCIBackend(Backend):
                 time.sleep(0.25 * 2**attempt)
                 continue
             self.requests.append((method, httpx.URL(full).path))
-            if resp.status_code == 401 and not authed:
+            if resp.status_code == 401 and not authed and ours:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.close()
                 tried = self._auth
