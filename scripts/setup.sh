@@ -23,7 +23,7 @@ echo "setup: installing into .venv (first run takes a few minutes)" >&2
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q --disable-pip-version-check -c <(echo torch==2.13.0) -e '.[all,dev]' 2>&1 \
   | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis" \
+.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis, oras" \
   || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
 # The validators the tests run on the CI and deploy artifacts (tests/validators.py): actionlint,
 # check-jsonschema and hadolint come with the dev extras; checkov gets its own venv (.venv-tools) because its
@@ -71,6 +71,21 @@ if ! command -v promtool >/dev/null 2>&1 && [ ! -x .venv/bin/promtool ]; then
     rm -rf "$tmp"
   else
     echo "setup: promtool is not installed (needs apt-get + dpkg-deb); the observability tests will be skipped" >&2
+  fi
+fi
+# The OCI registry tests start CNCF distribution (Debian's docker-registry) on 127.0.0.1 themselves; the
+# package's own system service is never used (policy-rc.d or no init keeps it from starting here).
+if ! command -v docker-registry >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing docker-registry for the OCI registry tests" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry; } \
+      >/dev/null 2>&1 || echo "setup: could not install docker-registry; the OCI registry tests will fail" >&2
+  else
+    echo "setup: docker-registry is not installed (needs root + apt-get); the OCI registry tests will fail" >&2
+  fi
+  # where an init system did start the package's service, stop it: the tests run their own registry
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
   fi
 fi
 echo "$want" > "$stamp"

@@ -17,6 +17,7 @@ QUICK = {
     "matrix_bench.py": ["spec expand", "matrix --registry s3://", "build --all --dry-run"],
     "quantize_bench.py": ["peak RSS", "wall", "byte-identical"],
     "loadgen_bench.py": ["chunks per client CPU-second", "wall-clock chunks/s", "TTFT accuracy"],
+    "oci_bench.py": ["OCI push: toolchain", "OCI pull: toolchain", "OCI/S3", "0 from one that did"],
 }
 
 

@@ -130,7 +130,7 @@ class RegistryError(ToolchainError):
 
 class RegistryURLError(RegistryError, UserInputError):
     exit_code = 2
-    default_hint = "use a local path, s3://bucket/prefix or hf://org/repo"
+    default_hint = "use a local path, s3://bucket/prefix, hf://org/repo or oci://host/repository"
 
 
 class ArtifactNotFoundError(FileNotFoundError, RegistryError):
@@ -154,6 +154,12 @@ class ManifestError(RegistryError):
 
 class RegistryUnavailableError(RegistryError):
     default_hint = "check the endpoint URL, network and credentials (AWS_* / HF_TOKEN)"
+
+
+class RegistryAuthError(RegistryError, UserInputError):
+    """A registry refused the credentials given (401) or the access asked (403): the user's to fix. Exit code 2."""
+
+    exit_code = 2
 
 
 # --- build ------------------------------------------------------------------------------------

@@ -11,6 +11,11 @@ variable                       default                  meaning
                                                         without either, ``$TOOLCHAIN_CACHE/registry``
 ``TOOLCHAIN_DEBUG``            (none)                   ``1``: print the traceback (and its cause) of an error
 ``TOOLCHAIN_S3_ENDPOINT_URL``  ``$AWS_ENDPOINT_URL``    endpoint of an S3-compatible store for ``s3://`` URLs
+``TOOLCHAIN_OCI_PLAIN_HTTP``   (none)                   ``1``: talk plain HTTP to ``oci://`` registries (ORAS's
+                                                        ``--plain-http``); HTTPS otherwise
+``TOOLCHAIN_OCI_USERNAME``     (none)                   user name for ``oci://`` registries (with the password; else
+                                                        the Docker config: ``$DOCKER_CONFIG``, ``~/.docker``)
+``TOOLCHAIN_OCI_PASSWORD``     (none)                   password or access token for ``oci://`` (never printed)
 ``TOOLCHAIN_CONTAINER_IMAGE``  (none)                   container image recorded in build provenance
 ``TRTLLM_ROOT``                ``/app/tensorrt_llm``    TensorRT-LLM source tree (its ``convert_checkpoint.py``)
 ``TOOLCHAIN_DYNAMO_PYTHON``    (see meaning)            Python of NVIDIA Dynamo's environment; default the repo's
@@ -19,8 +24,9 @@ variable                       default                  meaning
 =============================  =======================  =====================================================
 
 Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
-them through untouched. It reads two of huggingface_hub's to decide, before a download, whether the Hub may be
-asked at all: ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``.
+them through untouched. For ``oci://`` registries it reads Docker's ``DOCKER_CONFIG`` (the directory of
+``config.json``) as the Docker CLI and ORAS do. It reads two of huggingface_hub's to decide, before a
+download, whether the Hub may be asked at all: ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ REGISTRY = Setting("TOOLCHAIN_REGISTRY", None, "registry URL used when --registr
 DEBUG = Setting("TOOLCHAIN_DEBUG", None, "1: print the traceback of an error")
 S3_ENDPOINT = Setting("TOOLCHAIN_S3_ENDPOINT_URL", None, "S3-compatible endpoint for s3:// registries")
 AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS SDKs' own variable)")
+OCI_PLAIN_HTTP = Setting("TOOLCHAIN_OCI_PLAIN_HTTP", None, "1: plain HTTP to oci:// registries (else HTTPS)")
+OCI_USERNAME = Setting("TOOLCHAIN_OCI_USERNAME", None, "user name for oci:// registries (else the Docker config)")
+OCI_PASSWORD = Setting("TOOLCHAIN_OCI_PASSWORD", None, "password or token for oci:// registries (never printed)")
+DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of config.json (read, not set, here)")
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
@@ -60,6 +70,10 @@ ALL: tuple[Setting, ...] = (
     DEBUG,
     S3_ENDPOINT,
     AWS_ENDPOINT,
+    OCI_PLAIN_HTTP,
+    OCI_USERNAME,
+    OCI_PASSWORD,
+    DOCKER_CONFIG,
     CONTAINER_IMAGE,
     TRTLLM_ROOT,
     DYNAMO_PYTHON,
@@ -85,6 +99,22 @@ def debug() -> bool:
 
 def s3_endpoint_url() -> str | None:
     return S3_ENDPOINT.get() or AWS_ENDPOINT.get()
+
+
+def oci_plain_http() -> bool:
+    return OCI_PLAIN_HTTP.get() == "1"
+
+
+def oci_credentials() -> tuple[str, str] | None:
+    """(user, password) for oci:// registries from the environment, or None when either is unset."""
+    user, password = OCI_USERNAME.get(), OCI_PASSWORD.get()
+    return (user, password) if user and password else None
+
+
+def docker_config_dir() -> Path:
+    """Where Docker (and ORAS) keep ``config.json``: ``$DOCKER_CONFIG``, else ``~/.docker``."""
+    value = DOCKER_CONFIG.get()
+    return Path(value).expanduser() if value else Path.home() / ".docker"
 
 
 def container_image() -> str | None:

@@ -1,4 +1,5 @@
-"""Registry fixtures: the same contract suite runs over a local dir and a real moto S3 server."""
+"""Registry fixtures: the same contract suite runs over a local dir, a real moto S3 server and a real OCI
+registry (CNCF distribution, Debian's docker-registry) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.matrix_bench import start_moto, stop
+from benchmarks.oci_server import RegistryServer, available, start_registry
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +33,42 @@ def s3_env(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return moto_server
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(scope="session")
+def oci_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """A real CNCF distribution registry on 127.0.0.1 (plain HTTP, storage in tmp), started once per session."""
+    if not available():
+        pytest.fail("docker-registry is not installed: run scripts/setup.sh (it installs Debian's docker-registry)")
+    try:
+        srv = start_registry(tmp_path_factory.mktemp("oci"))
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield srv
+    srv.stop()
+
+
+_repos = iter(range(10**9))
+
+
+@pytest.fixture
+def oci_env(oci_server: RegistryServer, monkeypatch: pytest.MonkeyPatch) -> RegistryServer:
+    monkeypatch.setenv("TOOLCHAIN_OCI_PLAIN_HTTP", "1")
+    for var in ("TOOLCHAIN_OCI_USERNAME", "TOOLCHAIN_OCI_PASSWORD", "DOCKER_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    return oci_server
+
+
+@pytest.fixture
+def oci_url(oci_env: RegistryServer) -> str:
+    """A fresh repository on the session's registry."""
+    return oci_env.url(f"engines/t{os.getpid()}-{next(_repos)}")
+
+
+@pytest.fixture(params=["local", "s3", "oci"])
 def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "registry")
+    if request.param == "oci":
+        return str(request.getfixturevalue("oci_url"))
     request.getfixturevalue("s3_env")
     import boto3
 

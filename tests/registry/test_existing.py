@@ -17,12 +17,16 @@ def key(i: int) -> str:
     return hashlib.sha256(str(i).encode()).hexdigest()
 
 
-def count_calls(reg: Any) -> list[str]:
-    """Every request the registry's backend sends: S3 API operation names, local: nothing to count."""
-    calls: list[str] = []
+def count_calls(reg: Any) -> list[Any]:
+    """Every request the registry's backend sends: S3 API operation names, OCI (method, path), local: nothing."""
+    calls: list[Any] = []
     s3 = getattr(reg.backend, "s3", None)
     if s3 is not None:
         s3.meta.events.register("before-call.s3.*", lambda model, **kw: calls.append(model.name))
+    oci: list[tuple[str, str]] | None = getattr(reg.backend, "requests", None)
+    if oci is not None:  # the OCI backend logs (method, path) of every request it sends
+        oci.clear()
+        return oci
     return calls
 
 
@@ -41,6 +45,11 @@ def test_existing_matches_exists_with_one_listing(registry_url: str, engine_dir:
         calls.clear()
         assert reg.existing(asked[:FEW_KEYS]) == held & set(asked[:FEW_KEYS])
         assert calls == ["HeadObject"] * FEW_KEYS
+    if reg.url.startswith("oci://"):  # one tags list, whatever the number of keys asked
+        assert [m for m, _ in calls[:1]] == ["GET"] and calls[0][1].endswith("/tags/list")
+        calls.clear()
+        assert reg.existing(asked[:FEW_KEYS]) == held & set(asked[:FEW_KEYS])
+        assert [p for _, p in calls] == [f"/v2/{reg.url.split('/', 3)[3]}/tags/list"]
 
 
 def test_matrix_asks_s3_once_for_all_cells(s3_env: str, tmp_path: Path) -> None:

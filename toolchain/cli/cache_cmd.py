@@ -9,7 +9,7 @@ import typer
 
 from toolchain.cli.options import DryRunOpt, ForceOpt, JsonOpt, RegistryOpt, YesOpt
 
-app = typer.Typer(help="The content-addressed engine registry (local dir, s3://, hf://).", no_args_is_help=True)
+app = typer.Typer(help="The content-addressed engine registry (local dir, s3://, hf://, oci://).", no_args_is_help=True)
 
 RefArg = Annotated[str, typer.Argument(help="Entry key, unique key prefix (>= 8 hex) or tag")]
 
@@ -165,13 +165,15 @@ def gc(
         "bytes": plan.bytes,
     }
     if json_out:
-        print_json({**summary, "dry_run": dry_run})
+        print_json({**summary, "dry_run": dry_run, "note": plan.note})
     err.print(
         f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
         f"{len(plan.uploads)} unfinished uploads, {len(plan.tags)} dangling tags; frees {fmt_bytes(plan.bytes)}",
         highlight=False,
         markup=False,
     )
+    if plan.note:
+        err.print(f"note: {plan.note}", highlight=False, markup=False)
     if dry_run or not (plan.blobs or plan.tmp or plan.tags or plan.uploads):
         return
     if not yes and not typer.confirm("Delete these?", err=True):

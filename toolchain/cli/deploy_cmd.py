@@ -28,7 +28,10 @@ def deploy(
     ] = None,
     registry_secret: Annotated[
         str | None,
-        typer.Option("--registry-secret", help="Secret (by name) with the registry credentials: AWS_* or HF_TOKEN"),
+        typer.Option(
+            "--registry-secret",
+            help="Secret (by name) with the registry credentials: AWS_*, HF_TOKEN or TOOLCHAIN_OCI_*",
+        ),
     ] = None,
     registry_pvc: Annotated[
         str | None, typer.Option("--registry-pvc", help="PersistentVolumeClaim holding a directory registry")
@@ -112,7 +115,7 @@ def deploy(
     if not registry:
         raise UserInputError(
             "--registry is required: the pod pulls the engine from it at start",
-            "pass --registry s3://bucket/prefix or hf://org/repo (or set TOOLCHAIN_REGISTRY)",
+            "pass --registry s3://bucket/prefix, hf://org/repo or oci://host/repository (or set TOOLCHAIN_REGISTRY)",
         )
     from toolchain.cli.render import Stages
     from toolchain.pipeline.fleet import deploy_cell

@@ -91,7 +91,7 @@ RegistryOpt = Annotated[
     str | None,
     typer.Option(
         "--registry",
-        help="Registry URL: a local path, s3://bucket/prefix or hf://org/repo "
+        help="Registry URL: a local path, s3://bucket/prefix, hf://org/repo or oci://host[:port]/repository "
         "(default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry)",
     ),
 ]

@@ -101,16 +101,19 @@ def registry_host(image: str) -> str | None:
 
 
 def _registry_in_pod(o: DeployOptions) -> str:
-    if o.registry.startswith(("s3://", "hf://")):
+    if o.registry.startswith(("s3://", "hf://", "oci://")):
         if o.registry_pvc:
             raise DeployError("--registry-pvc is for a registry on a volume, not " + o.registry, "drop --registry-pvc")
         return o.registry
     if "://" in o.registry:
-        raise DeployError(f"registry '{o.registry}' is not s3://, hf:// or a volume", "use s3://bucket/prefix or hf://")
+        raise DeployError(
+            f"registry '{o.registry}' is not s3://, hf://, oci:// or a volume",
+            "use s3://bucket/prefix, hf://org/repo or oci://host/repository",
+        )
     if not o.registry_pvc:
         raise DeployError(
             f"registry '{o.registry}' is a path on this machine, which a pod cannot reach",
-            "push the engine to s3://... or hf://... (`toolchain cache push`), or pass --registry-pvc CLAIM "
+            "push the engine to s3://..., hf://... or oci://... (`toolchain cache push`), or pass --registry-pvc CLAIM "
             "for a volume that holds the registry",
         )
     return "/registry"

@@ -4,7 +4,9 @@
 # the server. Any failure exits non-zero before a port is opened, so the pod never turns ready on a bad engine.
 #
 # Environment (set by the manifests; registry credentials come from a Secret through envFrom):
-#   TOOLCHAIN_REGISTRY  s3://bucket/prefix, hf://org/repo, or a directory on a mounted volume
+#   TOOLCHAIN_REGISTRY  s3://bucket/prefix, hf://org/repo, oci://host/repository, or a directory on a mounted
+#                       volume (oci://: TOOLCHAIN_OCI_USERNAME/PASSWORD and, for a registry without TLS,
+#                       TOOLCHAIN_OCI_PLAIN_HTTP=1 come from the Secret too)
 #   ENGINE_KEY          the registry entry to serve (full key)
 #   ENGINES_ROOT        where engines are restored (an emptyDir); the repository points under it
 #   TOOLCHAIN_MODEL_REPOSITORY, TOOLCHAIN_TOKENIZER, TOOLCHAIN_WORLD_SIZE (TP x PP), READY_TIMEOUT (s)
@@ -39,7 +41,7 @@ fail() {
 say() { printf 'entrypoint: %s\n' "$*" >&2; }
 
 [ -n "${ENGINE_KEY:-}" ] || fail "ENGINE_KEY is not set — set it to the registry key the deployment serves"
-[ -n "${TOOLCHAIN_REGISTRY:-}" ] || fail "TOOLCHAIN_REGISTRY is not set — set it to s3://..., hf://... or a mounted directory"
+[ -n "${TOOLCHAIN_REGISTRY:-}" ] || fail "TOOLCHAIN_REGISTRY is not set — set it to s3://..., hf://..., oci://... or a mounted directory"
 if [ "$FRONTEND" != trtllm-serve ]; then
     [ -f "$REPO/toolchain-repo.json" ] ||
         fail "no model repository at $REPO — rebuild the image from \`toolchain deploy\` output"

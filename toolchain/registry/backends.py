@@ -39,6 +39,10 @@ class Backend:
     # file moves; for the others the registry counts whole files.
     meter: Callable[[int], None] | None = None
     streams_bytes = False
+    ingest_meters = False  # ingest() calls meter for every byte it reads (it uploads while it hashes)
+    lists_cheaply = False  # one listing of manifests/ is cheaper than a request per key, however many are asked
+    digest_algo: str | None = None  # the only digest the store holds (OCI: sha256); None: the fastest there is
+    gc_note: str | None = None  # what gc cannot do on this store, and who does it instead
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
@@ -52,7 +56,9 @@ class Backend:
     def put_file(self, path: str, src: Path, digest: str) -> None:
         raise NotImplementedError
 
-    def get_file(self, path: str, dest: Path) -> None:
+    def get_file(self, path: str, dest: Path) -> str | None:
+        """Write the object at ``path`` to the new file ``dest``; return the digest of what was written when
+        it was hashed on the way (None: the caller hashes the file)."""
         raise NotImplementedError
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
@@ -555,7 +561,7 @@ class HFBackend(Backend):
 
 
 def open_backend(url: str | None, *, must_exist: bool = False) -> Backend:
-    """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://.
+    """Choose a backend by URL: local path (default ~/.cache/toolchain/registry), s3://, hf://, oci://.
     ``must_exist`` (commands that only read or tidy): a local registry that was named (flag or
     TOOLCHAIN_REGISTRY) but is not there is a mistyped path, not an empty registry to create."""
     from toolchain.artifacts.layout import cache
@@ -574,6 +580,10 @@ def open_backend(url: str | None, *, must_exist: bool = False) -> Backend:
         if repo.count("/") != 1:
             raise RegistryURLError(f"'{url}' is not hf://org/repo")
         return HFBackend(repo)
+    if url.startswith("oci://"):
+        from toolchain.registry.oci import OCIBackend, parse_oci_url
+
+        return OCIBackend(*parse_oci_url(url))
     if url.startswith("file://"):
         url = url[7:]
     if "://" in url:

@@ -65,6 +65,7 @@ class GcPlan:
     tmp: list[tuple[str, int]]
     uploads: list[tuple[str, str]] = field(default_factory=list)  # unfinished S3 multipart uploads (key, id)
     grace_s: float = GC_GRACE_S
+    note: str | None = None  # what this store's gc cannot do (OCI: list blobs), and who does it
 
     @property
     def bytes(self) -> int:
@@ -131,7 +132,7 @@ class Registry:
         scan, one paginated LIST on S3: a request per 1,000 entries held) instead of one request per
         key; up to ``FEW_KEYS`` are checked one by one, which is cheaper than listing a large store."""
         wanted = {k for k in keys if k}
-        if len(wanted) <= FEW_KEYS:
+        if len(wanted) <= FEW_KEYS and not self.backend.lists_cheaply:
             return {k for k in wanted if self.exists(k)}
         return wanted.intersection(self.keys())
 
@@ -212,20 +213,26 @@ class Registry:
         src = Path(src)
         if not src.is_dir():
             raise UserInputError(f"{src} is not a directory", "push a directory of engine files")
-        algo = fastest_algo()
+        algo = self.backend.digest_algo or fastest_algo()
         stat_cache = self._src_cache if algo == "blake3" else shared_stat_cache(cache().statcache)
         found = _source_files(src)
         if not found:
             raise UserInputError(f"{src} holds no files")
         files: dict[str, FileEntry] = {}
         blobs: list[tuple[str, Path, str]] = []
-        with self._metered(f"hash {src.name}", sum(st.st_size for _, _, st in found)) as moved:
+        # a store that uploads while it hashes (OCI) meters the bytes itself as they are sent
+        stage = f"hash+upload {src.name}" if self.backend.ingest_meters else f"hash {src.name}"
+        with self._metered(stage, sum(st.st_size for _, _, st in found)) as moved:
             for rel, p, st in found:
                 digest = stat_cache.lookup(p, st)
+                metered = False
                 if digest is None or not self.backend.exists(blob_path(digest)):
-                    digest = self.backend.ingest(p, algo, blob_path) or hash_file(p, algo)
+                    ingested = self.backend.ingest(p, algo, blob_path)
+                    metered = ingested is not None and self.backend.ingest_meters
+                    digest = ingested or hash_file(p, algo)
                     stat_cache.record(p, st, digest)
-                moved(st.st_size)
+                if not metered:
+                    moved(st.st_size)
                 files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
                 blobs.append((blob_path(digest), p, digest))
         stat_cache.save()
@@ -297,12 +304,11 @@ class Registry:
                     got = self.backend.restore(bp, target, f.digest, link=link and not f.executable)
                 else:
                     try:
-                        self.backend.get_file(bp, target)
+                        got = self.backend.get_file(bp, target) or hash_file(target, algo)  # OCI hashes as it lands
                     except FileNotFoundError as exc:
                         raise CorruptArtifactError(
                             f"entry {m.key} in {self.url} lacks blob {f.digest} ({rel})"
                         ) from exc
-                    got = hash_file(target, algo)
                 if got != f.digest or target.stat().st_size != f.size:
                     raise CorruptArtifactError(f"entry {m.key} in {self.url}: {rel} does not match its digest")
                 if target.stat().st_nlink == 1:  # our own copy (a hardlink keeps the blob's read-only mode)
@@ -331,8 +337,8 @@ class Registry:
                         ok = local.is_file() and hash_file(local, f.digest.split(":")[0]) == f.digest
                     else:
                         with tempfile.TemporaryDirectory() as td:
-                            self.backend.get_file(bp, Path(td) / "b")
-                            ok = hash_file(Path(td) / "b", f.digest.split(":")[0]) == f.digest
+                            got = self.backend.get_file(bp, Path(td) / "b")
+                            ok = (got or hash_file(Path(td) / "b", f.digest.split(":")[0])) == f.digest
                 except FileNotFoundError:
                     ok = False
                 if not ok:
@@ -365,7 +371,8 @@ class Registry:
         tmp = [(p, s) for p, s, mt in self.backend.list("tmp/") if now - mt >= min(grace_s, 60.0)]
         tags = self.tags()
         dangling = [f"refs/tags/{t}" for t, k in tags.items() if not KEY_RE.fullmatch(k) or not self.exists(k)]
-        return GcPlan(sorted(blobs), dangling, sorted(tmp), self.backend.stale_uploads(grace_s), grace_s)
+        uploads = self.backend.stale_uploads(grace_s)
+        return GcPlan(sorted(blobs), dangling, sorted(tmp), uploads, grace_s, self.backend.gc_note)
 
     def gc(self, plan: GcPlan, *, lock_timeout: float = 60.0) -> int:
         """Execute a plan, re-checking each blob first: one a push has referenced or touched since the plan

@@ -1,0 +1,888 @@
+"""``oci://host[:port]/repository``: the engine registry in an OCI registry, over the distribution API.
+
+The registry's object paths map onto OCI as follows (docs/oci-registry.md has the layout and its sources):
+
+    blobs/sha256/<hh>/<hex>   the blob ``sha256:<hex>`` of the repository (HEAD, GET with Range, chunked upload)
+    manifests/<key>.json      the image manifest tagged ``<key>``, read back as the registry's entry manifest;
+                              an artifact another client pushed is also found by its manifest digest
+    refs/tags/<name>          the OCI tag ``<name>``: a manifest with the entry's layers and ``dev.toolchain.tag``
+
+Only sha256 blobs exist here, so entries in an OCI registry are hashed with sha256. A push streams each file
+to an upload session in chunks while it hashes them (one read) and closes the session with the digest; a
+file small enough to hold in memory is hashed first, so a blob the registry has is never sent. The manifest
+is written last, so a tag appears only for a complete entry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+from toolchain import settings
+from toolchain.digest import canonical_json, sha256_text
+from toolchain.errors import (
+    CorruptArtifactError,
+    ManifestError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+    RegistryURLError,
+)
+from toolchain.registry.backends import Backend
+from toolchain.registry.manifest import KEY_RE, TAG_RE
+from toolchain.registry.oci_auth import DOCKER_HUB_HOSTS, Credentials, fetch_token, lookup_credentials, parse_challenge
+
+MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST_MT = "application/vnd.docker.distribution.manifest.v2+json"
+INDEX_MTS = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+ARTIFACT_TYPE = "application/vnd.toolchain.engine.v1"
+FILE_MT = "application/vnd.toolchain.engine.file.v1"
+EMPTY_DATA = b"{}"
+EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_DATA).hexdigest()
+EMPTY: dict[str, Any] = {
+    "mediaType": "application/vnd.oci.empty.v1+json",
+    "digest": EMPTY_DIGEST,
+    "size": len(EMPTY_DATA),
+}
+TITLE = "org.opencontainers.image.title"
+CREATED = "org.opencontainers.image.created"
+A_KEY = "dev.toolchain.key"
+A_CONTENT = "dev.toolchain.content"
+A_KIND = "dev.toolchain.kind"
+A_SCHEMA = "dev.toolchain.schema"
+A_PROVENANCE = "dev.toolchain.provenance"
+A_TAG = "dev.toolchain.tag"
+A_EXEC = "dev.toolchain.executable"
+ORAS_UNPACK = "io.deis.oras.content.unpack"
+
+CHUNK = 64 * 2**20  # bytes per PATCH of a chunked upload (raised to the registry's OCI-Chunk-Min-Length)
+SMALL = 16 * 2**20  # files up to this size are read into memory, hashed, HEADed and sent in one request
+READ = 4 * 2**20  # read size while streaming
+MAX_MANIFEST = 4 * 2**20  # distribution's default manifest size limit
+RETRIES = 3  # per request on 429/5xx/connection errors; per chunk/download on a broken stream
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+# distribution-spec v1.1.1: repository name components and tags
+REPO_RE = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
+HOST_RE = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+)
+OCI_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+GC_NOTE = (
+    "an OCI registry has no listing of blobs: unreferenced blobs (a killed push's, a deleted entry's) are "
+    "reclaimed by the registry's own garbage collector (distribution: `registry garbage-collect "
+    "--delete-untagged CONFIG`; Harbor: its GC job; ECR/GCR: lifecycle policies)"
+)
+
+
+def parse_oci_url(url: str) -> tuple[str, str]:
+    """``oci://host[:port]/repository`` -> (host[:port], repository); user mistakes are one-line errors."""
+    rest = url[len("oci://") :]
+    host, _, repo = rest.partition("/")
+    repo = repo.strip("/")
+    shape = "use oci://host[:port]/repository, e.g. oci://registry.example.com/llm/engines"
+    if not host or not repo:
+        raise RegistryURLError(f"'{url}' names no repository", shape)
+    if "@" in repo or ":" in repo:
+        raise RegistryURLError(
+            f"'{url}' names a tag or digest: the registry URL names a repository, and entries are tagged by key",
+            "drop the ':tag' / '@digest' part",
+        )
+    if not HOST_RE.fullmatch(host):
+        raise RegistryURLError(f"'{host}' in '{url}' is not a host[:port]", shape)
+    if not REPO_RE.fullmatch(repo):
+        raise RegistryURLError(
+            f"'{repo}' in '{url}' is not an OCI repository name",
+            "use lowercase letters and digits, separated by '.', '_', '__' or '-', in '/'-separated parts",
+        )
+    if host.lower() in DOCKER_HUB_HOSTS and "/" not in repo:
+        repo = f"library/{repo}"
+    return host, repo
+
+
+def _oci_error(resp: Any) -> str:
+    """The first OCI error of a response body (``{"errors": [{"code", "message"}]}``), or ''."""
+    try:
+        errs = resp.json().get("errors") or []
+        first = errs[0]
+        return f"{first.get('code', '')}: {first.get('message', '')}".strip(": ")[:200]
+    except Exception:
+        return ""
+
+
+def entry_to_oci(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry manifest (the registry's JSON) as an OCI image manifest of the toolchain's artifact type."""
+    files: dict[str, dict[str, Any]] = entry.get("files") or {}
+    layers = []
+    for rel, f in sorted(files.items()):
+        digest = str(f.get("digest", ""))
+        if not digest.startswith("sha256:"):
+            raise RegistryError(
+                f"entry {str(entry.get('key'))[:16]} has {digest.split(':')[0]} digests; an OCI registry holds sha256",
+                "push the engine directory itself to the oci:// registry (`toolchain cache push DIR --registry oci://...`)",
+            )
+        ann = {TITLE: rel}
+        if f.get("executable"):
+            ann[A_EXEC] = "true"
+        layers.append({"mediaType": FILE_MT, "digest": digest, "size": int(f.get("size", 0)), "annotations": ann})
+    listing = {rel: [f.get("digest"), bool(f.get("executable"))] for rel, f in sorted(files.items())}
+    return {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_MT,
+        "artifactType": ARTIFACT_TYPE,
+        "config": dict(EMPTY),
+        "layers": layers,
+        "annotations": {
+            CREATED: str(entry.get("created", "")),
+            A_KEY: str(entry.get("key", "")),
+            A_CONTENT: "sha256:" + sha256_text(canonical_json(listing)),
+            A_KIND: str(entry.get("kind", "engine")),
+            A_SCHEMA: str(entry.get("schema_version", 1)),
+            A_PROVENANCE: canonical_json(entry.get("provenance") or {}),
+        },
+    }
+
+
+def oci_to_entry(m: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """An OCI image manifest as the registry's entry JSON (validated afterwards by ``parse_manifest``).
+
+    Each layer with ``org.opencontainers.image.title`` is a file at that path (ORAS's layout); layers
+    without a title are not files (ORAS skips them too). An artifact pushed by another client gets
+    ``key`` (its tag or manifest digest) and kind ``artifact``; its annotations are kept as provenance."""
+    if m.get("mediaType") in INDEX_MTS or "manifests" in m:
+        raise ManifestError(f"{where} is an image index, not an artifact manifest", "pull one of its manifests")
+    layers = m.get("layers")
+    if not isinstance(layers, list):
+        raise ManifestError(f"{where} has no layers list")
+    ann = m.get("annotations") or {}
+    if not isinstance(ann, dict):
+        raise ManifestError(f"{where} has annotations that are not a string map")
+    files: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        la = (layer.get("annotations") if isinstance(layer, dict) else None) or {}
+        title = la.get(TITLE)
+        if not title:
+            continue
+        if str(la.get(ORAS_UNPACK, "")).lower() == "true":
+            raise ManifestError(
+                f"{where}: layer {str(title)[:80]!r} is a packed directory (ORAS `push DIR`), not a file",
+                "push the directory's files one by one (`oras push REF dir/*` or `toolchain cache push DIR`)",
+            )
+        if title in files:
+            raise ManifestError(f"{where}: two layers are titled {str(title)[:80]!r}")
+        files[str(title)] = {
+            "digest": layer.get("digest"),
+            "size": layer.get("size"),
+            "executable": str(la.get(A_EXEC, "")).lower() == "true",
+        }
+    ours = A_KEY in ann
+    try:
+        provenance = json.loads(ann[A_PROVENANCE]) if A_PROVENANCE in ann else {}
+        schema = int(ann.get(A_SCHEMA, 1))
+    except (ValueError, TypeError) as e:
+        raise ManifestError(f"{where} has unreadable toolchain annotations") from e
+    if not ours:
+        provenance = {"oci": {"artifactType": m.get("artifactType"), "annotations": ann}}
+    return {
+        "schema_version": schema,
+        "key": ann.get(A_KEY, key),
+        "kind": ann.get(A_KIND, "engine" if ours else "artifact"),
+        "files": files,
+        "provenance": provenance,
+        "created": str(ann.get(CREATED, "")),
+    }
+
+
+class _Broken(Exception):
+    """A request whose stream broke (connection lost, timed out): the caller resumes where the registry is."""
+
+
+class OCIBackend(Backend):
+    """An OCI repository as the registry's store (see the module docstring)."""
+
+    streams_bytes = True
+    ingest_meters = True
+    lists_cheaply = True  # one tags list answers "which keys are here"
+    digest_algo = "sha256"
+    gc_note = GC_NOTE
+
+    def __init__(self, host: str, repo: str, *, client: Any = None) -> None:
+        from toolchain._deps import require
+
+        httpx = require("httpx", "oci")
+        self.host, self.repo = host, repo
+        self.url = f"oci://{host}/{repo}"
+        api_host = "registry-1.docker.io" if host.lower() in DOCKER_HUB_HOSTS else host
+        self.scheme = "http" if settings.oci_plain_http() else "https"
+        self.base = f"{self.scheme}://{api_host}/v2/{repo}"
+        self.client = client or httpx.Client(
+            timeout=httpx.Timeout(120.0, connect=5.0),
+            follow_redirects=True,  # storage redirects (S3); httpx drops Authorization when the origin changes
+            headers={"User-Agent": "toolchain-oci/1"},
+        )
+        self._auth: str | None = None
+        self._creds: Credentials | None = None
+        self._creds_loaded = False
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request sent: tests and benchmarks
+        self._config_pushed = False
+        self._api_checked = False
+        self._monolithic = False  # the registry refused a chunked upload: whole-file PUTs from now on
+
+    # --- HTTP ----------------------------------------------------------------------------------
+
+    def _credentials(self) -> Credentials | None:
+        with self._lock:
+            if not self._creds_loaded:
+                self._creds = lookup_credentials(self.host)
+                self._creds_loaded = True
+            return self._creds
+
+    def _authenticate(self, challenge: str, push: bool, tried: str | None) -> None:
+        scheme, params = parse_challenge(challenge)
+        creds = self._credentials()
+        if scheme == "basic":
+            if creds is None:
+                raise self._auth_error(401, "no credentials were found", push)
+            if tried == creds.basic():
+                raise self._auth_error(401, f"the credentials from {creds.source}", push)
+            self._auth = creds.basic()
+            return
+        if scheme == "bearer":
+            scope = f"repository:{self.repo}:pull,push" if push else f"repository:{self.repo}:pull"
+            token, _ = fetch_token(self.client, self.host, params, scope, creds, 30.0)
+            self._auth = f"Bearer {token}"
+            return
+        raise RegistryUnavailableError(
+            f"registry {self.host} asks for authentication this client does not speak ({scheme or 'none'})",
+            "use a registry with Basic or Bearer token auth",
+        )
+
+    def _auth_error(self, status: int, who: str, push: bool) -> RegistryAuthError:
+        if status == 403:
+            return RegistryAuthError(
+                f"registry {self.host} denied {'push to' if push else 'pull from'} {self.repo} (403) to {who}",
+                f"ask for {'push' if push else 'pull'} access to {self.repo}, or log in as a user who has it "
+                f"(`docker login {self.host}`, or TOOLCHAIN_OCI_USERNAME/TOOLCHAIN_OCI_PASSWORD)",
+            )
+        return RegistryAuthError(
+            f"registry {self.host} refused {who} for {self.repo} (401)",
+            f"log in with `docker login {self.host}` (or `oras login`), or set TOOLCHAIN_OCI_USERNAME and "
+            "TOOLCHAIN_OCI_PASSWORD",
+        )
+
+    def _unreachable(self, e: BaseException) -> RegistryUnavailableError:
+        text = str(e)
+        if self.scheme == "https" and ("SSL" in text or "WRONG_VERSION" in text.upper() or "TLS" in text):
+            return RegistryUnavailableError(
+                f"cannot talk HTTPS to registry {self.host} ({type(e).__name__}): it may speak plain HTTP",
+                "set TOOLCHAIN_OCI_PLAIN_HTTP=1 for a registry without TLS (or give the registry a certificate)",
+            )
+        return RegistryUnavailableError(
+            f"cannot reach registry {self.host} ({type(e).__name__})",
+            "check the host and port in the oci:// URL and the network (HTTPS is the default: "
+            "TOOLCHAIN_OCI_PLAIN_HTTP=1 for plain HTTP)",
+        )
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        push: bool = False,
+        body: bytes | Callable[[], Iterable[bytes]] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        stream: bool = False,
+        retry: bool = True,
+    ) -> Any:
+        """Send one request: token/Basic auth on a 401 (once), retries on 429/5xx and lost connections
+        (bounded, with backoff). ``retry=False``: a lost connection raises :class:`_Broken` for the caller to
+        resume. The response is returned whatever its status (streamed ones: the caller closes it)."""
+        import httpx
+
+        full = url if url.startswith(("http://", "https://")) else f"{self.base}{url}"
+        # credentials go to the registry only, never to another host an upload Location names
+        ours = httpx.URL(full).netloc == httpx.URL(self.base).netloc
+        attempt, authed, tried = 0, False, None
+        while True:
+            h = dict(headers or {})
+            if self._auth and ours:
+                h["Authorization"] = self._auth
+            content = body() if callable(body) else body
+            try:
+                req = self.client.build_request(method, full, headers=h, content=content, params=params)
+                resp = self.client.send(req, stream=stream)
+            except httpx.TransportError as e:
+                if not retry:
+                    raise _Broken(str(e)) from e
+                attempt += 1
+                if attempt > RETRIES:
+                    raise self._unreachable(e) from e
+                time.sleep(0.25 * 2**attempt)
+                continue
+            self.requests.append((method, httpx.URL(full).path))
+            if resp.status_code == 401 and not authed and ours:
+                challenge = resp.headers.get("WWW-Authenticate", "")
+                resp.close()
+                tried = self._auth
+                self._authenticate(challenge, push, tried)
+                authed = True
+                continue
+            if resp.status_code in RETRY_STATUS and attempt < RETRIES and (retry or resp.status_code == 429):
+                attempt += 1
+                wait = 0.25 * 2**attempt
+                with contextlib.suppress(ValueError):
+                    wait = min(5.0, float(resp.headers.get("Retry-After", wait)))
+                resp.close()
+                time.sleep(wait)
+                continue
+            return resp
+
+    def _fail(self, resp: Any, what: str, *, push: bool = False) -> RegistryError:
+        """A one-line error for an unexpected answer, naming the registry, what was asked and the fix."""
+        code = resp.status_code
+        detail = _oci_error(resp)
+        if code in (401, 403):
+            creds = self._credentials()
+            who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
+            return self._auth_error(code, who, push)
+        if code == 404:
+            return RegistryUnavailableError(
+                f"registry {self.host} answered 404 to {what}" + (f" ({detail})" if detail else ""),
+                f"check the URL: is {self.scheme}://{self.host}/v2/ an OCI registry, and does it have (or create on "
+                f"push) the repository {self.repo}? Harbor projects and ECR repositories must exist first",
+            )
+        if code == 405:
+            return RegistryError(
+                f"registry {self.host} does not allow {what} (405)",
+                "deletes must be enabled on the registry (distribution: storage.delete.enabled: true)",
+            )
+        if code >= 500 or code == 429:
+            return RegistryUnavailableError(
+                f"registry {self.host} answered {code} {resp.reason_phrase} to {what} after {RETRIES + 1} tries"
+                + (f" ({detail})" if detail else ""),
+                "the registry is failing or overloaded: try again later, or ask its operators",
+            )
+        return RegistryError(f"registry {self.host} answered {code} to {what}" + (f" ({detail})" if detail else ""))
+
+    @staticmethod
+    def _location(resp: Any) -> str:
+        loc = resp.headers.get("Location")
+        if not loc:
+            raise RegistryError(f"the registry answered {resp.status_code} to an upload without a Location")
+        return urljoin(str(resp.request.url), str(loc))
+
+    # --- blobs ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _digest_of(path: str) -> str | None:
+        parts = path.split("/")
+        if len(parts) == 4 and parts[0] == "blobs" and parts[1] == "sha256" and re.fullmatch(r"[0-9a-f]{64}", parts[3]):
+            return f"sha256:{parts[3]}"
+        return None
+
+    def blob_exists(self, digest: str) -> bool:
+        resp = self._request("HEAD", f"/blobs/{digest}")
+        if resp.status_code == 200:
+            return True
+        if resp.status_code == 404:
+            return False
+        raise self._fail(resp, f"HEAD of blob {digest[:19]}")
+
+    def _start_upload(self) -> tuple[str, int]:
+        resp = self._request("POST", "/blobs/uploads/", push=True, headers={"Content-Length": "0"})
+        if resp.status_code != 202:
+            raise self._fail(resp, f"starting a blob upload to {self.repo}", push=True)
+        return self._location(resp), int(resp.headers.get("OCI-Chunk-Min-Length") or 0)
+
+    def _finish_upload(self, location: str, digest: str, data: bytes = b"") -> None:
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        import httpx
+
+        url = str(httpx.URL(location).copy_merge_params({"digest": digest}))  # keeps the session's own query
+        resp = self._request("PUT", url, push=True, body=data, headers=headers)
+        if resp.status_code not in (201, 204):
+            if resp.status_code == 400 and "DIGEST_INVALID" in _oci_error(resp):
+                raise CorruptArtifactError(
+                    f"registry {self.host} received blob bytes that do not hash to {digest}",
+                    "a file changed while it was pushed, or the connection corrupted it: push again",
+                )
+            raise self._fail(resp, f"completing the upload of blob {digest[:19]}", push=True)
+
+    def upload_bytes(self, data: bytes, digest: str) -> None:
+        location, _ = self._start_upload()
+        self._finish_upload(location, digest, data)
+
+    def upload_stream(self, src: Path) -> tuple[str, int]:
+        """Send ``src`` as chunks of one upload session, hashing each byte as it is sent (one read);
+        a lost chunk resumes where the registry's upload status says it stopped. A registry that refuses
+        chunked uploads (its first ``PATCH`` answered 400/405/501) gets a monolithic ``PUT`` instead: the
+        file is hashed first, then streamed (two reads). Returns (digest, size)."""
+        if self._monolithic:
+            return self._upload_monolithic(src)
+        location, min_chunk = self._start_upload()
+        chunk = max(CHUNK, min_chunk)
+        h = hashlib.sha256()
+        hashed = 0  # bytes of the file fed to the hash (a resent chunk is not hashed twice)
+        with open(src, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset, broken = 0, 0
+            while offset < size:
+                start, n = offset, min(chunk, size - offset)
+
+                def body(start: int = start, n: int = n) -> Iterator[bytes]:
+                    nonlocal hashed
+                    f.seek(start)
+                    pos, left = start, n
+                    while left:
+                        b = f.read(min(left, READ))
+                        if not b:
+                            raise CorruptArtifactError(f"{src} shrank while it was being pushed", None)
+                        if pos + len(b) > hashed:
+                            new = b[hashed - pos :] if hashed > pos else b
+                            h.update(new)
+                            hashed = pos + len(b)
+                            if self.meter is not None:
+                                self.meter(len(new))
+                        pos += len(b)
+                        left -= len(b)
+                        yield b
+
+                headers = {
+                    "Content-Type": "application/octet-stream",
+                    "Content-Range": f"{start}-{start + n - 1}",
+                    "Content-Length": str(n),
+                }
+                try:
+                    resp = self._request("PATCH", location, push=True, body=body, headers=headers, retry=False)
+                    status = resp.status_code
+                except _Broken:
+                    status = 0
+                if status == 202:
+                    location = self._location(resp)
+                    offset = start + n
+                    continue
+                if status in (400, 405, 501) and start == 0 and hashed <= n:
+                    self._monolithic = True  # no chunked uploads here: this session is dropped by the registry
+                    return self._upload_monolithic(src)
+                if status not in (0, 416, *RETRY_STATUS):
+                    raise self._fail(resp, f"uploading {src.name} (bytes {start}-{start + n - 1})", push=True)
+                broken += 1
+                if broken > RETRIES:
+                    if status == 0:
+                        raise RegistryUnavailableError(
+                            f"the upload of {src.name} to registry {self.host} broke {broken} times",
+                            "check the network (or the registry's proxy body-size limits), then push again",
+                        )
+                    raise self._fail(resp, f"uploading {src.name}", push=True)
+                time.sleep(0.25 * 2**broken)
+                location, offset = self._upload_status(location)
+                if offset < 0:  # the session cannot go on (distribution: stale state after a partial chunk)
+                    location, _ = self._start_upload()  # a new one from byte 0; nothing is hashed twice
+                    offset = 0
+            if hashed != size or os.fstat(f.fileno()).st_size != size:
+                raise CorruptArtifactError(f"{src} changed size while it was being pushed", None)
+        digest = "sha256:" + h.hexdigest()
+        self._finish_upload(location, digest)
+        return digest, size
+
+    def _upload_monolithic(self, src: Path) -> tuple[str, int]:
+        """Hash ``src``, then send it as the body of the closing ``PUT`` (streamed from the file)."""
+        from toolchain.digest import hash_file
+
+        digest = hash_file(src, "sha256")
+        size = src.stat().st_size
+
+        def body() -> Iterator[bytes]:
+            with open(src, "rb") as f:
+                sent = 0
+                while b := f.read(READ):
+                    sent += len(b)
+                    if self.meter is not None:
+                        self.meter(len(b))
+                    yield b
+            if sent != size:
+                raise CorruptArtifactError(f"{src} changed size while it was being pushed", None)
+
+        if self.blob_exists(digest):  # the digest is known before sending here: HEAD skips it
+            if self.meter is not None:
+                self.meter(size)
+            return digest, size
+        import httpx
+
+        location, _ = self._start_upload()
+        url = str(httpx.URL(location).copy_merge_params({"digest": digest}))
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        resp = self._request("PUT", url, push=True, body=body, headers=headers)
+        if resp.status_code not in (201, 204):
+            raise self._fail(resp, f"uploading {src.name} in one request", push=True)
+        return digest, size
+
+    def _upload_status(self, location: str) -> tuple[str, int]:
+        """Where an upload session stands: (its location, the next byte it expects); -1: it cannot go on."""
+        try:
+            resp = self._request("GET", location, push=True)
+        except RegistryUnavailableError:
+            return location, -1
+        if resp.status_code in (400, 404, 416):
+            return location, -1
+        if resp.status_code not in (202, 204):
+            raise self._fail(resp, "asking the status of an upload", push=True)
+        m = re.fullmatch(r"(?:bytes=)?0-(\d+)", resp.headers.get("Range", "").strip())
+        nxt = int(m.group(1)) + 1 if m else 0
+        return (self._location(resp) if resp.headers.get("Location") else location), nxt
+
+    def download(self, digest: str, dest: Path) -> str:
+        """GET a blob into ``dest`` (a new file), hashing as it lands; a broken stream resumes with
+        ``Range: bytes=N-``. Returns the digest of what was written."""
+        h = hashlib.sha256()
+        written, broken = 0, 0
+        with open(dest, "wb") as out:
+            while True:
+                headers = {"Range": f"bytes={written}-"} if written else {}
+                try:
+                    resp = self._request("GET", f"/blobs/{digest}", headers=headers, stream=True, retry=not written)
+                except _Broken:
+                    resp = None
+                if resp is not None:
+                    try:
+                        if resp.status_code == 404:
+                            raise FileNotFoundError(digest)
+                        if written and resp.status_code == 206:
+                            start = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
+                            if not start or int(start.group(1)) != written:
+                                out.seek(0)
+                                out.truncate()
+                                h, written = hashlib.sha256(), 0
+                        elif resp.status_code == 200:
+                            if written:  # the registry ignored Range: start again
+                                out.seek(0)
+                                out.truncate()
+                                h, written = hashlib.sha256(), 0
+                        elif written and resp.status_code in RETRY_STATUS and broken < RETRIES:
+                            raise _Broken(f"{resp.status_code} on resume")
+                        else:
+                            resp.read()
+                            raise self._fail(resp, f"GET of blob {digest[:19]}")
+                        # raw bytes unless the response is content-encoded (the blob is what is hashed);
+                        # httpx's re-chunking of iter_bytes costs ~2x the time on large blobs
+                        chunks = resp.iter_bytes() if resp.headers.get("Content-Encoding") else resp.iter_raw()
+                        for b in chunks:
+                            out.write(b)
+                            h.update(b)
+                            written += len(b)
+                            if self.meter is not None:
+                                self.meter(len(b))
+                        return "sha256:" + h.hexdigest()
+                    except _stream_errors() as e:
+                        if broken >= RETRIES:
+                            raise self._unreachable(e) from e
+                    finally:
+                        resp.close()
+                broken += 1
+                if broken > RETRIES:
+                    raise RegistryUnavailableError(
+                        f"the download of blob {digest[:19]} from registry {self.host} broke {broken} times",
+                        "check the network, then pull again",
+                    )
+                time.sleep(0.25 * 2**broken)
+
+    # --- manifests and tags --------------------------------------------------------------------
+
+    def _get_manifest(self, ref: str) -> tuple[dict[str, Any], str] | None:
+        """(manifest, its digest) for a tag or digest, None when there is none."""
+        accept = ", ".join((MANIFEST_MT, DOCKER_MANIFEST_MT, *INDEX_MTS))
+        resp = self._request("GET", f"/manifests/{ref}", headers={"Accept": accept})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(resp, f"GET of manifest {ref[:71]}")
+        raw = resp.content
+        if len(raw) > MAX_MANIFEST:
+            raise ManifestError(f"manifest {ref[:71]} in {self.url} is larger than {MAX_MANIFEST} bytes")
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        if ref.startswith("sha256:") and digest != ref:
+            raise ManifestError(f"registry {self.host} served a manifest for {ref} whose bytes hash to {digest}")
+        try:
+            m = json.loads(raw)
+        except ValueError as e:
+            raise ManifestError(f"manifest {ref[:71]} in {self.url} is not JSON") from e
+        if not isinstance(m, dict):
+            raise ManifestError(f"manifest {ref[:71]} in {self.url} is not a JSON object")
+        return m, digest
+
+    def _head_manifest(self, ref: str) -> str | None:
+        """The digest a tag (or digest) names, None when absent."""
+        accept = ", ".join((MANIFEST_MT, DOCKER_MANIFEST_MT, *INDEX_MTS))
+        resp = self._request("HEAD", f"/manifests/{ref}", headers={"Accept": accept})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise self._fail(resp, f"HEAD of manifest {ref[:71]}")
+        digest = resp.headers.get("Docker-Content-Digest")
+        if digest:
+            return str(digest)
+        got = self._get_manifest(ref)
+        return got[1] if got else None
+
+    def _put_manifest(self, ref: str, m: dict[str, Any]) -> str:
+        raw = json.dumps(m, separators=(",", ":"), sort_keys=True).encode()
+        mt = str(m.get("mediaType") or MANIFEST_MT)
+        resp = self._request("PUT", f"/manifests/{ref}", push=True, body=raw, headers={"Content-Type": mt})
+        if resp.status_code not in (200, 201):
+            raise self._fail(resp, f"PUT of manifest {ref[:71]}", push=True)
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def _entry_ref(self, key: str) -> tuple[dict[str, Any], str] | None:
+        """An entry's manifest: tagged by key, else (another client's artifact) by manifest digest."""
+        got = self._get_manifest(key) or self._get_manifest(f"sha256:{key}")
+        if got is None:
+            self._check_api()
+        return got
+
+    def _check_api(self) -> None:
+        """Once, when something is not found: is this an OCI registry at all? (``GET /v2/`` answers 200 or
+        401 on every registry; a 404 there means a wrong host, port or path, not a missing entry.)"""
+        if self._api_checked:
+            return
+        resp = self._request("GET", self.base.rsplit("/v2/", 1)[0] + "/v2/")
+        if resp.status_code == 404:
+            raise self._fail(resp, "GET /v2/ (the API root every OCI registry serves)")
+        self._api_checked = True
+
+    def tag_names(self) -> builtins.list[str]:
+        """Every tag of the repository (one request per page of the tags list; 404: no repository yet)."""
+        out: list[str] = []
+        url: str | None = "/tags/list"
+        while url:
+            resp = self._request("GET", url)
+            if resp.status_code == 404 and "NAME_UNKNOWN" in _oci_error(resp):
+                return []
+            if resp.status_code != 200:
+                raise self._fail(resp, f"listing the tags of {self.repo}")
+            try:
+                tags = resp.json().get("tags") or []
+            except (ValueError, AttributeError) as e:
+                raise RegistryError(f"registry {self.host} answered the tags list with no JSON") from e
+            out += [str(t) for t in tags]
+            nxt = re.search(r'<([^>]+)>\s*;\s*rel="?next"?', resp.headers.get("Link", ""))
+            url = urljoin(str(resp.request.url), nxt.group(1)) if nxt else None
+        return out
+
+    # --- the Backend interface -----------------------------------------------------------------
+
+    @staticmethod
+    def _split(path: str) -> tuple[str, str]:
+        if path.startswith("manifests/") and path.endswith(".json"):
+            return "manifest", path[len("manifests/") : -len(".json")]
+        if path.startswith("refs/tags/"):
+            return "tag", path[len("refs/tags/") :]
+        return "other", path
+
+    def exists(self, path: str) -> bool:
+        digest = self._digest_of(path)
+        if digest is not None:
+            return self.blob_exists(digest)
+        kind, name = self._split(path)
+        if kind == "manifest" and KEY_RE.fullmatch(name):
+            if self._head_manifest(name) is not None or self._head_manifest(f"sha256:{name}") is not None:
+                return True
+            self._check_api()
+            return False
+        if kind == "tag" and TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
+            return self._head_manifest(name) is not None
+        return False
+
+    def read_bytes(self, path: str) -> bytes:
+        digest = self._digest_of(path)
+        if digest is not None:
+            resp = self._request("GET", f"/blobs/{digest}")
+            if resp.status_code == 404:
+                raise FileNotFoundError(path)
+            if resp.status_code != 200:
+                raise self._fail(resp, f"GET of blob {digest[:19]}")
+            return bytes(resp.content)
+        kind, name = self._split(path)
+        if kind == "manifest" and KEY_RE.fullmatch(name):
+            got = self._entry_ref(name)
+            if got is None:
+                raise FileNotFoundError(path)
+            return json.dumps(oci_to_entry(got[0], name, f"{self.url}:{name[:16]}")).encode()
+        if kind == "tag" and TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
+            got = self._get_manifest(name)
+            if got is None:
+                raise FileNotFoundError(path)
+            ann = got[0].get("annotations") or {}
+            return str(ann.get(A_KEY) or got[1].split(":", 1)[1]).encode()
+        raise FileNotFoundError(path)
+
+    def _ensure_config(self) -> None:
+        if not self._config_pushed:
+            if not self.blob_exists(EMPTY_DIGEST):
+                self.upload_bytes(EMPTY_DATA, EMPTY_DIGEST)
+            self._config_pushed = True
+
+    def _write_entry(self, key: str, data: bytes) -> str:
+        try:
+            entry = json.loads(data)
+        except ValueError as e:
+            raise ManifestError(f"entry {key[:16]} is not JSON") from e
+        m = entry_to_oci(entry)
+        self._ensure_config()
+        return self._put_manifest(key, m)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        kind, name = self._split(path)
+        if kind == "manifest" and KEY_RE.fullmatch(name):
+            self._write_entry(name, data)
+            return
+        if kind == "tag" and OCI_TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
+            key = data.decode().strip()
+            got = self._entry_ref(key)
+            if got is None:
+                raise FileNotFoundError(f"manifests/{key}.json")
+            m = dict(got[0])
+            ann = dict(m.get("annotations") or {})
+            ann.setdefault(A_KEY, key)
+            ann[A_TAG] = name  # a manifest of its own: deleting the tag never deletes the entry (module doc)
+            m["annotations"] = ann
+            self._put_manifest(name, m)
+            return
+        raise RegistryError(
+            f"{path} cannot be written in an OCI registry (blobs are named by their content)",
+            "push entries with `toolchain cache push`",
+        )
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        """Create an entry's tag unless it exists. OCI has no create-only PUT: the tag is checked before and
+        after, and a push that finds another manifest there afterwards reports that it lost (a narrow race
+        remains in which both succeed and the later one stands)."""
+        kind, name = self._split(path)
+        if kind != "manifest":
+            return super().write_new(path, data)
+        if self._head_manifest(name) is not None:
+            return False
+        ours = self._write_entry(name, data)
+        return self._head_manifest(name) == ours
+
+    def put_file(self, path: str, src: Path, digest: str) -> None:
+        want = self._digest_of(path)
+        if want is None or want != digest:
+            raise RegistryError(f"{path}: an OCI registry holds sha256 blobs only")
+        if self.blob_exists(digest):
+            if self.meter is not None:
+                self.meter(src.stat().st_size)
+            return
+        size = src.stat().st_size
+        if size <= SMALL:
+            data = src.read_bytes()
+            got = "sha256:" + hashlib.sha256(data).hexdigest()
+            if got == digest:
+                self.upload_bytes(data, digest)
+                if self.meter is not None:
+                    self.meter(size)
+        else:
+            got, _ = self.upload_stream(src)
+        if got != digest:
+            raise CorruptArtifactError(
+                f"{src} changed while it was being stored ({got} != {digest})",
+                "make sure nothing writes to the directory during push",
+            )
+
+    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+        """Hash ``src`` in the read that uploads it: a small file is hashed, HEADed and sent only when the
+        registry lacks it; a large one streams to an upload session while it is hashed."""
+        if algo != "sha256":
+            return None
+        size = src.stat().st_size
+        if size <= SMALL:
+            data = src.read_bytes()
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            if not self.blob_exists(digest):
+                self.upload_bytes(data, digest)
+            if self.meter is not None:
+                self.meter(len(data))
+            return digest
+        digest, _ = self.upload_stream(src)
+        return digest
+
+    def put_entry(
+        self, blobs: builtins.list[tuple[str, Path, str]], manifest_path: str, manifest: bytes, *, replace: bool = True
+    ) -> bool:
+        self._ensure_config()
+        return super().put_entry(blobs, manifest_path, manifest, replace=replace)
+
+    def get_file(self, path: str, dest: Path) -> str:
+        digest = self._digest_of(path)
+        if digest is None:
+            raise FileNotFoundError(path)
+        return self.download(digest, dest)
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        if prefix == "manifests/":
+            for t in self.tag_names():
+                if KEY_RE.fullmatch(t):
+                    yield f"manifests/{t}.json", 0, 0.0
+        elif prefix == "refs/tags/":
+            for t in self.tag_names():
+                if TAG_RE.fullmatch(t) and not KEY_RE.fullmatch(t):
+                    yield f"refs/tags/{t}", 0, 0.0
+        # blobs/ and tmp/: the distribution API lists neither (GC_NOTE)
+
+    def delete(self, path: str) -> None:
+        digest = self._digest_of(path)
+        if digest is not None:
+            self._delete(f"/blobs/{digest}", f"deleting blob {digest[:19]}")
+            return
+        kind, name = self._split(path)
+        if kind == "manifest" and KEY_RE.fullmatch(name):
+            d = self._head_manifest(name) or self._head_manifest(f"sha256:{name}")
+            if d is not None:
+                self._delete(f"/manifests/{d}", f"deleting entry {name[:16]}")
+            return
+        if kind == "tag":
+            d = self._head_manifest(name)
+            if d is None:
+                return
+            resp = self._request("DELETE", f"/manifests/{name}", push=True)  # tag deletion (distribution-spec 1.1)
+            if resp.status_code in (202, 404):
+                return
+            # no tag deletion (distribution 2.x): delete the tag's own manifest, unless an entry uses it too
+            key = self.read_bytes(path).decode()
+            if KEY_RE.fullmatch(key) and self._head_manifest(key) == d:
+                raise RegistryError(
+                    f"tag {name} in {self.url} shares its manifest with entry {key[:16]}, and this registry "
+                    "deletes a tag only with its manifest",
+                    f"re-point the tag with `toolchain cache tag {key[:12]} {name}` first",
+                )
+            self._delete(f"/manifests/{d}", f"deleting tag {name}")
+            return
+        raise FileNotFoundError(path)
+
+    def _delete(self, url: str, what: str) -> None:
+        resp = self._request("DELETE", url, push=True)
+        if resp.status_code not in (200, 202, 404):
+            raise self._fail(resp, what, push=True)
+
+    def mtime(self, path: str) -> float | None:
+        return 0.0 if self.exists(path) else None
+
+
+def _stream_errors() -> tuple[type[BaseException], ...]:
+    """What a broken download raises mid-stream (and a retryable status on resume)."""
+    import httpx
+
+    return (httpx.TransportError, httpx.StreamError, _Broken)
