@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -156,7 +157,13 @@ def test_bad_traces_are_one_line_errors(
         tmp_path / "t.jsonl",
     )
     assert r.exit_code == 2, r.output
-    assert r.stderr.startswith("Error: ") and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    err = _error_lines(r.stderr)
+    assert len(err) == 1 and err[0].startswith("Error: ") and why in err[0], r.stderr
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """stderr less the timestamped narration ("[   0.0s] preparing the load ...") that may precede the error."""
+    return [ln for ln in stderr.strip().splitlines() if not re.match(r"\[\s*[\d.]+s\] ", ln)]
 
 
 @pytest.mark.parametrize(
@@ -186,7 +193,8 @@ def test_bad_new_flags_are_one_line_errors(
     flags = [str(tmp_path / "T") if f == "T" else f for f in flags]
     r = cli("bench", "--url", "http://127.0.0.1:9", "--protocol", "openai", "--tokenizer", tiny_checkpoint, *flags)
     assert r.exit_code == 2, r.output
-    assert r.stderr.startswith("Error: ") and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    err = _error_lines(r.stderr)
+    assert len(err) == 1 and err[0].startswith("Error: ") and why in err[0], r.stderr
     assert "Traceback" not in r.output
 
 

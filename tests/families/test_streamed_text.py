@@ -139,12 +139,15 @@ def test_client_decodes_utf8_across_streamed_pieces() -> None:
     from toolchain.bench.workload import Request
 
     raw = TEXT.encode()
-    target = TritonTarget("127.0.0.1:1", "ensemble", True, 5.0)
-    target.client = _Client([raw[:1], raw[1:2], raw[2:]])
-    target.inputs = {"text_input", "max_tokens", "stream"}
-    target.outputs = ["text_output"]
     seen: list[str] = []
-    target.on_text = seen.append
-    rec = RequestRecord(0, 0, 4, 0.0)
-    asyncio.run(target.one(Request("x", 0, 4), rec))
+
+    async def go() -> None:  # the gRPC aio client wants a running loop (an earlier test may have closed the default)
+        target = TritonTarget("127.0.0.1:1", "ensemble", True, 5.0)
+        target.client = _Client([raw[:1], raw[1:2], raw[2:]])
+        target.inputs = {"text_input", "max_tokens", "stream"}
+        target.outputs = ["text_output"]
+        target.on_text = seen.append
+        await target.one(Request("x", 0, 4), RequestRecord(0, 0, 4, 0.0))
+
+    asyncio.run(go())
     assert "".join(seen) == TEXT and not any("\ufffd" in s for s in seen), seen

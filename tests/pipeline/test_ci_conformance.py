@@ -62,7 +62,7 @@ def test_gitlab_child_pipeline_passes_gitlabs_schema_and_sh(cached: str, tmp_pat
         assert list(k for k in doc if k not in META) == ["nothing-to-build"]
         # the line the all-cached child pipeline runs succeeds in sh (it used to be a syntax error)
         r2 = subprocess.run(["sh", "-c", doc["nothing-to-build"]["script"][0]], capture_output=True, text=True)
-        assert r2.returncode == 0 and "(13 cells)" in r2.stdout, r2.stderr
+        assert r2.returncode == 0 and "(16 cells)" in r2.stdout, r2.stderr
 
 
 def test_gitlab_parent_pipeline_passes_schema_and_sh(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_github_matrices_inlined_pass_actionlint_and_schema(cached: str, tmp_pat
         q["jobs"]["quantize"]["strategy"]["matrix"] = out["quantize"]
         inlined.append(("engine-matrix-inlined.yml", q))
     if cached == "all":
-        assert not inlined and out["build_0_count"] == 0 and len(out["cached"]) == 13
+        assert not inlined and out["build_0_count"] == 0 and len(out["cached"]) == 16
     for name, doc in inlined:
         doc["on"] = doc.pop(True)  # YAML 1.1 read `on:` as True
         (wf / name).write_text(yaml.safe_dump(doc, sort_keys=False))
