@@ -218,35 +218,38 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
     agg_ttft = agg.prefill_ms
     agg_tpot = agg.step_ms + chunk_ms
     link_gb_s = d.link.gb_s
+    common: dict[str, Any] = {
+        "cell_id": cell.id,
+        "mode": d.mode,
+        "avg_input": avg_in,
+        "avg_output": avg_out,
+        "peak_rps": traffic.peak_rps if traffic else None,
+        "ttft_slo_ms": ttft,
+        "tpot_slo_ms": tpot,
+        "kv_bytes_per_request": per_request,
+        "kv_dtype_bytes": kv_b,
+        "link": d.link.kind,
+        "link_gb_s": link_gb_s,
+        "chunk_tokens": chunk_tokens,
+        "chunk_ms": chunk_ms,
+        "aggregated": agg,
+        "aggregated_ttft_ms": agg_ttft,
+        "aggregated_tpot_p99_ms": agg_tpot,
+    }
     notes: list[str] = []
     if agg.slo_miss and not d.disaggregated:
         notes.append(agg.slo_miss)
     if not d.disaggregated:
         verdict, pays = _aggregated_verdict(agg, tpot)
         return DynamoPlan(
-            cell.id,
-            d.mode,
-            avg_in,
-            avg_out,
-            traffic.peak_rps if traffic else None,
-            ttft,
-            tpot,
-            per_request,
-            kv_b,
-            d.link.kind,
-            link_gb_s,
-            0.0,
-            chunk_tokens,
-            chunk_ms,
-            [agg],
-            agg,
-            agg_ttft,
-            agg_tpot,
-            agg_ttft,
-            agg_tpot,
-            verdict,
-            pays,
-            notes,
+            **common,
+            transfer_ms=0.0,
+            pools=[agg],
+            ttft_ms=agg_ttft,
+            tpot_p99_ms=agg_tpot,
+            verdict=verdict,
+            pays=pays,
+            notes=notes,
         )
     pre, pre_plan = _pool("prefill", cell, arch, d.prefill, budget_ms=None, chunk_ms=0.0, traffic=traffic)
     dec, _ = _pool("decode", cell, arch, d.decode, budget_ms=tpot, chunk_ms=0.0, traffic=traffic)
@@ -274,29 +277,14 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
             f"keep a mixed step under {tpot:g} ms"
         )
     return DynamoPlan(
-        cell.id,
-        d.mode,
-        avg_in,
-        avg_out,
-        traffic.peak_rps if traffic else None,
-        ttft,
-        tpot,
-        per_request,
-        kv_b,
-        d.link.kind,
-        link_gb_s,
-        transfer_ms,
-        chunk_tokens,
-        chunk_ms,
-        [pre, dec],
-        agg,
-        ttft_est,
-        dec.step_ms,
-        agg_ttft,
-        agg_tpot,
-        verdict,
-        pays,
-        [*notes, f"prefill worker KV budget: {pre_plan.kv_tokens:,} tokens"],
+        **common,
+        transfer_ms=transfer_ms,
+        pools=[pre, dec],
+        ttft_ms=ttft_est,
+        tpot_p99_ms=dec.step_ms,
+        verdict=verdict,
+        pays=pays,
+        notes=[*notes, f"prefill worker KV budget: {pre_plan.kv_tokens:,} tokens"],
     )
 
 
