@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.bench.sse_server import sse_server
+from tests.bench.workloads import bench_cmd
 from tests.conftest import REPO, Cli
 from toolchain.bench.loadgen import Load, _run, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
@@ -108,32 +108,6 @@ def test_assess_exit_codes() -> None:
     assert assess({"runs": [], "stop": None})[0] == 1
 
 
-def _bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "toolchain.cli.main",
-        "bench",
-        "--url",
-        url,
-        "--protocol",
-        "openai",
-        "--model",
-        "m",
-        "--tokenizer",
-        str(tok),
-        "--input-tokens",
-        "4",
-        "--output-tokens",
-        "6",
-        "--warmup",
-        "0",
-        "--save",
-        str(out),
-        *extra,
-    ]
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -141,7 +115,7 @@ def _env() -> dict[str, str]:
 def test_all_failed_run_exits_1_and_keeps_the_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with sse_server(mode="503") as (url, _):
         p = subprocess.run(
-            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "3"),
+            bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "3"),
             capture_output=True,
             text=True,
             timeout=120,
@@ -158,7 +132,7 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint
     # each request streams for ~1 s; interrupt while two are in flight
     with sse_server(first_s=0.05, gap_s=0.2) as (url, _):
         proc = subprocess.Popen(
-            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "40", "--concurrency", "2"),
+            bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "40", "--concurrency", "2"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -195,7 +169,7 @@ def test_infer_streams_the_answer_to_stdout(cli: Cli) -> None:
 def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with sse_server(first_s=0.02, gap_s=0.03) as (url, _):
         proc = subprocess.Popen(
-            _bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "60"),
+            bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "60"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.bench.sse_server import sse_server_process
-from tests.bench.workloads import bench_args
+from tests.bench.workloads import bench_args, bench_cmd
 from tests.conftest import Cli
 from toolchain.bench.loadgen import Load
 from toolchain.bench.run import BenchConfig, run_bench
@@ -202,40 +202,12 @@ def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path,
     import os
     import signal
     import subprocess
-    import sys
 
     from tests.conftest import REPO
 
     out = tmp_path / "r.json"
     with sse_server_process(first_s=0.05, gap_s=0.2) as (url, _, _):
-        cmd = [
-            sys.executable,
-            "-m",
-            "toolchain.cli.main",
-            "bench",
-            "--url",
-            url,
-            "--protocol",
-            "openai",
-            "--model",
-            "m",
-            "--tokenizer",
-            str(tiny_checkpoint),
-            "--input-tokens",
-            "4",
-            "--output-tokens",
-            "6",
-            "--warmup",
-            "0",
-            "--requests",
-            "40",
-            "--concurrency",
-            "4",
-            "--workers",
-            "2",
-            "--save",
-            str(out),
-        ]
+        cmd = bench_cmd(url, tiny_checkpoint, out, "--requests", "40", "--concurrency", "4", "--workers", "2")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         assert proc.stderr is not None

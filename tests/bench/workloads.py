@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -33,3 +35,30 @@ def bench_args(**over: Any) -> dict[str, Any]:
     )
     args.update(over)
     return args
+
+
+def bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:
+    """``toolchain bench`` as a subprocess against an OpenAI-protocol test server (model "m"), saving to ``out``."""
+    return [
+        sys.executable,
+        "-m",
+        "toolchain.cli.main",
+        "bench",
+        "--url",
+        url,
+        "--protocol",
+        "openai",
+        "--model",
+        "m",
+        "--tokenizer",
+        str(tok),
+        "--input-tokens",
+        "4",
+        "--output-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--save",
+        str(out),
+        *extra,
+    ]
