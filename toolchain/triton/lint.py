@@ -18,6 +18,7 @@ from typing import Any
 
 from toolchain.errors import TritonRepoError
 from toolchain.triton import parameters as P
+from toolchain.triton import speculative as SP
 from toolchain.triton import tensors as T
 from toolchain.triton.emit import EngineInfo
 from toolchain.triton.speculative import lint_repository_features
@@ -116,7 +117,10 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     """Every finding for the repository at ``repo``, errors and warnings, in file order of the checks."""
     repo = Path(repo)
     if not repo.is_dir():
-        return [Finding(str(repo), "-", "is not a directory", "give the model repository directory")]
+        what = "is not a directory" if repo.exists() else "does not exist"
+        raise TritonRepoError(
+            f"{repo} {what}", "give the model repository directory (the --out of `toolchain triton emit`)"
+        )
     configs, files, out = _read_configs(repo)
     if not configs:
         return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
@@ -233,7 +237,7 @@ def _lint_llm(
     llm, f = configs[llm_name], files[llm_name]
     out: list[Finding] = []
     mtype = _param(llm, "gpt_model_type")
-    if mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
+    if mtype is not None and mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
         out.append(
             Finding(
                 f,
@@ -258,7 +262,8 @@ def _lint_llm(
     if engine is not None:
         out += _llm_against_engine(llm, f, engine, configs, files)
     streams = any(any(i.name in ("stream", "streaming") for i in c.input) for n, c in configs.items() if n != llm_name)
-    if streams and not llm.model_transaction_policy.decoupled:
+    draft_target = SP.DRAFT_MODEL in configs  # draft-target is never decoupled (speculative.py)
+    if streams and not llm.model_transaction_policy.decoupled and not draft_target:
         out.append(
             Finding(
                 f,
@@ -318,15 +323,20 @@ def _llm_paths(repo: Path, llm_name: str, llm: Any, f: str, meta: dict[str, Any]
     """Parameters the C++ backend cannot do without, and the CPU reference model's checkpoint."""
     out: list[Finding] = []
     if llm.backend == "tensorrtllm":
-        for key in T.REQUIRED_PARAMETERS:
+        for key, value in T.REQUIRED_PARAMETERS.items():
             if _param(llm, key) is None:
+                fix = (
+                    f'add parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+                    if value
+                    else f'add parameters {{ key: "{key}" value {{ string_value: "" }} }} (empty turns it off)'
+                )
                 out.append(
                     Finding(
                         f,
                         f"parameters.{key}",
                         "missing: the tensorrtllm backend reads it with no default and fails to load "
                         f"('Cannot find parameter with name: {key}')",
-                        f'add parameters {{ key: "{key}" value {{ string_value: "" }} }} (empty disables it)',
+                        fix,
                     )
                 )
     if _param(llm, "toolchain_reference") is not None:
@@ -362,7 +372,7 @@ def _llm_parameters(llm: Any, f: str, engine: EngineInfo | None = None) -> list[
                 "warning",
             )
         )
-    if mode and n is not None and n < 1:
+    if mode and n == 0:  # negative: _lint_parameters' range error says it
         out.append(
             Finding(
                 f,
@@ -470,7 +480,7 @@ def _lint_parameters(repo: Path, configs: dict[str, Any], files: dict[str, str],
             problem = P.value_problem(which, key, value, spec, models)
             if problem is not None:
                 values = spec.get("values")
-                fix = f"use one of {', '.join(repr(v) for v in values)}" if values else f"give a {spec['type']} value"
+                fix = f"use one of {', '.join(repr(v) for v in values)}" if values else _type_fix(spec)
                 if spec["type"] == "model_name":
                     fix = "name a model of this repository"
                 out.append(Finding(f, field, problem, fix))
@@ -488,6 +498,32 @@ def _lint_parameters(repo: Path, configs: dict[str, Any], files: dict[str, str],
         if which == "tensorrt_llm":
             out += _guided_decoding(f, cfg)
     return out
+
+
+# What each parameter type of the reference table is, in the words of someone editing config.pbtxt.
+TYPE_WORDS = {
+    "int32": "a whole number",
+    "uint32": "a whole number >= 0",
+    "uint64": "a whole number >= 0",
+    "digits": "a whole number >= 0 (digits only)",
+    "float": "a number",
+    "cpp_bool": "a boolean (true or false)",
+    "python_bool": "a boolean (true or false)",
+    "bls_bool": "a boolean (true or false)",
+    "device_ids": "a list of GPU ids (e.g. 0,1 for one instance on two GPUs; 0;1 for two instances)",
+    "int_list": "a comma-separated list of whole numbers (e.g. 1,2,4)",
+    "choices": "a list of choices such as {1,2},{3}",
+    "path": "a path",
+    "string": "a string",
+}
+
+
+def _type_fix(spec: dict[str, Any]) -> str:
+    t = str(spec["type"])
+    lo, hi = spec.get("min"), spec.get("max")
+    bounds = f" in [{lo}, {hi}]" if lo is not None and hi is not None else (f" >= {lo}" if lo is not None else "")
+    words = TYPE_WORDS.get(t, "a valid value")
+    return f"give {words}{bounds if t in ('int32', 'uint32', 'uint64', 'float') else ''}"
 
 
 def _lint_engine_inside(
@@ -620,6 +656,11 @@ def _llm_against_engine(
     return out
 
 
+# What AutoTokenizer.from_pretrained needs besides tokenizer_config.json (transformers: a fast tokenizer's
+# tokenizer.json, or a slow tokenizer's vocabulary), which preprocessing/postprocessing call at initialize.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
 def _lint_tokenizers(repo: Path, configs: dict[str, Any], files: dict[str, str], meta: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     for name in ("preprocessing", "postprocessing"):
@@ -630,13 +671,23 @@ def _lint_tokenizers(repo: Path, configs: dict[str, Any], files: dict[str, str],
                 files[name],
                 "parameters.tokenizer_dir",
                 tok,
-                bool(tok) and ((tp / "tokenizer.json").is_file() or (tp / "tokenizer_config.json").is_file()),
+                bool(tok) and any((tp / n).is_file() for n in (*TOKENIZER_FILES, "tokenizer_config.json")),
                 meta,
                 "tokenizer",
                 "point it at a directory with the tokenizer files (relative paths: from the model's directory)",
             )
             if found is not None:
                 out.append(found)
+            elif tok and tp.is_dir() and not any((tp / n).is_file() for n in TOKENIZER_FILES):
+                out.append(
+                    Finding(
+                        files[name],
+                        "parameters.tokenizer_dir",
+                        f"{tok} holds no tokenizer.json (nor a vocabulary: {', '.join(TOKENIZER_FILES[1:])}): "
+                        f"AutoTokenizer.from_pretrained fails in {name}'s initialize, so the model does not load",
+                        "copy the checkpoint's tokenizer.json there (or re-emit the repository)",
+                    )
+                )
     return out
 
 
@@ -644,8 +695,19 @@ def _lint_models(repo: Path, configs: dict[str, Any], files: dict[str, str]) -> 
     """Ensemble wiring, and a model.py for every Python-backend model."""
     out: list[Finding] = []
     for name, cfg in configs.items():
+        if cfg.max_batch_size < 0:
+            out.append(
+                Finding(
+                    files[name],
+                    "max_batch_size",
+                    f"{cfg.max_batch_size}: Triton refuses the model ('max_batch_size' must be non-negative)",
+                    "set it to the batch the model accepts (0: the model does not batch)",
+                )
+            )
+        if name == "tensorrt_llm_bls" and cfg.backend == "python":
+            out += _lint_bls(files[name], cfg, configs, files)
         if cfg.platform == "ensemble":
-            out += _lint_ensemble(files[name], cfg, configs)
+            out += _lint_ensemble(files[name], cfg, configs, files)
         if cfg.backend == "python" and not (repo / name / "1" / "model.py").is_file():
             out.append(
                 Finding(
@@ -655,6 +717,47 @@ def _lint_models(repo: Path, configs: dict[str, Any], files: dict[str, str]) -> 
                     "add the model source (toolchain emits it)",
                 )
             )
+    return out
+
+
+def _lint_bls(file: str, bls: Any, configs: dict[str, Any], files: dict[str, str]) -> list[Finding]:
+    """The BLS model passes each request tensor on, unchanged, to preprocessing or tensorrt_llm under the
+    ensemble's wiring (TensorRT-LLM 1.1 tensorrt_llm_bls/1/lib/decode.py; toolchain's model.py does the same),
+    and clients send it the ensemble's request. Triton loads a BLS whose input types differ (it checks no BLS
+    call); the first request then fails, so each input must have its callee's and the ensemble's data type."""
+    out: list[Finding] = []
+    ens = configs.get("ensemble")
+    ens_types = {i.name: _dtype(i) for i in ens.input} if ens is not None and ens.platform == "ensemble" else {}
+    for i in bls.input:
+        mine = _dtype(i)
+        callees = [("preprocessing", k) for k, v in T.PRE_MAP_IN.items() if v == i.name]
+        callees += [("tensorrt_llm", k) for k, v in T.LLM_MAP_IN.items() if v == i.name]
+        for model, k in callees:
+            target = configs.get(model)
+            want = next((_dtype(t) for t in target.input if t.name == k), None) if target is not None else None
+            if want is not None and want != mine:
+                out.append(
+                    Finding(
+                        file,
+                        f"input {i.name}.data_type",
+                        f"{mine}, but the BLS passes it on as {model} input {k}, which is {want}: Triton loads the "
+                        f"model, then every request fails ('expected ... {want}' / 'expects {mine}')",
+                        f"set data_type: {want}",
+                    )
+                )
+                break
+        else:
+            want = ens_types.get(i.name)
+            if want is not None and want != mine:
+                out.append(
+                    Finding(
+                        file,
+                        f"input {i.name}.data_type",
+                        f"{mine}, but the ensemble's {i.name} is {want}: a request that works on the ensemble "
+                        f"fails on the BLS ('expects {mine}')",
+                        f"set data_type: {want}",
+                    )
+                )
     return out
 
 
@@ -721,9 +824,98 @@ def _llmapi_path_finding(
     )
 
 
-def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any]) -> list[Finding]:
-    out = []
-    available = {i.name for i in ens.input}
+def _dims(dims: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in dims)
+
+
+def _dims_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Triton's CompareDimsWithWildcard: same rank, and each dimension equal or -1 on either side."""
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """An ensemble tensor as Triton infers it: from the model that first declares it (core ensemble_utils.cc)."""
+
+    model: str
+    where: str
+    dtype: str
+    dims: tuple[int, ...]
+    batching: bool
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        return ((-1,) if self.batching else ()) + self.dims
+
+
+def _dtype(t: Any) -> str:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    return str(pb.DataType.Name(t.data_type))
+
+
+# The TensorRT-LLM 1.1 template's tensors of each inflight_batcher_llm model: (inputs, outputs).
+def _template(model: str, output: bool) -> dict[str, str]:
+    rows = {
+        "preprocessing": (T.PRE_INPUTS, T.PRE_OUTPUTS),
+        "tensorrt_llm": (T.TRTLLM_INPUTS, T.TRTLLM_OUTPUTS),
+        SP.DRAFT_MODEL: (T.TRTLLM_INPUTS, T.TRTLLM_OUTPUTS),
+        "postprocessing": (T.POST_INPUTS, T.POST_OUTPUTS),
+        "ensemble": (T.ENSEMBLE_INPUTS, T.ENSEMBLE_OUTPUTS),
+        "tensorrt_llm_bls": (T.BLS_INPUTS, T.BLS_OUTPUTS),
+    }.get(model, ([], []))
+    return {r[0]: r[1] for r in rows[1 if output else 0]}
+
+
+def _off_template(t: _Tensor) -> str | None:
+    """The template's data type for ``t`` when ``t`` differs from it (None: same, or not a template tensor)."""
+    model, kind, name = t.where.split(" ", 2)
+    want = _template(model, kind == "output").get(name)
+    return want if want not in (None, T.LOGITS, t.dtype) else None
+
+
+def _consistent(files: dict[str, str], file: str, field: str, name: str, a: _Tensor, b: _Tensor) -> Finding | None:
+    """Triton's ValidateTensorConsistency: one data type, and dims equal up to -1 (with or without the batch).
+    The finding goes to the config that departs from the TensorRT-LLM template, when one does."""
+    if a.dtype != b.dtype:
+        bad = next((t for t in (b, a) if _off_template(t)), None)
+        if bad is not None:
+            fix = f"set {bad.where} data_type: {_off_template(bad)} (the TensorRT-LLM 1.1 template's type)"
+            where = files.get(bad.model, file)
+        else:
+            fix, where = f"give {a.where} and {b.where} the same data_type", file
+        return Finding(
+            where,
+            f"{bad.where.split(' ', 1)[1]}.data_type" if bad is not None and where != file else field,
+            f"ensemble tensor {name} is {a.dtype} in {a.where} but {b.dtype} in {b.where}: Triton refuses the "
+            "ensemble ('inconsistent data type')",
+            fix,
+        )
+    if not _dims_match(a.dims, b.dims) and not _dims_match(a.full, b.full):
+        return Finding(
+            file,
+            field,
+            f"ensemble tensor {name} has dims {list(a.dims)} in {a.where} but {list(b.dims)} in {b.where}: Triton "
+            "refuses the ensemble ('inconsistent shape')",
+            "give both the same dims (-1 matches any size)",
+        )
+    return None
+
+
+def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any], files: dict[str, str]) -> list[Finding]:
+    """Triton's ValidateEnsembleConfig (triton-inference-server/core src/ensemble_scheduler/ensemble_utils.cc),
+    run on the configs as written: composing models' batch sizes, every mapped tensor's name, data type and
+    dims, unmapped required inputs, and outputs no step produces."""
+    out: list[Finding] = []
+    batching = ens.max_batch_size > 0
+    tensors: dict[str, _Tensor] = {}
+    for i in ens.input:
+        dims = _dims(i.reshape.shape if i.HasField("reshape") else i.dims)
+        tensors[i.name] = _Tensor("ensemble", f"ensemble input {i.name}", _dtype(i), dims, batching)
+    produced = set(tensors)
+    for o in ens.output:
+        dims = _dims(o.reshape.shape if o.HasField("reshape") else o.dims)
+        tensors.setdefault(o.name, _Tensor("ensemble", f"ensemble output {o.name}", _dtype(o), dims, batching))
     for n, step in enumerate(ens.ensemble_scheduling.step):
         model = configs.get(step.model_name)
         where = f"ensemble_scheduling.step[{n}] ({step.model_name})"
@@ -732,39 +924,68 @@ def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any]) -> list[Finding
                 Finding(file, where, f"model {step.model_name} is not in the repository", "add it or fix model_name")
             )
             continue
-        inputs = {i.name for i in model.input}
-        outputs = {o.name for o in model.output}
-        for k, v in step.input_map.items():
-            if k not in inputs:
-                out.append(
-                    Finding(
-                        file,
-                        f"{where}.input_map[{k}]",
-                        f"{step.model_name} has no input {k}",
-                        "use the model's input name",
-                    )
+        if model.max_batch_size != 0 and model.max_batch_size < ens.max_batch_size:
+            out.append(
+                Finding(
+                    file,
+                    "max_batch_size",
+                    f"ensemble allows batch {ens.max_batch_size} but step {step.model_name} allows only "
+                    f"{model.max_batch_size}: Triton refuses the ensemble",
+                    f"set max_batch_size <= {model.max_batch_size} here, or raise {step.model_name}'s to "
+                    f"{ens.max_batch_size}",
                 )
-            if v not in available:
+            )
+        mb = model.max_batch_size > 0
+        inputs = {i.name: i for i in model.input}
+        mapped = set(step.input_map)
+        for k, v in step.input_map.items():
+            field = f"{where}.input_map[{k}]"
+            if k not in inputs:
+                out.append(Finding(file, field, f"{step.model_name} has no input {k}", "use the model's input name"))
+                continue
+            if v not in produced:
                 out.append(
                     Finding(
                         file,
-                        f"{where}.input_map[{k}]",
+                        field,
                         f"{v} is neither an ensemble input nor an earlier step's output",
                         "fix the tensor name",
                     )
                 )
-        for k, v in step.output_map.items():
-            if k not in outputs:
+            t = inputs[k]
+            mine = _Tensor(step.model_name, f"{step.model_name} input {k}", _dtype(t), _dims(t.dims), mb)
+            if v in tensors:
+                bad = _consistent(files, file, field, v, tensors[v], mine)
+                if bad is not None:
+                    out.append(bad)
+            else:
+                tensors[v] = mine
+        for k, t in inputs.items():
+            if k not in mapped and not t.optional:
                 out.append(
                     Finding(
                         file,
-                        f"{where}.output_map[{k}]",
-                        f"{step.model_name} has no output {k}",
-                        "use the model's output name",
+                        where,
+                        f"required input {k} of {step.model_name} is not mapped: Triton refuses the ensemble",
+                        f'add input_map {{ key: "{k}" value: "<ensemble tensor>" }} (or mark {k} optional)',
                     )
                 )
-            available.add(v)
+        outputs = {o.name: o for o in model.output}
+        for k, v in step.output_map.items():
+            field = f"{where}.output_map[{k}]"
+            if k not in outputs:
+                out.append(Finding(file, field, f"{step.model_name} has no output {k}", "use the model's output name"))
+                continue
+            t = outputs[k]
+            mine = _Tensor(step.model_name, f"{step.model_name} output {k}", _dtype(t), _dims(t.dims), mb)
+            if v in tensors:
+                bad = _consistent(files, file, field, v, tensors[v], mine)
+                if bad is not None:
+                    out.append(bad)
+            else:
+                tensors[v] = mine
+            produced.add(v)
     for o in ens.output:
-        if o.name not in available:
+        if o.name not in produced:
             out.append(Finding(file, f"output {o.name}", "no step produces it", "map a step output to it"))
     return out
