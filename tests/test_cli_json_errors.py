@@ -97,10 +97,13 @@ def test_spec_validate_keeps_its_own_document(cli: Any, tmp_path: Path) -> None:
     assert [x["ok"] for x in results] == [True, False]
 
 
-def test_triton_lint_keeps_its_own_document(cli: Any) -> None:
-    r = cli("triton", "lint", "/nonexistent", "--json")
+def test_triton_lint_keeps_its_own_document(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()  # a directory with no model: lint's own document, one error finding
+    r = cli("triton", "lint", tmp_path, "--json")
     assert r.exit_code == 2
     assert [f["severity"] for f in json.loads(r.stdout)] == ["error"]
+    r = cli("triton", "lint", "/nonexistent", "--json")  # no repository at all: the one error document
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"] == "/nonexistent does not exist"
 
 
 def test_without_json_stdout_stays_empty(cli: Any) -> None:

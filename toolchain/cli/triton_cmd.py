@@ -64,30 +64,50 @@ def emit(
 def lint(
     repo: Annotated[Path, typer.Argument(help="Model repository directory")],
     world_size: Annotated[int | None, typer.Option("--world-size", help="Ranks you will launch with")] = None,
+    load: Annotated[
+        bool,
+        typer.Option(
+            "--load",
+            help="Also load the repository in the real Triton 2.51 on 127.0.0.1 (tensorrt_llm replaced by the CPU "
+            "reference stand-in, not TensorRT-LLM) and send one request to each entry model",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check a repository against its engine and the TensorRT-LLM backend rules; exit 2 on errors.
+    """Check a repository against its engine, Triton's model-configuration rules and the TensorRT-LLM backend;
+    exit 2 on errors. Each finding is one line: file, field, what is wrong — the fix.
 
-    Examples: toolchain triton lint ./repo
+    Examples:
+      toolchain triton lint ./repo
+      toolchain triton lint ./repo --load
     """
     from dataclasses import asdict
 
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import Stages, err, print_json
     from toolchain.errors import TritonRepoError
     from toolchain.triton.lint import lint_repository
 
     findings = lint_repository(repo, world_size=world_size)
+    loaded = None
+    if load and not any(f.severity == "error" for f in findings):
+        from toolchain.triton.loadcheck import load_check
+
+        loaded = load_check(repo, progress=Stages(quiet=json_out))
+        findings += loaded.findings
     if json_out:
         print_json([asdict(f) for f in findings])
     else:
         for f in findings:
             err.print(f.line(), highlight=False, markup=False)
+        if loaded is not None:
+            err.print(loaded.summary(), highlight=False, markup=False)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
-        raise TritonRepoError(
-            f"{len(errors)} error(s) in {repo}; first: {errors[0].file}: {errors[0].field}: {errors[0].message}",
-            errors[0].fix,
-        )
+        if load and loaded is None:
+            hint = "fix them first: --load starts Triton only on a repository lint passes"
+        else:
+            hint = "fix each (its fix follows the —), then lint again"
+        raise TritonRepoError(f"{len(errors)} error(s) in {repo}, listed above", hint)
     if not json_out:
         err.print(f"ok: {repo} ({len(findings)} warning(s))")
 

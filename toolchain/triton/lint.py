@@ -125,7 +125,14 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
     if not configs:
         return [*out, Finding(str(repo), "-", "holds no */config.pbtxt", "point at a Triton model repository")]
     meta = read_repo_meta(repo)
-    llm_name = next((n for n, c in configs.items() if c.backend == "tensorrtllm" or _param(c, "gpt_model_type")), None)
+    llm_name = next(
+        (
+            n
+            for n, c in configs.items()
+            if c.backend == "tensorrtllm" or _param(c, "gpt_model_type") or _param(c, "toolchain_reference")
+        ),
+        None,
+    )
     if llm_name:
         out += _lint_llm(repo, llm_name, configs, files, meta, world_size)
     out += _lint_parameters(repo, configs, files, llm_name)
@@ -237,6 +244,15 @@ def _lint_llm(
     llm, f = configs[llm_name], files[llm_name]
     out: list[Finding] = []
     mtype = _param(llm, "gpt_model_type")
+    if mtype is None and llm.backend != "tensorrtllm":  # the tensorrtllm backend's own check: _llm_paths
+        out.append(
+            Finding(
+                f,
+                "parameters.gpt_model_type",
+                "missing: the model the CPU reference stands in for (the tensorrtllm backend) fails to load without it",
+                'add parameters { key: "gpt_model_type" value { string_value: "inflight_fused_batching" } }',
+            )
+        )
     if mtype is not None and mtype not in ("inflight_fused_batching", "inflight_batching", "V1", "v1"):
         out.append(
             Finding(
