@@ -33,9 +33,11 @@ def emit(
     """Emit the inflight_batcher_llm repository (or the llmapi layout for runtime pytorch).
 
     `--engine reference` uses the CPU reference model in place of the tensorrtllm backend (no GPU needed).
-    The repository holds no path of this host: the tokenizer is inside it, the engine too (hard links),
-    or, with `--engines-root /engines`, the configs name /engines/<engine key> and the output lists what
-    to mount there.
+    The tokenizer (and the reference model) are inside the repository, named relative to it. The engine is
+    copied inside too (hard links), but the tensorrtllm backend needs gpt_model_path absolute, so the config
+    names this repository's absolute path: after moving or copying it, emit it again (lint says so). With
+    `--engines-root /engines` the configs name /engines/<engine key> instead (no path of this host) and the
+    output lists what to mount there.
 
     Examples:
       toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
