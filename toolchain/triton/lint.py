@@ -757,7 +757,8 @@ def _lint_bls(file: str, bls: Any, configs: dict[str, Any], files: dict[str, str
                         file,
                         f"input {i.name}.data_type",
                         f"{mine}, but the BLS passes it on as {model} input {k}, which is {want}: Triton loads the "
-                        f"model, then every request fails ('expected ... {want}' / 'expects {mine}')",
+                        f"model, then a request with the standard {want.removeprefix('TYPE_')} {i.name} fails "
+                        f"('expects {mine.removeprefix('TYPE_')}')",
                         f"set data_type: {want}",
                     )
                 )
@@ -940,7 +941,7 @@ def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any], files: dict[str
                 Finding(file, where, f"model {step.model_name} is not in the repository", "add it or fix model_name")
             )
             continue
-        if model.max_batch_size != 0 and model.max_batch_size < ens.max_batch_size:
+        if 0 < model.max_batch_size < ens.max_batch_size:  # < 0: refused on its own (_lint_models)
             out.append(
                 Finding(
                     file,
