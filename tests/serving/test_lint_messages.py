@@ -133,3 +133,19 @@ def test_load_check_reports_what_triton_says_on_the_file(reference_repo: Path, t
     assert res.requests["ensemble"] == "answered" and res.requests["tensorrt_llm_bls"] != "answered"
     [f] = res.findings
     assert f.file.endswith("tensorrt_llm_bls/config.pbtxt") and "fails the standard request" in f.message
+
+
+def test_spec_validate_lists_every_problem(cli: Cli, tiny_spec: Path, tmp_path: Path) -> None:
+    import yaml
+
+    d = yaml.safe_load(tiny_spec.read_text())
+    d["serving"].update(streaming=True, decoupled=False)
+    d["quantization"]["kv_cache"] = "int8"
+    spec = tmp_path / "two.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = cli("spec", "validate", spec)
+    assert r.exit_code != 0
+    text = " ".join(r.output.split())
+    assert "serving.streaming needs the decoupled transaction policy" in text, text
+    assert "an INT8 KV cache turns off paged context FMHA" in text, text
+    assert "set serving.decoupled: true" in text and "more)" not in text.replace("more:", ""), text

@@ -346,14 +346,19 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     return problems
 
 
+def _more(problems: list[Problem]) -> str:
+    """The problems after the first, each with its fix (none hidden behind a count)."""
+    rest = problems[1:]
+    return f" (+{len(rest)} more: {'; '.join(p.line() for p in rest)})" if rest else ""
+
+
 def require_compatible(spec: EngineSpec, cells: list[Cell] | None = None) -> None:
     """Raise the first problem as a CompatibilityError (with how many more there are)."""
     from toolchain.errors import CompatibilityError
 
     problems = all_problems(spec, cells)
     if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CompatibilityError(problems[0].line().rsplit(" — ", 1)[0] + more, problems[0].fix)
+        raise CompatibilityError(problems[0].line().rsplit(" — ", 1)[0] + _more(problems), problems[0].fix)
 
 
 def validate_spec_file(path: Path) -> tuple[EngineSpec, list[Cell]]:
@@ -368,6 +373,5 @@ def validate_spec_file(path: Path) -> tuple[EngineSpec, list[Cell]]:
     problems = all_problems(spec, cells)
     if problems:
         first = problems[0]
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CompatibilityError(f"{path}: {first.message}{more}", first.fix)
+        raise CompatibilityError(f"{path}: {first.message}{_more(problems)}", first.fix)
     return spec, cells
