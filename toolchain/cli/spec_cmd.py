@@ -66,11 +66,9 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     """
     from toolchain.artifacts.cell import for_cells
     from toolchain.cli.render import print_json, print_table
-    from toolchain.specs.loader import load_spec
-    from toolchain.specs.rules import require_compatible
+    from toolchain.specs.gate import checked_spec
 
-    s = load_spec(spec)
-    require_compatible(s)  # the rules `spec validate` applies (the error names the cell)
+    s = checked_spec(spec)  # the rules `spec validate` applies, with its message (specs.gate)
     ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})

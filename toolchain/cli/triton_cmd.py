@@ -45,10 +45,11 @@ def emit(
     from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
     from toolchain.pipeline.emit import emit_cell
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec, require_reference_servable
     from toolchain.specs.matrix import expand, find_cell
 
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
+    require_reference_servable(s, engine)
     c = find_cell(s, cell) if cell else expand(s)[0]
     res = emit_cell(for_cell(c), engine, out, registry=registry, force=force, engines_root=engines_root)
     if json_out:
