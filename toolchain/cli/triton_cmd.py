@@ -55,7 +55,11 @@ def emit(
     if json_out:
         print_json(res)
     else:
-        note = " with the CPU reference model (not TensorRT-LLM)" if res["reference"] else ""
+        note = (
+            f" with the CPU reference model (not TensorRT-LLM), serving the {res.get('reference_weights')}"
+            if res["reference"]
+            else ""
+        )
         err.print(f"wrote {res['repository']} for cell {c.id}{note}", highlight=False, markup=False)
         for m in res["mounts"]:
             err.print(f"  mount {m['source']} at {m['target']} ({m['what']})", highlight=False, markup=False)

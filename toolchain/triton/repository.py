@@ -51,7 +51,8 @@ def _emit_reference(art: CellArtifacts, tok: Path, out: Path, identity: dict[str
     """Emit the repository that serves the cell's checkpoint on the CPU reference model."""
     cell = art.cell
     info = EngineInfo.predicted(cell)
-    src = cell.spec.local_source()
+    src, served = _reference_weights(art)
+    identity = {**identity, "reference_weights": served}
     repo = emit_repository(
         cell,
         info,
@@ -64,6 +65,25 @@ def _emit_reference(art: CellArtifacts, tok: Path, out: Path, identity: dict[str
         draft_dir=_reference_draft(cell),
     )
     return _result(repo, "inflight_batcher_llm", True, identity)
+
+
+def _reference_weights(art: CellArtifacts) -> tuple[Path | None, str]:
+    """The checkpoint the CPU reference model serves, and what it is: the cell's quantized export dequantized
+    (so the served tokens carry the quantization error of what ships), else the source checkpoint."""
+    from toolchain.artifacts.recipe import is_unquantized
+
+    src = art.cell.spec.local_source()
+    if is_unquantized(art.cell.spec):
+        return src, "source checkpoint (unquantized spec)"
+    export = art.quantized_dir / "hf"
+    if not (export / "config.json").is_file() or not (art.quantized_dir / "manifest.json").is_file():
+        return src, "source checkpoint, NOT quantized (run `toolchain quantize SPEC` to serve the quantized export)"
+    from toolchain.quantize.dequant import dequantized_checkpoint
+
+    digest = json.loads((art.quantized_dir / "manifest.json").read_text()).get("output_digest")
+    dest = art.quantized_dir.with_name(art.quantized_dir.name + "-dequantized")
+    w = art.cell.spec.quantization.weights
+    return dequantized_checkpoint(export, dest, source_digest=digest), f"quantized export ({w}) dequantized to float32"
 
 
 def _emit_engine_dir(
