@@ -141,3 +141,32 @@ def test_reference_engine_on_runtime_pytorch_is_refused_up_front(
     assert "runtime pytorch" in line and "--engine DIR" in line
     assert ("runtime: tensorrt" in line) == families.verdict(families.FAMILIES[family], "tensorrt", "fp8").ok
     assert not (tmp_path / "repo").exists()
+
+
+CAVEATS = [
+    (f, r)
+    for f, fam in families.FAMILIES.items()
+    for r in families.RUNTIMES
+    if families.verdict(fam, r, "fp8").ok and families.verdict(fam, r, "fp8").reason
+]
+
+
+def test_the_table_has_a_caveat_to_warn_about() -> None:
+    assert ("qwen2_moe", "pytorch") in CAVEATS
+
+
+@pytest.mark.parametrize(("family", "runtime"), CAVEATS)
+def test_validate_warns_for_a_yes_with_caveat(
+    cli: Cli, checkpoints: dict[str, Path], tmp_path: Path, family: str, runtime: str
+) -> None:
+    import json
+
+    spec = _spec(tmp_path, checkpoints[family], runtime)
+    res = cli("spec", "validate", spec)
+    assert res.exit_code == 0, res.output
+    reason = families.verdict(families.FAMILIES[family], runtime, "fp8").reason
+    assert f"warning: {families.FAMILIES[family].name} on runtime {runtime}: {reason}" in res.output
+    js = cli("spec", "validate", spec, "--json")
+    assert any(reason in w for w in json.loads(js.stdout)[0]["warnings"])
+    plain = cli("spec", "validate", _spec(tmp_path, checkpoints["llama"], runtime))
+    assert "warning:" not in plain.output

@@ -20,6 +20,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     from toolchain.cli.render import err, print_json
     from toolchain.errors import ToolchainError
     from toolchain.specs.cuda_graphs import notes
+    from toolchain.specs.gate import caveats
     from toolchain.specs.rules import validate_spec_file
 
     results: list[dict[str, Any]] = []
@@ -28,9 +29,13 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
         try:
             spec, cells = validate_spec_file(path)
             said = notes(spec, cells)  # what a knob means on this runtime, where it differs from the schema's wording
-            results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said})
+            warned = caveats(spec)  # the family table's "yes (caveat)"
+            res = {"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said}
+            results.append({**res, "warnings": warned})
             if not json_out:
                 err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
+                for line in warned:
+                    err.print(f"  warning: {line}", highlight=False, markup=False)
                 for line in said:
                     err.print(f"  note: {line}", highlight=False, markup=False)
         except ToolchainError as e:

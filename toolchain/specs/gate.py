@@ -61,3 +61,17 @@ def require_reference_servable(spec: EngineSpec, engine: str) -> None:
     found = reference_problem(spec)
     if found is not None:
         raise CompatibilityError(*found)
+
+
+def caveats(spec: EngineSpec) -> list[str]:
+    """What the family table says with a "yes (caveat)" verdict for the spec's family, runtime and weights."""
+    from toolchain.specs import families
+
+    cfg = families.spec_config(spec)
+    fam = families.family_of_config(cfg) if cfg is not None else None
+    if fam is None:
+        return []
+    v = families.verdict(fam, spec.runtime, spec.quantization.weights)
+    if not v.ok or not v.reason:
+        return []
+    return [f"{fam.name} on runtime {spec.runtime}: {v.reason} (docs/model-families.md)"]
