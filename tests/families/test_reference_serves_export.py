@@ -11,10 +11,10 @@ import yaml
 
 from tests.conftest import SPECS
 from toolchain.artifacts.cell import for_cell
+from toolchain.pipeline.emit import emit_cell
 from toolchain.pipeline.quantize import run_quantize
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
-from toolchain.triton.repository import emit_for_cell
 
 pytestmark = pytest.mark.slow
 PROMPT = "The quick brown fox jumps over the lazy dog and"
@@ -50,10 +50,10 @@ def test_reference_repository_serves_the_dequantized_export(tiny_checkpoint: Pat
     spec_path = _spec(tmp_path, tiny_checkpoint)
     cell = expand(load_spec(spec_path))[0]
     art = for_cell(cell)
-    before = emit_for_cell(art, "reference", tmp_path / "early")
+    before = emit_cell(art, "reference", tmp_path / "early")
     assert "NOT quantized" in before["reference_weights"]  # said, never passed off as the quantized model
     [outcome] = run_quantize(spec_path)
-    res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
+    res = emit_cell(for_cell(cell), "reference", tmp_path / "repo")
     assert res["reference_weights"] == "quantized export (int4_awq) dequantized to float32"
     served_dir = next(p.parent for p in (tmp_path / "repo").rglob("model.safetensors"))
     served = load_file(str(served_dir / "model.safetensors"))
