@@ -180,7 +180,12 @@ def test_quantize_refuses_a_family_with_no_export_in_one_line(
             "quantize", "--checkpoint", family_checkpoints[fam], "--weights", "fp8", "--out", tmp_path / f"q-{fam}"
         )
         assert res.exit_code == 2, res.output
-        assert res.output.startswith("Error: architecture ") and "Traceback" not in res.output
+        assert res.output.startswith("Error: ") and "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+        # the table's alternative (as `spec validate` gives it), never the list of supported architectures
+        assert "supported: " not in res.output and "ForCausalLM" not in res.output.split(" — ")[-1]
+        if fam in families.FAMILIES:
+            assert res.output.strip().endswith(f" — {families.FAMILIES[fam].pytorch.fix}"), res.output
     # a mixture of experts with AWQ: refused before calibration, in one line, with the format to use
     mixtral = family_checkpoints["mixtral"]
     moe = cli("quantize", "--checkpoint", mixtral, "--weights", "int4_awq", "--out", tmp_path / "m")

@@ -224,10 +224,10 @@ def _loads(concurrency: str | None, rate: str | None, poisson: bool, duration: f
 
 def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, dict[str, float | None], Any]:
     """The spec's cell (the named one, else the first), its artifacts, its SLOs and its traffic shape (or None)."""
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
 
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
     art = for_cell(cell)
     slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}

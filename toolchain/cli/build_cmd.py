@@ -33,12 +33,12 @@ def build(
     from toolchain.compile.draft import builds_for
     from toolchain.errors import NeedsGPUError, UserInputError
     from toolchain.registry import open_registry
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
 
     if bool(cell) == all_cells:
         raise UserInputError("choose --cell ID or --all", "`toolchain spec expand SPEC` lists cell ids")
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     cells = [find_cell(s, cell)] if cell else expand(s)
     reg = open_registry(registry)
     results: list[dict[str, object]] = []

@@ -75,9 +75,9 @@ def deploy(
     from toolchain.cli.render import out as stdout
     from toolchain.deploy import DeployOptions
     from toolchain.errors import UserInputError
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
 
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     if s.dynamo is not None:
         err.print(
             f"note: this spec serves on NVIDIA Dynamo; `toolchain dynamo deploy {spec} --out DIR` writes its "

@@ -44,9 +44,9 @@ def plan(
     from toolchain.errors import PlanError
     from toolchain.planning.plan import explain as explain_plan
     from toolchain.planning.spec_plan import plan_spec
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
 
-    sp = plan_spec(load_spec(spec), cell)
+    sp = plan_spec(checked_spec(spec), cell)  # the rules `spec validate` applies (specs.gate)
     s, arch, plans = sp.spec, sp.arch, sp.plans
     if sp.unused_config_fields:
         err.print(

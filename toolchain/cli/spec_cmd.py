@@ -20,6 +20,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     from toolchain.cli.render import err, print_json
     from toolchain.errors import ToolchainError
     from toolchain.specs.cuda_graphs import notes
+    from toolchain.specs.gate import caveats
     from toolchain.specs.rules import validate_spec_file
 
     results: list[dict[str, Any]] = []
@@ -28,9 +29,13 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
         try:
             spec, cells = validate_spec_file(path)
             said = notes(spec, cells)  # what a knob means on this runtime, where it differs from the schema's wording
-            results.append({"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said})
+            warned = caveats(spec)  # the family table's "yes (caveat)"
+            res = {"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said}
+            results.append({**res, "warnings": warned})
             if not json_out:
                 err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
+                for line in warned:
+                    err.print(f"  warning: {line}", highlight=False, markup=False)
                 for line in said:
                     err.print(f"  note: {line}", highlight=False, markup=False)
         except ToolchainError as e:
@@ -66,11 +71,9 @@ def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
     """
     from toolchain.artifacts.cell import for_cells
     from toolchain.cli.render import print_json, print_table
-    from toolchain.specs.loader import load_spec
-    from toolchain.specs.rules import require_compatible
+    from toolchain.specs.gate import checked_spec
 
-    s = load_spec(spec)
-    require_compatible(s)  # the rules `spec validate` applies (the error names the cell)
+    s = checked_spec(spec)  # the rules `spec validate` applies, with its message (specs.gate)
     ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})

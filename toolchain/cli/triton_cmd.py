@@ -47,16 +47,21 @@ def emit(
     from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
     from toolchain.pipeline.emit import emit_cell
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec, require_reference_servable
     from toolchain.specs.matrix import expand, find_cell
 
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
+    require_reference_servable(s, engine)
     c = find_cell(s, cell) if cell else expand(s)[0]
     res = emit_cell(for_cell(c), engine, out, registry=registry, force=force, engines_root=engines_root)
     if json_out:
         print_json(res)
     else:
-        note = " with the CPU reference model (not TensorRT-LLM)" if res["reference"] else ""
+        note = (
+            f" with the CPU reference model (not TensorRT-LLM), serving the {res.get('reference_weights')}"
+            if res["reference"]
+            else ""
+        )
         err.print(f"wrote {res['repository']} for cell {c.id}{note}", highlight=False, markup=False)
         for m in res["mounts"]:
             err.print(f"  mount {m['source']} at {m['target']} ({m['what']})", highlight=False, markup=False)

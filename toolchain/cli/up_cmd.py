@@ -25,9 +25,9 @@ def up(
     from toolchain.cli.bench_cmd import print_table
     from toolchain.cli.render import Stages, err, out, print_json
     from toolchain.pipeline.up import run_up
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
 
-    s = load_spec(spec)
+    s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     stages = Stages(quiet=False)
     try:
         res = run_up(s, cell_id=cell, registry=registry, requests=requests, progress=stages)

@@ -22,11 +22,11 @@ class Planned:
 def plan_spec(spec_path: Path, cell_id: str | None = None, *, mode: str | None = None) -> Planned:
     """Load, validate (every `spec validate` rule) and plan the spec's Dynamo deployment for one cell."""
     from toolchain.specs.arch import arch_for_spec
-    from toolchain.specs.loader import load_spec
+    from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
     from toolchain.specs.rules import require_compatible
 
-    spec = load_spec(spec_path)
+    spec = checked_spec(spec_path)  # the rules `spec validate` applies (specs.gate)
     if spec.dynamo is None:
         raise SpecError(
             "the spec has no dynamo block", file=spec_path, hint="add `dynamo: {mode: disaggregated}` (docs/dynamo.md)"

@@ -3,6 +3,7 @@ reference), fetch it from the registry when needed, then emit the cell's Triton 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ def emit_cell(
     """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference.
     ``engines_root``: see ``toolchain.triton.repository.emit_for_cell``."""
     if engine == "reference":
-        return emit_for_cell(art, engine, out, force=force, engines_root=engines_root)
+        weights = dequantized_export(art)
+        return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, reference_weights=weights)
     draft = _draft_engine(art, registry)
     if Path(engine).is_dir():
         return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, draft_engine=draft)
@@ -42,6 +44,21 @@ def emit_cell(
     return emit_for_cell(
         art, str(path), out, engine_key=key, force=force, engines_root=engines_root, draft_engine=draft
     )
+
+
+def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
+    """The cell's quantized export dequantized to float32 for the CPU reference model, and what it is; None
+    when the spec is unquantized or its quantized checkpoint is not made yet (the source is served then)."""
+    from toolchain.artifacts.recipe import is_unquantized
+    from toolchain.quantize.dequant import dequantized_checkpoint
+
+    export, manifest = art.quantized_dir / "hf", art.quantized_dir / "manifest.json"
+    if is_unquantized(art.spec) or not (export / "config.json").is_file() or not manifest.is_file():
+        return None
+    digest = json.loads(manifest.read_text()).get("output_digest")
+    dest = art.quantized_dir.with_name(art.quantized_dir.name + "-dequantized")
+    w = art.spec.quantization.weights
+    return dequantized_checkpoint(export, dest, source_digest=digest), f"quantized export ({w}) dequantized to float32"
 
 
 def _draft_engine(art: CellArtifacts, registry: str | None) -> str | None:

@@ -33,10 +33,11 @@ import yaml
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.compile.draft import draft_artifacts
-from toolchain.errors import CompatibilityError, UserInputError
-from toolchain.specs.loader import load_spec, safe_yaml
+from toolchain.errors import UserInputError
+from toolchain.specs.gate import checked_spec
+from toolchain.specs.loader import safe_yaml
 from toolchain.specs.models import EngineSpec
-from toolchain.specs.rules import CONTAINERS, require_compatible
+from toolchain.specs.rules import CONTAINERS
 
 FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
@@ -119,11 +120,7 @@ def _add_jobs(
     specs: list[Path], runners: dict[str, str], quantize: dict[str, dict[str, Any]], builds: list[dict[str, Any]]
 ) -> None:
     for path in specs:
-        spec = load_spec(path)
-        try:
-            require_compatible(spec)  # the rules `spec validate` applies: no CI job for a cell that cannot build
-        except CompatibilityError as e:
-            raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
+        spec = checked_spec(path)  # the rules `spec validate` applies (specs.gate): no job for a refused cell
         for art in for_cells(spec):
             cell, q = art.cell, spec.quantization
             container = job_container(spec, path)

@@ -14,7 +14,7 @@ from toolchain.errors import UserInputError
 from toolchain.progress import Progress, silent
 from toolchain.quantize.run import QuantizeResult, quantize
 from toolchain.registry import open_registry
-from toolchain.specs.loader import load_spec
+from toolchain.specs.gate import checked_spec
 from toolchain.specs.speculative import draft_spec
 
 
@@ -44,7 +44,7 @@ class QuantizeOutcome:
 def spec_jobs(spec_path: Path, *, out: Path | None = None, force: bool = False) -> list[QuantizeJob]:
     """One job per (TP, PP) mapping of the spec's cells, then of a draft-target spec's draft model; ``out``
     replaces the first job's cache directory."""
-    spec = load_spec(spec_path)
+    spec = checked_spec(spec_path)  # the rules `spec validate` applies (specs.gate)
     has_draft = spec.speculative is not None and spec.speculative.draft is not None
     todo = [s for s in (spec, draft_spec(spec) if has_draft else None) if s is not None and not is_unquantized(s)]
     if not todo:

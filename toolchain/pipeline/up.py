@@ -148,7 +148,9 @@ def _emit(art: CellArtifacts, engine: str, registry: str | None, work: Path, res
 
     repo = work / "repo"
     progress(f"emit Triton repository ({'CPU reference model' if engine == REFERENCE else 'tensorrtllm'})")
-    emit_cell(art, engine, repo, registry=registry, force=True)
+    emitted = emit_cell(art, engine, repo, registry=registry, force=True)
+    if emitted.get("reference_weights"):  # what the CPU reference model serves (the quantized export, dequantized)
+        res.served_by = f"{res.served_by}, serving the {emitted['reference_weights']}"
     res.artifacts["triton repository"] = str(repo)
     return repo
 

@@ -317,11 +317,37 @@ def check_export(
     return compare(ref, q, batch, "dequant", dtype)
 
 
-def gate(acc: Accuracy, limits: Any) -> None:
-    """Raise AccuracyGateError when any metric is over the spec's threshold."""
+def gate(acc: Accuracy, limits: Any, *, diagnostic: Accuracy | None = None) -> None:
+    """Raise AccuracyGateError when any metric of ``acc`` (the exported weights' figure) is over the spec's
+    threshold; ``diagnostic`` (the fake-quant figure) is named in the message, never judged."""
     fails = failures(acc, limits)
     if fails:
-        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails))
+        beside = ""
+        if diagnostic is not None:
+            beside = (
+                f" (fake-quant, not judged: top-1 {diagnostic.top1_agreement:.4f}, "
+                f"rel logit err {diagnostic.rel_logit_error:.4f}, ppl {diagnostic.ppl_increase:+.2%})"
+            )
+        raise AccuracyGateError(f"accuracy gate failed ({acc.method}): " + "; ".join(fails) + beside)
+
+
+def shown(value: float, limit: float, *, percent: bool = False) -> tuple[str, str]:
+    """``value`` and ``limit`` printed with enough digits that they differ when they are not equal (4 decimals
+    at least, 2 for a percentage): 0.6968 against 0.7000, never 0.70 against 0.7."""
+    kind, least = ("%", 2) if percent else ("f", 4)
+    digits = least
+    if value != limit and math.isfinite(value) and math.isfinite(limit):
+        while digits < 17 and f"{value:.{digits}{kind}}" == f"{limit:.{digits}{kind}}":
+            digits += 1
+    return f"{value:.{digits}{kind}}", f"{limit:.{digits}{kind}}"
+
+
+def beside(manifest_accuracy: dict[str, Any]) -> str:
+    """The fake-quant diagnostic a manifest's accuracy block holds, as a phrase (empty when there is none)."""
+    fake = manifest_accuracy.get("fakequant")
+    if not fake or manifest_accuracy.get("gate") == "fakequant":
+        return ""
+    return f" (fake-quant, not judged: top-1 {fake['top1_agreement']:.4f})"
 
 
 def from_json(d: dict[str, Any]) -> Accuracy:
@@ -338,9 +364,12 @@ def failures(acc: Accuracy, limits: Any) -> list[str]:
     elif not all(math.isfinite(v) for v in (acc.rel_logit_error, acc.top1_agreement, acc.ppl_quantized)):
         fails.append("the quantized model's logits are not finite (NaN or infinity)")
     if acc.rel_logit_error > limits.max_rel_logit_error:
-        fails.append(f"relative logit error {acc.rel_logit_error:.3f} > {limits.max_rel_logit_error}")
+        v, lim = shown(acc.rel_logit_error, limits.max_rel_logit_error)
+        fails.append(f"relative logit error {v} > {lim}")
     if acc.top1_agreement < limits.min_top1_agreement:
-        fails.append(f"top-1 agreement {acc.top1_agreement:.2f} < {limits.min_top1_agreement}")
+        v, lim = shown(acc.top1_agreement, limits.min_top1_agreement)
+        fails.append(f"top-1 agreement {v} < {lim}")
     if acc.ppl_increase > limits.max_ppl_increase:
-        fails.append(f"perplexity +{acc.ppl_increase:.1%} > +{limits.max_ppl_increase:.0%}")
+        v, lim = shown(acc.ppl_increase, limits.max_ppl_increase, percent=True)
+        fails.append(f"perplexity +{v} > +{lim}")
     return fails

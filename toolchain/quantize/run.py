@@ -32,8 +32,9 @@ from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import atomic_write_text, canonical_json, check_replaceable, sha256_text, staged_dir
 from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
 from toolchain.progress import Progress, importing, silent
+from toolchain.specs import families
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
-from toolchain.specs.families import AWQ, BY_ARCHITECTURE, FAMILIES, verdict
+from toolchain.specs.families import AWQ, BY_ARCHITECTURE, verdict
 
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
@@ -49,7 +50,7 @@ _CFG = {
 }
 # HF architectures ModelOpt's TRT-LLM exporter handles, and the decoder_type it needs; the other families of
 # specs.families get the unified HF checkpoint only (for the pytorch runtime).
-DECODER_TYPE = {f.architecture: f.decoder_type for f in FAMILIES.values() if f.decoder_type}
+DECODER_TYPE = {f.architecture: f.decoder_type for f in families.FAMILIES.values() if f.decoder_type}
 AWQ_FORMATS = ("int4_awq", "w4a8_awq")
 NEEDS_CUDA_FORWARD = ("nvfp4",)  # ModelOpt's NVFP4 fake-quant forward asserts CUDA tensors
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # Accelerate's placement strategies
@@ -84,19 +85,29 @@ def check_checkpoint(model_dir: Path, allow_pickle: bool) -> dict[str, Any]:
     archs = cfg.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CheckpointError(f"{cfg_path}: architectures must be a list of class names")
-    family = BY_ARCHITECTURE.get(archs[0]) if archs else None
-    exportable = [f.architecture for f in FAMILIES.values() if f.decoder_type or f.pytorch.ok]
-    if family is None or family.architecture not in exportable:
-        why = (
-            f": on tensorrt, {family.tensorrt_quantized.reason}; on pytorch, {family.pytorch.reason}"
-            if family is not None
-            else ""
-        )
-        raise UserInputError(
-            f"architecture {archs[0] if archs else '(none)'} is not one this toolchain quantizes{why}",
-            f"supported: {', '.join(exportable)} (docs/model-families.md)",
-        )
+    refused = quantize_refusal(cfg)
+    if refused is not None:
+        raise UserInputError(*refused)
     return dict(cfg)
+
+
+def quantize_refusal(cfg: dict[str, Any]) -> tuple[str, str] | None:
+    """(message, fix) when no runtime takes this config's model quantized: the family table's own words and
+    alternative, as `spec validate` gives them (``specs.families.problem``), else None."""
+    archs = cfg.get("architectures") or []
+    family = BY_ARCHITECTURE.get(archs[0]) if archs else None
+    if family is not None and (family.decoder_type or family.pytorch.ok):
+        return None
+    found = families.problem(cfg, "pytorch", "fp8")  # pytorch's verdict and the table's alternative
+    if found is None:  # a model_type the table knows, but an architecture it does not
+        return (
+            f"architecture {archs[0] if archs else '(none)'} is not one this toolchain quantizes",
+            f"supported families: {', '.join(families.FAMILIES)} (docs/model-families.md)",
+        )
+    message, fix = found
+    if family is not None:
+        message = f"{message}; on runtime tensorrt: {family.tensorrt_quantized.reason}"
+    return message, fix
 
 
 def check_awq_dims(model: Any, group: int) -> None:
@@ -185,10 +196,10 @@ def quantize(
         run.export(calibrated, DECODER_TYPE.get(arch), tmp)
         progress("checking accuracy")
         dq, (files, hashed) = _check_and_seal(run, calibrated, tmp)
-        primary = calibrated.fake if calibrated.fake is not None else dq
+        primary = dq  # the verdict is the exported weights' figure; fake-quant is a diagnostic beside it
         manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
         if accuracy_limits is not None:
-            run.acc.gate(primary, accuracy_limits)
+            run.acc.gate(primary, accuracy_limits, diagnostic=calibrated.fake)
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)

@@ -22,6 +22,7 @@ def emit_for_cell(
     force: bool = False,
     engines_root: str | None = None,
     draft_engine: str | None = None,
+    reference_weights: tuple[Path, str] | None = None,
 ) -> dict[str, Any]:
     """Emit the repository of one cell (a draft-target cell's also serves ``draft_engine``, its draft's
     engine directory; with ``"reference"`` the draft checkpoint runs on the CPU reference model).
@@ -34,6 +35,8 @@ def emit_for_cell(
     path such as ``"/engines"`` makes the configs point at ``<engines_root>/<engine key>`` and copies
     nothing: the result's ``mounts`` say which local directory must appear at which path where the
     server runs (an image build copies it there, a pod mounts it).
+    ``reference_weights``: the checkpoint the CPU reference model serves and what it is (the dequantized
+    quantized export, from ``pipeline.emit``); the source checkpoint when not given.
     """
     cell = art.cell
     identity = art.identity()
@@ -43,15 +46,23 @@ def emit_for_cell(
         return _emit_llmapi(art, engine, Path(out), identity, force, engines_root)
     tok = art.tokenizer_dir()
     if engine == "reference":
-        return _emit_reference(art, tok, out, identity, force)
+        return _emit_reference(art, tok, out, identity, force, reference_weights)
     return _emit_engine_dir(art, engine, tok, out, identity, force, engines_root, draft_engine)
 
 
-def _emit_reference(art: CellArtifacts, tok: Path, out: Path, identity: dict[str, Any], force: bool) -> dict[str, Any]:
+def _emit_reference(
+    art: CellArtifacts,
+    tok: Path,
+    out: Path,
+    identity: dict[str, Any],
+    force: bool,
+    reference_weights: tuple[Path, str] | None = None,
+) -> dict[str, Any]:
     """Emit the repository that serves the cell's checkpoint on the CPU reference model."""
     cell = art.cell
     info = EngineInfo.predicted(cell)
-    src = cell.spec.local_source()
+    src, served = reference_weights or _reference_weights(art)
+    identity = {**identity, "reference_weights": served}
     repo = emit_repository(
         cell,
         info,
@@ -64,6 +75,17 @@ def _emit_reference(art: CellArtifacts, tok: Path, out: Path, identity: dict[str
         draft_dir=_reference_draft(cell),
     )
     return _result(repo, "inflight_batcher_llm", True, identity)
+
+
+def _reference_weights(art: CellArtifacts) -> tuple[Path | None, str]:
+    """The source checkpoint, and what it is, when no dequantized export is given (``pipeline.emit`` gives one
+    once the cell's quantized checkpoint exists)."""
+    from toolchain.artifacts.recipe import is_unquantized
+
+    src = art.cell.spec.local_source()
+    if is_unquantized(art.cell.spec):
+        return src, "source checkpoint (unquantized spec)"
+    return src, "source checkpoint, NOT quantized (run `toolchain quantize SPEC` to serve the quantized export)"
 
 
 def _emit_engine_dir(
