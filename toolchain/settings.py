@@ -23,6 +23,9 @@ variable                       default                  meaning
                                                         imports ``dynamo.frontend``
 =============================  =======================  =====================================================
 
+Kubernetes sets ``JOB_COMPLETION_INDEX`` in each pod of an Indexed Job; `toolchain job` reads it (through
+``job_completion_index``) to know which cell of the index file the pod builds (docs/cluster-builds.md).
+
 Third-party libraries read their own variables (``HF_HOME``, ``HF_TOKEN``, ``AWS_*``); the toolchain passes
 them through untouched. For ``oci://`` registries it reads Docker's ``DOCKER_CONFIG`` (the directory of
 ``config.json``) as the Docker CLI and ORAS do. It reads two of huggingface_hub's to decide, before a
@@ -63,6 +66,7 @@ TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source t
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
 HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
 HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
+JOB_COMPLETION_INDEX = Setting("JOB_COMPLETION_INDEX", None, "Kubernetes' own: an Indexed Job pod's index")
 
 ALL: tuple[Setting, ...] = (
     CACHE,
@@ -79,6 +83,7 @@ ALL: tuple[Setting, ...] = (
     DYNAMO_PYTHON,
     HF_OFFLINE,
     HF_ENDPOINT,
+    JOB_COMPLETION_INDEX,
 )
 
 
@@ -138,3 +143,8 @@ def trtllm_root() -> Path:
 def dynamo_python() -> str | None:
     """``TOOLCHAIN_DYNAMO_PYTHON`` when set (None: look in the default places, toolchain.dynamo.env)."""
     return DYNAMO_PYTHON.get()
+
+
+def job_completion_index() -> str | None:
+    """``JOB_COMPLETION_INDEX``, which Kubernetes sets in each pod of an Indexed Job (None outside one)."""
+    return JOB_COMPLETION_INDEX.get()

@@ -18,6 +18,7 @@ from toolchain.cli import (
     dynamo_cmd,
     gpus_cmd,
     infer_cmd,
+    job_cmd,
     matrix_cmd,
     plan_cmd,
     quantize_cmd,
@@ -168,6 +169,7 @@ COMMANDS = (
     deploy_cmd,
     diagnose_cmd,
     matrix_cmd,
+    job_cmd,
     dynamo_cmd,
 )
 for _module in COMMANDS:

@@ -28,6 +28,8 @@ class MatrixFormat(str, Enum):
     github = "github"
     gitlab = "gitlab"
     json = "json"
+    kubernetes = "kubernetes"
+    argo = "argo"
 
 
 class BenchProtocol(str, Enum):

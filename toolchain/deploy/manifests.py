@@ -18,11 +18,11 @@ it, and kubectl refuses to apply them to another.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.deploy import core
+from toolchain.deploy.core import SERVER_UID as SERVER_UID  # re-exported: deploy.context
 from toolchain.deploy.sizing import GIB, Sizing
 from toolchain.specs.matrix import Cell
 
@@ -34,7 +34,6 @@ PINNED = {
     "lws": "0.10.0",
 }
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
-SERVER_UID = 1000  # triton-server in NGC's Triton images (triton-inference-server/server build.py)
 DEFAULT_NAMESPACE = "default"  # where kubectl puts namespace-less objects; written out so the query can name it
 QUEUE_MODEL = "tensorrt_llm"  # the model whose queue time `toolchain diagnose` reads
 
@@ -59,13 +58,7 @@ class Target:
 
 def app_name(cell: Cell) -> str:
     """A DNS-1035 label (<= 63 chars) naming the cell's workload, stable for the cell."""
-    raw = re.sub(r"[^a-z0-9-]+", "-", f"{cell.spec.name}-{cell.id}".lower()).strip("-")
-    if not raw[:1].isalpha():
-        raw = "tc-" + raw
-    if len(raw) > 52:
-        digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
-        raw = raw[:43].rstrip("-") + "-" + digest
-    return raw
+    return core.dns_label(f"{cell.spec.name}-{cell.id}")
 
 
 def namespace(t: Target) -> str:
@@ -74,13 +67,7 @@ def namespace(t: Target) -> str:
 
 
 def _labels(t: Target, cell: Cell) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": t.app,
-        "app.kubernetes.io/component": "llm-server",
-        "app.kubernetes.io/part-of": "toolchain",
-        "toolchain/engine-key": t.engine_key[:16],
-        "toolchain/gpu": cell.gpu.name.lower(),
-    }
+    return core.labels(t.app, "llm-server", engine_key=t.engine_key, gpu=cell.gpu.name)
 
 
 def _selector(t: Target) -> dict[str, str]:
@@ -144,7 +131,7 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         "name": "server",
         "image": t.image,
         # a digest names one image for good; a tag may have moved since the node pulled it
-        "imagePullPolicy": "IfNotPresent" if "@" in t.image else "Always",
+        "imagePullPolicy": core.image_pull_policy(t.image),
         "args": [role],
         "env": _env(t, cell, s),
         "ports": container_ports(t) if role != "worker" else [],
@@ -152,11 +139,7 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
             "requests": {"cpu": str(max(4, 4 * gpus)), "memory": _quantity(s.memory_request_bytes)},
             "limits": {"nvidia.com/gpu": str(gpus), "memory": _quantity(s.memory_limit_bytes)},
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": core.container_security(),
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "engines", "mountPath": t.engines_root},
@@ -179,7 +162,7 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
             "failureThreshold": 3,
         }
     if t.registry_secret:
-        container["envFrom"] = [{"secretRef": {"name": t.registry_secret, "optional": False}}]
+        container["envFrom"] = core.secret_env(t.registry_secret)
     if s.multi_node:
         container["env"] += [
             {"name": "TOOLCHAIN_NODES", "value": str(s.nodes_per_replica)},
@@ -198,17 +181,11 @@ def pod_spec(t: Target, cell: Cell, s: Sizing, *, gpus: int, role: str = "server
         container["volumeMounts"].append({"name": "registry", "mountPath": t.registry, "readOnly": True})
         volumes.append({"name": "registry", "persistentVolumeClaim": {"claimName": t.registry_pvc, "readOnly": True}})
     pod: dict[str, Any] = {
-        "nodeSelector": {"nvidia.com/gpu.product": cell.gpu.gfd_product},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {core.GPU_PRODUCT_LABEL: cell.gpu.gfd_product},
+        "tolerations": [dict(core.GPU_TOLERATION)],
         "terminationGracePeriodSeconds": 60,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SERVER_UID,
-            "runAsGroup": SERVER_UID,
-            "fsGroup": SERVER_UID,  # the engines volume is writable by the server
-            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a large registry volume at each start
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        # the engines volume is writable by the server, without a recursive chown of it at each start
+        "securityContext": core.pod_security(),
         "automountServiceAccountToken": role == "leader",
         "containers": [container],
         "volumes": volumes,

@@ -39,7 +39,7 @@ from toolchain.specs.loader import safe_yaml
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import CONTAINERS
 
-FORMATS = ("github", "gitlab", "json")  # what `toolchain matrix` prints: a GitHub matrix, a GitLab child pipeline
+FORMATS = ("github", "gitlab", "json", "kubernetes", "argo")  # GitHub matrix, GitLab child pipeline, Jobs, Workflow
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
 TRITON_TRTLLM_IMAGE = "nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3"
 CPU_IMAGE = "busybox:1.37"  # the child pipeline's one CPU job when nothing is left to build
