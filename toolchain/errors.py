@@ -156,6 +156,12 @@ class RegistryUnavailableError(RegistryError):
     default_hint = "check the endpoint URL, network and credentials (AWS_* / HF_TOKEN)"
 
 
+class RegistryPlainHTTPError(RegistryUnavailableError, UserInputError):
+    """HTTPS to a registry that speaks plain HTTP: a setting the user must choose (exit 2)."""
+
+    exit_code = 2
+
+
 class RegistryAuthError(RegistryError, UserInputError):
     """A registry refused the credentials given (401) or the access asked (403): the user's to fix. Exit code 2."""
 

@@ -81,7 +81,7 @@ def test_https_to_a_plain_http_registry_says_to_set_plain_http(
 ) -> None:
     monkeypatch.delenv("TOOLCHAIN_OCI_PLAIN_HTTP", raising=False)
     r = cli("cache", "ls", "--registry", oci_server.url("engines/x"))
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # a setting the user must choose: a user mistake (errors.py), not a broken registry
     assert "TOOLCHAIN_OCI_PLAIN_HTTP=1" in _one_error_line(r.output)
 
 
@@ -96,9 +96,15 @@ def test_an_entry_is_an_oras_layout_artifact_tagged_by_key(oci_url: str, tmp_pat
     b: Any = r.backend
     got = httpx.get(f"{b.base}/manifests/{KEY}", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
     man = got.json()
-    assert man["artifactType"] == ARTIFACT_TYPE and man["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
+    assert man["artifactType"] == ARTIFACT_TYPE
     titles = {layer["annotations"][TITLE]: layer["digest"] for layer in man["layers"]}
     assert titles == {rel: f.digest for rel, f in m.files.items()}
+    # the config is the toolchain's record of the entry (docs/oci-registry.md, "Content trust")
+    record = man["config"]
+    assert record["mediaType"] == "application/vnd.toolchain.record.v1+json"
+    assert man["annotations"]["dev.toolchain.record"] == record["digest"]
+    rec = json.loads(httpx.get(f"{b.base}/blobs/{record['digest']}").content)
+    assert rec["key"] == KEY and {k: v["digest"] for k, v in rec["files"].items()} == titles
     assert all(d.startswith("sha256:") for d in titles.values())
     ann = man["annotations"]
     assert ann["dev.toolchain.key"] == KEY
@@ -114,7 +120,7 @@ def test_push_uploads_each_blob_once_and_skips_what_the_registry_has(oci_url: st
     b.requests.clear()
     r.put(KEY, src)
     posts = [p for m, p in b.requests if m == "POST"]
-    assert len(posts) == 5  # empty config + 4 distinct files, nothing twice
+    assert len(posts) == 6  # empty config + 4 distinct files + the entry's record, nothing twice
     assert any(m == "PATCH" for m, _ in b.requests)
     # a second machine pushes the same engine under another key: nothing is sent again (HEAD finds every blob)
     other = open_registry(oci_url)
@@ -125,7 +131,8 @@ def test_push_uploads_each_blob_once_and_skips_what_the_registry_has(oci_url: st
         (small / name).write_bytes((src / name).read_bytes())
     ob.requests.clear()
     other.put("d" * 64, small)
-    assert not any(m in ("POST", "PATCH") for m, _ in ob.requests)
+    assert not any(m == "PATCH" for m, _ in ob.requests)
+    assert len([m for m, _ in ob.requests if m == "POST"]) == 1  # the new entry's record, no file again
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -208,7 +215,7 @@ def test_a_broken_chunk_upload_resumes_where_the_registry_stopped(oci_env: Regis
         r.get(KEY, tmp_path / "o")
     assert _tree(tmp_path / "o") == _tree(src)
     # the client asked where the upload stood (distribution cannot go on after a partial chunk: a new session)
-    assert "GET" in asked and asked.count("POST") == 5 + 1
+    assert "GET" in asked and asked.count("POST") == 6 + 1  # empty blob, 4 files, the record; the new session
 
 
 def test_a_registry_without_chunked_uploads_gets_whole_file_puts(oci_env: RegistryServer, tmp_path: Path) -> None:

@@ -594,4 +594,23 @@ def open_backend(url: str | None, *, must_exist: bool = False) -> Backend:
             f"no registry at {root.resolve()}",
             "check --registry / TOOLCHAIN_REGISTRY (a registry is created by `cache push` or `build`)",
         )
+    if must_exist and not is_local_registry(root):
+        raise RegistryURLError(
+            f"{root.resolve()} is not a registry (it holds files other than blobs/, manifests/, refs/, tmp/)",
+            "check --registry / TOOLCHAIN_REGISTRY: name the registry directory itself",
+        )
     return LocalBackend(root)
+
+
+REGISTRY_NAMES = frozenset({"blobs", "manifests", "refs", "tmp", "lock"})
+
+
+def is_local_registry(root: Path) -> bool:
+    """A directory a registry could be: empty, or holding only the registry's own names (at least one of
+    which is there). Commands that only read or tidy (``gc``) refuse anything else, so that a mistyped
+    ``--registry`` never gets a ``tmp/`` created in it or its files planned for removal."""
+    try:
+        names = {p.name for p in root.iterdir()}
+    except OSError:
+        return False
+    return names <= REGISTRY_NAMES

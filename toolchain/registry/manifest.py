@@ -105,3 +105,21 @@ def parse_manifest(raw: bytes, where: str) -> EntryManifest:
         loc = loc if len(loc) <= 100 else loc[:97] + "..."
         msg = str(first["msg"]).splitlines()[0][:200] if first["msg"] else "invalid"
         raise ManifestError(f"manifest {where} is invalid: {loc!r}: {msg}") from e
+
+
+def check_against_record(record: EntryManifest, files: dict[str, Any], where: str) -> None:
+    """Refuse a listing (``path -> {digest, size, executable}``, from a backend's own manifest) that differs
+    from the entry's record in any file: missing, extra, another digest, size or mode."""
+    hint = "do not use this entry; push it again from a trusted copy"
+    for rel in sorted(set(record.files) | set(files)):
+        shown = repr(rel[:80])
+        if rel not in files:
+            raise ManifestError(f"{where}: {shown} is in the entry's record but not in its manifest", hint)
+        if rel not in record.files:
+            raise ManifestError(f"{where}: {shown} is in the manifest but not in the entry's record", hint)
+        got, want = files[rel], record.files[rel]
+        if not isinstance(got, dict):
+            raise ManifestError(f"{where}: {shown} has no digest in the manifest", hint)
+        for name, value in (("digest", want.digest), ("size", want.size), ("executable", want.executable)):
+            if got.get(name) != value:
+                raise ManifestError(f"{where}: {shown} has another {name} in the manifest than in the record", hint)

@@ -35,11 +35,12 @@ from toolchain.errors import (
     ManifestError,
     RegistryAuthError,
     RegistryError,
+    RegistryPlainHTTPError,
     RegistryUnavailableError,
     RegistryURLError,
 )
 from toolchain.registry.backends import Backend
-from toolchain.registry.manifest import KEY_RE, TAG_RE
+from toolchain.registry.manifest import KEY_RE, TAG_RE, check_against_record, parse_manifest
 from toolchain.registry.oci_auth import DOCKER_HUB_HOSTS, Credentials, fetch_token, lookup_credentials, parse_challenge
 
 MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
@@ -47,6 +48,7 @@ DOCKER_MANIFEST_MT = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_MTS = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 ARTIFACT_TYPE = "application/vnd.toolchain.engine.v1"
 FILE_MT = "application/vnd.toolchain.engine.file.v1"
+RECORD_MT = "application/vnd.toolchain.record.v1+json"  # the toolchain's own record of an entry: the config blob
 EMPTY_DATA = b"{}"
 EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_DATA).hexdigest()
 EMPTY: dict[str, Any] = {
@@ -63,6 +65,7 @@ A_SCHEMA = "dev.toolchain.schema"
 A_PROVENANCE = "dev.toolchain.provenance"
 A_TAG = "dev.toolchain.tag"
 A_EXEC = "dev.toolchain.executable"
+A_RECORD = "dev.toolchain.record"
 ORAS_UNPACK = "io.deis.oras.content.unpack"
 
 CHUNK = 64 * 2**20  # bytes per PATCH of a chunked upload (raised to the registry's OCI-Chunk-Min-Length)
@@ -122,8 +125,10 @@ def _oci_error(resp: Any) -> str:
         return ""
 
 
-def entry_to_oci(entry: dict[str, Any]) -> dict[str, Any]:
-    """An entry manifest (the registry's JSON) as an OCI image manifest of the toolchain's artifact type."""
+def entry_to_oci(entry: dict[str, Any], record: tuple[str, int] | None = None) -> dict[str, Any]:
+    """An entry manifest (the registry's JSON) as an OCI image manifest of the toolchain's artifact type;
+    ``record`` (digest, size): the blob holding that JSON, referenced as the manifest's config (which ORAS
+    and other clients never restore as a file) and by the ``dev.toolchain.record`` annotation."""
     files: dict[str, dict[str, Any]] = entry.get("files") or {}
     layers = []
     for rel, f in sorted(files.items()):
@@ -138,13 +143,19 @@ def entry_to_oci(entry: dict[str, Any]) -> dict[str, Any]:
             ann[A_EXEC] = "true"
         layers.append({"mediaType": FILE_MT, "digest": digest, "size": int(f.get("size", 0)), "annotations": ann})
     listing = {rel: [f.get("digest"), bool(f.get("executable"))] for rel, f in sorted(files.items())}
+    extra: dict[str, str] = {}
+    config = dict(EMPTY)
+    if record is not None:
+        config = {"mediaType": RECORD_MT, "digest": record[0], "size": record[1]}
+        extra[A_RECORD] = record[0]
     return {
         "schemaVersion": 2,
         "mediaType": MANIFEST_MT,
         "artifactType": ARTIFACT_TYPE,
-        "config": dict(EMPTY),
+        "config": config,
         "layers": layers,
         "annotations": {
+            **extra,
             CREATED: str(entry.get("created", "")),
             A_KEY: str(entry.get("key", "")),
             A_CONTENT: "sha256:" + sha256_text(canonical_json(listing)),
@@ -283,10 +294,10 @@ class OCIBackend(Backend):
             "TOOLCHAIN_OCI_PASSWORD",
         )
 
-    def _unreachable(self, e: BaseException) -> RegistryUnavailableError:
+    def _unreachable(self, e: BaseException) -> RegistryError:
         text = str(e)
         if self.scheme == "https" and ("SSL" in text or "WRONG_VERSION" in text.upper() or "TLS" in text):
-            return RegistryUnavailableError(
+            return RegistryPlainHTTPError(
                 f"cannot talk HTTPS to registry {self.host} ({type(e).__name__}): it may speak plain HTTP",
                 "set TOOLCHAIN_OCI_PLAIN_HTTP=1 for a registry without TLS (or give the registry a certificate)",
             )
@@ -616,6 +627,13 @@ class OCIBackend(Backend):
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         if ref.startswith("sha256:") and digest != ref:
             raise ManifestError(f"registry {self.host} served a manifest for {ref} whose bytes hash to {digest}")
+        named = resp.headers.get("Docker-Content-Digest")
+        if named and str(named).startswith("sha256:") and named != digest:
+            raise ManifestError(
+                f"registry {self.host} served manifest {ref[:71]} as {str(named)[:71]} but its bytes hash to "
+                f"{digest}: it was changed in the registry's storage",
+                "do not use this entry; push it again from a trusted copy, and ask the registry's operators",
+            )
         try:
             m = json.loads(raw)
         except ValueError as e:
@@ -720,7 +738,9 @@ class OCIBackend(Backend):
             got = self._entry_ref(name)
             if got is None:
                 raise FileNotFoundError(path)
-            return json.dumps(oci_to_entry(got[0], name, f"{self.url}:{name[:16]}")).encode()
+            where = f"{self.url}:{name[:16]}"
+            entry = oci_to_entry(got[0], name, where)
+            return self._trusted(got[0], entry, where)
         if kind == "tag" and TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
             got = self._get_manifest(name)
             if got is None:
@@ -728,6 +748,58 @@ class OCIBackend(Backend):
             ann = got[0].get("annotations") or {}
             return str(ann.get(A_KEY) or got[1].split(":", 1)[1]).encode()
         raise FileNotFoundError(path)
+
+    def _trusted(self, m: dict[str, Any], entry: dict[str, Any], where: str) -> bytes:
+        """The entry JSON to trust for manifest ``m``: its record blob, checked against every layer (title,
+        digest, size, mode; no file missing or extra). A toolchain manifest without a record (pushed before
+        records) is checked against its content annotation; another client's artifact has neither."""
+        ann = m.get("annotations") or {}
+        config = m.get("config")
+        layers = [la for la in m.get("layers") or [] if isinstance(la, dict)]
+        recs = [la for la in [config, *layers] if isinstance(la, dict) and la.get("mediaType") == RECORD_MT]
+        if A_RECORD not in ann and not recs:
+            if A_KEY in ann:
+                files = entry.get("files") or {}
+                listing = {rel: [f.get("digest"), bool(f.get("executable"))] for rel, f in sorted(files.items())}
+                if ann.get(A_CONTENT) != "sha256:" + sha256_text(canonical_json(listing)):
+                    raise ManifestError(
+                        f"{where}: the manifest's layers differ from the content it records "
+                        "(a layer retitled, swapped or dropped)",
+                        "do not use this entry; push it again from a trusted copy",
+                    )
+            return json.dumps(entry).encode()
+        if len(recs) != 1 or recs[0] is not config or recs[0].get("digest") != ann.get(A_RECORD):
+            raise ManifestError(
+                f"{where}: the manifest's record (its config) and its {A_RECORD} annotation disagree",
+                "do not use this entry; push it again from a trusted copy",
+            )
+        digest = str(recs[0].get("digest"))
+        raw = self.record_bytes(digest)
+        if len(raw) != recs[0].get("size"):
+            raise ManifestError(f"{where}: the manifest gives the record another size", "push the entry again")
+        record = parse_manifest(raw, where)
+        key = str(entry.get("key"))
+        if record.key != key:
+            raise ManifestError(f"{where}: the record is of entry {record.key[:16]}, not {key[:16]}")
+        check_against_record(record, entry.get("files") or {}, where)
+        return raw
+
+    def record_bytes(self, digest: str) -> bytes:
+        """A record blob's bytes, refused unless they hash to ``digest``."""
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ManifestError(f"record digest {digest[:80]!r} in {self.url} is not a sha256 digest")
+        resp = self._request("GET", f"/blobs/{digest}")
+        if resp.status_code == 404:
+            raise CorruptArtifactError(f"{self.url} lacks the record blob {digest[:19]}", "push the entry again")
+        if resp.status_code != 200:
+            raise self._fail(resp, f"GET of record blob {digest[:19]}")
+        raw = bytes(resp.content)
+        if len(raw) > MAX_MANIFEST or "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+            raise ManifestError(
+                f"the record blob {digest[:19]} in {self.url} does not match its digest",
+                "do not use this entry; push it again from a trusted copy",
+            )
+        return raw
 
     def _ensure_config(self) -> None:
         if not self._config_pushed:
@@ -740,8 +812,11 @@ class OCIBackend(Backend):
             entry = json.loads(data)
         except ValueError as e:
             raise ManifestError(f"entry {key[:16]} is not JSON") from e
-        m = entry_to_oci(entry)
+        record = "sha256:" + hashlib.sha256(data).hexdigest()
         self._ensure_config()
+        if not self.blob_exists(record):
+            self.upload_bytes(data, record)
+        m = entry_to_oci(entry, (record, len(data)))
         return self._put_manifest(key, m)
 
     def write_bytes(self, path: str, data: bytes) -> None:
