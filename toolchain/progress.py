@@ -73,12 +73,14 @@ class Heartbeat:
         while not self._stop.wait(self.every):
             self.beat()
 
-    def beat(self) -> None:
+    def _probe(self) -> str | None:
         try:
-            message = self.probe()
+            return self.probe()
         except Exception:  # a probe must never break the work it watches
-            message = None
-        self.progress(self.stage, time.monotonic() - self.t0, None, unit="s", message=message)
+            return None
+
+    def beat(self) -> None:
+        self.progress(self.stage, time.monotonic() - self.t0, None, unit="s", message=self._probe())
 
     def __enter__(self) -> Heartbeat:
         self.t0 = time.monotonic()
@@ -88,6 +90,10 @@ class Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(2)
+        # the stage ended: one last report (probed afresh: the states now, not a second ago) with done ==
+        # total, so a renderer turns its live line into a final one
+        elapsed = time.monotonic() - self.t0
+        self.progress(self.stage, elapsed, elapsed, unit="s", message=self._probe())
 
 
 def importing(progress: Progress, modules: tuple[str, ...], what: str | None = None) -> None:

@@ -173,6 +173,7 @@ def up(
 
     run_dir = workdir or Path(tempfile.mkdtemp(prefix="toolchain-dynamo-"))
     stop = threading.Event()
+    stages = Stages(quiet=json_out)
     _planned, started = up_pipeline(
         spec,
         cell_id=cell,
@@ -181,8 +182,9 @@ def up(
         http_port=http_port,
         speedup=speedup,
         ready_timeout=ready_timeout,
-        progress=Stages(quiet=json_out),
+        progress=stages,
     )
+    stages.settle()  # the model is registered: nothing redraws after the ready line
     assert isinstance(started, LocalDeployment)
     dep = started
     try:

@@ -121,7 +121,9 @@ class Stages:
     def describe(self, stage: str, done: float, total: float | None, unit: str, message: str | None) -> str:
         now = time.monotonic()
         t_first, d_first = self._first.setdefault(stage, (now, done))
-        if unit == "s":
+        if unit == "s" and total is not None and done >= total:
+            text = f"{stage}: done in {done:.0f} s"
+        elif unit == "s":
             text = f"{stage}: {done:.0f} s elapsed"
         elif total:
             text = f"{stage}: {_amount(done, unit)} / {_amount(total, unit)} {'' if unit == 'B' else unit}".rstrip()
@@ -169,14 +171,14 @@ class Stages:
             err.print(f"{self._stamp()} " + escape(self.describe(stage, done, total, unit, message)), highlight=False)
 
     def _bar(self, stage: str, done: float, total: float | None, unit: str, message: str | None) -> None:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn
 
         if self._bars is None:
             self._bars = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
+                # one clock per line: the elapsed time is in ``info`` (describe), never a second column
                 TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
                 console=err,
                 transient=False,
                 # never swap sys.stdout/sys.stderr: a bar started inside someone's redirect_stdout would
@@ -189,6 +191,15 @@ class Stages:
         if stage not in self._tasks:
             self._tasks[stage] = self._bars.add_task(escape(stage), total=total, info=escape(info))
         self._bars.update(self._tasks[stage], completed=done, total=total, info=escape(info))
+        if all(t.finished for t in self._bars.tasks):  # every stage on screen ended: draw it once, stop
+            self._close_bars()
+
+    def settle(self) -> None:
+        """Nothing is running now (a server is ready and waits for Ctrl-C): stop every bar and the
+        "still ..." ticker, so nothing redraws or ticks after the final line."""
+        with self._lock:
+            self._close_bars()
+            self._stage = None
 
     def _close_bars(self) -> None:
         if self._bars is not None:

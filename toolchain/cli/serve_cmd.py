@@ -34,10 +34,12 @@ def serve(
     from toolchain.triton.serving import serve_repository
 
     stop = threading.Event()
+    stages = Stages()
 
     def ready(srv: Server, meta: dict[str, Any]) -> None:
         # From here SIGTERM asks for a clean stop (before, it ends the start as it always did).
         signal.signal(signal.SIGTERM, lambda *a: stop.set())
+        stages.settle()  # every model is ready: no bar or "still ..." line after the ready line
         if meta.get("reference"):
             err.print("serving the CPU reference model (PyTorch), not TensorRT-LLM", highlight=False)
         err.print(
@@ -54,7 +56,7 @@ def serve(
         ready_timeout=ready_timeout,
         world_size=world_size,
         on_ready=ready,
-        progress=Stages(),
+        progress=stages,
     )
     err.print("stopped")
 

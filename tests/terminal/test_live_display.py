@@ -1,0 +1,65 @@
+"""A live display on a real pseudo-terminal stops when its stage ends: nothing redraws after the final line.
+
+On main a rich bar started by a heartbeat (``tritonserver loading models``) kept redrawing its clock after
+``ready:`` until Ctrl-C, and showed two clocks ("2 s elapsed 0:00:04"). These run a few seconds each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.terminal.pty_harness import ANSI, run_on_pty
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from toolchain.cli.render import Stages, err
+    from toolchain.progress import Heartbeat
+
+    st = Stages()
+    st("server starting")
+    with Heartbeat(st, "loading models", lambda: "model READY", every=0.2):
+        time.sleep(1.5)
+    if sys.argv[1] == "settle":
+        st.settle()
+    err.print("ready: here", highlight=False)
+    sys.stderr.flush()
+    time.sleep(3.0)  # a server waiting for Ctrl-C: the screen must stay still
+    """
+)
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[bytes, str]:
+    script = tmp_path / "live.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "80"}
+    r = run_on_pty([sys.executable, str(script), mode], env=env, timeout=120)
+    assert r.returncode == 0, r.describe()
+    after = r.output.split(b"ready: here", 1)[1]
+    return after, r.text
+
+
+def test_nothing_redraws_after_ready(tmp_path: Path) -> None:
+    after, text = _run(tmp_path, "settle")
+    assert ANSI.sub(b"", after).strip() == b"", f"redrawn after ready: {after[:300]!r}"
+    assert "done in" in text.split("ready: here")[0]  # the bar became a final line
+
+
+def test_a_finished_heartbeat_stops_its_bar_even_without_settle(tmp_path: Path) -> None:
+    after, _ = _run(tmp_path, "none")
+    # no bar redraws (cursor movement, the bar's text); the "still ..." ticker may narrate the open stage
+    assert b"loading models" not in after and b"\x1b[" not in after.replace(b"\x1b[2m", b"").replace(b"\x1b[0m", b""), (
+        after[:300]
+    )
+
+
+def test_one_clock_per_line(tmp_path: Path) -> None:
+    _, text = _run(tmp_path, "settle")
+    for line in text.splitlines():
+        if "elapsed" in line or "done in" in line:
+            assert not re.search(r"\d:\d\d:\d\d", line), line  # rich's TimeElapsedColumn beside our own clock
