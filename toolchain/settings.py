@@ -61,6 +61,7 @@ DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of c
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
+AIC_PYTHON = Setting("TOOLCHAIN_AIC_PYTHON", None, "Python of NVIDIA AIConfigurator's own environment (.venv-aic)")
 HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
 HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
 
@@ -138,3 +139,8 @@ def trtllm_root() -> Path:
 def dynamo_python() -> str | None:
     """``TOOLCHAIN_DYNAMO_PYTHON`` when set (None: look in the default places, toolchain.dynamo.env)."""
     return DYNAMO_PYTHON.get()
+
+
+def aic_python() -> str | None:
+    """``TOOLCHAIN_AIC_PYTHON`` when set (None: the repository's ``.venv-aic``, toolchain.planning.estimate)."""
+    return AIC_PYTHON.get()
