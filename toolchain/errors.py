@@ -220,6 +220,13 @@ class DeployError(UserInputError):
 # --- dynamo -----------------------------------------------------------------------------------
 
 
+class EstimatorMissingError(ToolchainError):
+    """NVIDIA AIConfigurator's environment (``.venv-aic``) is missing and ``--estimator aic`` was asked: exit 3."""
+
+    exit_code = 3
+    default_hint = "run scripts/setup-aic.sh, or plan with --estimator floor"
+
+
 class DynamoMissingError(ToolchainError):
     """NVIDIA Dynamo's environment (``.venv-dynamo``) is not installed: exit 3, like a missing extra."""
 

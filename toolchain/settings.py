@@ -64,6 +64,7 @@ DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of c
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
+AIC_PYTHON = Setting("TOOLCHAIN_AIC_PYTHON", None, "Python of NVIDIA AIConfigurator's own environment (.venv-aic)")
 HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
 HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
 JOB_COMPLETION_INDEX = Setting("JOB_COMPLETION_INDEX", None, "Kubernetes' own: an Indexed Job pod's index")
@@ -148,3 +149,8 @@ def dynamo_python() -> str | None:
 def job_completion_index() -> str | None:
     """``JOB_COMPLETION_INDEX``, which Kubernetes sets in each pod of an Indexed Job (None outside one)."""
     return JOB_COMPLETION_INDEX.get()
+
+
+def aic_python() -> str | None:
+    """``TOOLCHAIN_AIC_PYTHON`` when set (None: the repository's ``.venv-aic``, toolchain.planning.estimate)."""
+    return AIC_PYTHON.get()

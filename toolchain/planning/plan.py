@@ -81,7 +81,11 @@ class CellPlan:
     tpot_target_ms: float | None = None
     batch_at_sla: int | None = None
     tok_s_per_gpu_at_sla: float | None = None
-    fleet: dict[str, Any] | None = None
+    fleet: dict[str, Any] | None = None  # the floor's fleet: a lower bound on GPUs
+    tpot_floor_at_sla_ms: float | None = None  # the floor's TPOT at batch_at_sla (what the floor fleet is sized at)
+    estimator: str = "floor"  # what produced the estimate columns: "floor" or "aiconfigurator 0.12.0"
+    estimate: dict[str, Any] | None = None  # AIConfigurator's figures (toolchain.planning.estimate)
+    fleet_estimate: dict[str, Any] | None = None  # the fleet at the batch the estimate says meets the SLOs
     speculative_tokens: float | None = None
     features: dict[str, Any] = field(default_factory=dict)  # speculative and LoRA (planning.speculative)
     errors: list[str] = field(default_factory=list)
@@ -203,15 +207,16 @@ def _batch_at_sla(plan: CellPlan, cell: Cell, target: float, read_b1: float) -> 
     return max(1, min(b_sla, cell.max_batch_size, max(1, plan.max_concurrency_at_avg)))
 
 
-def _size_fleet(plan: CellPlan, cell: Cell, traffic: Traffic, target: float, b_sla: int) -> None:
-    """Record the expected tokens per verify step and the fleet that serves the traffic's peak at the SLO."""
+def _size_fleet(plan: CellPlan, cell: Cell, traffic: Traffic, tpot_at_batch: float, b_sla: int) -> None:
+    """Record the expected tokens per verify step and the floor's fleet: each instance runs ``b_sla`` requests at
+    the floor's TPOT for that batch (not at the SLO: a batch-capped cell runs well below it)."""
     spec_k = traffic.speculative
     tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
     plan.speculative_tokens = tps if spec_k else None
     f: Fleet = fleet_size(
         peak_rps=traffic.peak_rps,
         avg_output_tokens=traffic.output_tokens.mean,
-        tpot_target_ms=target,
+        tpot_target_ms=tpot_at_batch,
         batch_at_sla=b_sla,
         gpus_per_instance=cell.tp * cell.pp,
         utilization=traffic.target_utilization,
@@ -237,9 +242,12 @@ def _apply_tpot_slo(plan: CellPlan, cell: Cell, arch: ModelArch) -> None:
     elif plan.free_bytes > 0:
         b_sla = _batch_at_sla(plan, cell, target, _decode_read_bytes(cell, arch, 1))
         plan.batch_at_sla = b_sla
-        plan.tok_s_per_gpu_at_sla = 1000.0 / target * b_sla / (cell.tp * cell.pp)
+        kv_read = plan.kv_bytes_per_token * cell.pp * plan.avg_context * b_sla
+        at = min(target, tpot_floor_ms(_decode_read_bytes(cell, arch, b_sla), kv_read, cell.gpu.hbm_bytes_s))
+        plan.tpot_floor_at_sla_ms = at
+        plan.tok_s_per_gpu_at_sla = 1000.0 / at * b_sla / (cell.tp * cell.pp)
         if spec.traffic is not None:
-            _size_fleet(plan, cell, spec.traffic, target, b_sla)
+            _size_fleet(plan, cell, spec.traffic, at, b_sla)
 
 
 def _check_ttft(plan: CellPlan, cell: Cell) -> None:
@@ -312,18 +320,48 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
     ]
     if plan.batch_at_sla is not None:
         lines.append(
-            f"  batch at TPOT SLA {plan.tpot_target_ms:g} ms = {plan.batch_at_sla}; tok/s per GPU = "
-            f"1000/{plan.tpot_target_ms:g} × {plan.batch_at_sla} ÷ {plan.tp * plan.pp} = "
+            f"  batch at TPOT SLA {plan.tpot_target_ms:g} ms = {plan.batch_at_sla} (floor TPOT there "
+            f"{plan.tpot_floor_at_sla_ms:.2f} ms); tok/s per GPU = "
+            f"1000/{plan.tpot_floor_at_sla_ms:.2f} × {plan.batch_at_sla} ÷ {plan.tp * plan.pp} = "
             f"{plan.tok_s_per_gpu_at_sla:,.0f}"
         )
     if plan.fleet:
         f = plan.fleet
         lines.append(
-            f"  fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per instance "
+            f"  floor fleet (lower bound): peak {f['peak_tok_s']:,.0f} tok/s ÷ "
+            f"{f['tok_s_per_instance']:,.0f} tok/s per instance "
             f"= {f['raw_instances']:.1f} instances × {f['gpus_per_instance']} GPUs = {f['raw_gpus']:.1f} raw GPUs "
             f"→ ÷ utilization × headroom = {f['total_gpus']} GPUs ({f['total_instances']} instances)"
         )
+    lines += estimate_explain(plan)
     if plan.speculative_tokens:
         lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
     lines += feature_explain(plan.features)
     return "\n".join(lines)
+
+
+def estimate_explain(plan: CellPlan) -> list[str]:
+    """Where the silicon estimate's figures came from (AIConfigurator's measured database), line by line."""
+    e = plan.estimate
+    if e is None:
+        return []
+    b1, at = e["batch_1"], e["at_batch"]
+    lines = [
+        f"  silicon estimate: {e['estimator']}, database {e['database']} measured on {e['system']}, "
+        f"ISL {e['isl']} / OSL {e['osl']}",
+        f"    batch 1: TTFT {b1['ttft_ms']:.1f} ms, TPOT {b1['tpot_ms']:.2f} ms "
+        f"(floor {plan.tpot_floor_b1_ms:.2f} ms, ×{b1['tpot_ms'] / plan.tpot_floor_b1_ms:.1f})",
+    ]
+    if at:
+        lines.append(
+            f"    largest batch ≤ {e['batch_cap']} meeting the SLOs: {at['batch']}: TTFT {at['ttft_ms']:.1f} ms, "
+            f"TPOT {at['tpot_ms']:.2f} ms, {at['tok_s_per_gpu']:,.0f} tok/s per GPU, {at['memory_gb']:.1f} GB"
+        )
+    if plan.fleet_estimate:
+        f = plan.fleet_estimate
+        lines.append(
+            f"    fleet at that batch: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per "
+            f"instance = {f['raw_instances']:.2f} instances × {f['gpus_per_instance']} GPUs ÷ utilization × "
+            f"headroom = {f['total_gpus']} GPUs"
+        )
+    return lines

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from toolchain.errors import EstimatorMissingError
+from toolchain.planning import estimate
+from toolchain.planning.estimate import Estimator
 from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.specs.arch import ModelArch, arch_for_spec, unknown_fields
-from toolchain.specs.matrix import expand, find_cell
+from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import require_compatible
 
@@ -19,6 +23,7 @@ class SpecPlan:
     arch: ModelArch
     plans: list[CellPlan]
     unused_config_fields: list[str]  # config.json fields the planner does not use (they may matter)
+    notes: list[str] = field(default_factory=list)  # spec-wide notes (e.g. no silicon estimate installed)
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -31,11 +36,19 @@ class SpecPlan:
             "model": self.arch.name,
             "params": self.arch.params,
             "cells": [p.to_json() for p in self.plans],
+            "notes": self.notes,
         }
 
 
-def plan_spec(spec: EngineSpec, cell_id: str | None = None) -> SpecPlan:
-    """Plan one cell (``cell_id``) or every cell of ``spec``."""
+def plan_spec(
+    spec: EngineSpec,
+    cell_id: str | None = None,
+    *,
+    estimator: Estimator = "floor",
+    progress: Callable[[str], None] | None = None,
+) -> SpecPlan:
+    """Plan one cell (``cell_id``) or every cell of ``spec``: the roofline floor, and with ``estimator`` "aic" or
+    "auto" NVIDIA AIConfigurator's silicon estimate beside it ("auto": when its venv is installed, else a note)."""
     arch = arch_for_spec(spec)
     local = spec.local_source()
     unused: list[str] = []
@@ -43,4 +56,23 @@ def plan_spec(spec: EngineSpec, cell_id: str | None = None) -> SpecPlan:
         unused = unknown_fields(json.loads((local / "config.json").read_text()))
     cells = [find_cell(spec, cell_id)] if cell_id else expand(spec)
     require_compatible(spec, cells)
-    return SpecPlan(spec, arch, [plan_cell(c, arch) for c in cells], unused)
+    sp = SpecPlan(spec, arch, [plan_cell(c, arch) for c in cells], unused)
+    if estimator != "floor":
+        _estimate(sp, cells, estimator, progress)
+    return sp
+
+
+def _estimate(sp: SpecPlan, cells: list[Cell], estimator: Estimator, progress: Callable[[str], None] | None) -> None:
+    """Add the silicon estimate to every plan, or say on each why there is none."""
+    local = sp.spec.local_source()
+    session = estimate.start(sp.arch, local / "config.json" if local else None, progress)
+    if session is None:
+        if estimator == "aic":
+            raise EstimatorMissingError(estimate.missing_message())
+        sp.notes.append(f"{estimate.missing_message()}: the figures are the roofline floor only (scripts/setup-aic.sh)")
+        return
+    try:
+        for plan, cell in zip(sp.plans, cells, strict=True):
+            estimate.apply_estimate(plan, cell, sp.arch, session)
+    finally:
+        session.close()
