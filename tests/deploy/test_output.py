@@ -222,7 +222,7 @@ def test_cli(cli: Cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     r = cli("deploy", "engine_specs/llama-3.3-70b-fp8-h100.yaml", "--dry-run", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["sizing"]["gpus_per_replica"] == 2 and data["sizing"]["max_replicas"] == 6
+    assert data["sizing"]["gpus_per_replica"] == 2 and data["sizing"]["max_replicas"] == 3
     r = cli("deploy", tiny_spec_file, "--out", tmp_path / "o")
     assert r.exit_code == 2 and "Error: --registry is required" in r.stderr
     r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "o", "--frontend", "grpc")

@@ -164,4 +164,4 @@ def test_unknown_model_type_is_refused(cli: Cli, tmp_path: Path) -> None:
         "vocab_size": 10,
     }
     r = cli("plan", _local_spec(tmp_path, json.dumps(cfg)))
-    assert r.exit_code == 2 and "model_type 'deepseek_v3'" in r.output and "model.architecture" in r.output
+    assert r.exit_code == 2 and "model_type 'deepseek_v3'" in r.output and "docs/model-families.md" in r.output

@@ -25,10 +25,10 @@ def plan(
         str,
         typer.Option(
             "--estimator",
-            help="auto: NVIDIA AIConfigurator's measured database beside the roofline floor when installed "
-            "(scripts/setup-aic.sh), else the floor with a note; aic: require it; floor: the roofline only",
+            help="floor: the roofline only (the default); aic: NVIDIA AIConfigurator's measured database beside "
+            "the floor (scripts/setup-aic.sh); auto: aic when installed, else the floor with a note",
         ),
-    ] = "auto",
+    ] = "floor",
     wide: Annotated[bool, typer.Option("--wide", help="Every column (memory terms too)")] = False,
     json_out: JsonOpt = False,
 ) -> None:

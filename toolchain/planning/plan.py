@@ -328,9 +328,9 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
     if plan.fleet:
         f = plan.fleet
         lines.append(
-            f"  floor fleet (lower bound): peak {f['peak_tok_s']:,.0f} tok/s ÷ "
+            f"  floor fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ "
             f"{f['tok_s_per_instance']:,.0f} tok/s per instance "
-            f"= {f['raw_instances']:.1f} instances × {f['gpus_per_instance']} GPUs = {f['raw_gpus']:.1f} raw GPUs "
+            f"= {f['raw_instances']:.2f} instances × {f['gpus_per_instance']} GPUs = {f['raw_gpus']:.2f} raw GPUs "
             f"→ ÷ utilization × headroom = {f['total_gpus']} GPUs ({f['total_instances']} instances)"
         )
     lines += estimate_explain(plan)
