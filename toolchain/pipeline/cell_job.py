@@ -61,8 +61,8 @@ def resolve_index(index: int | None) -> int:
         )
     try:
         value = int(raw)
-    except ValueError:
-        raise UserInputError(f"JOB_COMPLETION_INDEX={raw!r} is not an integer", "pass --index N") from None
+    except ValueError as e:
+        raise UserInputError(f"JOB_COMPLETION_INDEX={raw!r} is not an integer", "pass --index N") from e
     return value
 
 
