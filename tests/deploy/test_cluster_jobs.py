@@ -109,8 +109,10 @@ def test_argo_workflow_validates_against_the_recorded_crd_schema(
     builds = [t for t in dag.values() if t["name"].startswith("b-")]
     quantizes = {t["name"] for t in dag.values() if t["name"].startswith("q-")}
     assert len(builds) == len(json.loads(cli("matrix", *SHIPPED, "--offline").stdout)["build"])
-    for b in builds:  # each build depends on its quantize group's task, which exists
-        assert set(b.get("dependencies", [])) <= quantizes and b.get("dependencies")
+    for b in builds:  # a build of quantized weights depends on its quantize group's task, which exists
+        assert set(b.get("dependencies", [])) <= quantizes
+    assert quantizes and any(b.get("dependencies") for b in builds)
+    assert any(not b.get("dependencies") for b in builds)  # bf16 cells (the multi-LoRA spec) quantize nothing
     assert set(dag["tag-set"]["dependencies"]) == {b["name"] for b in builds}
     by_name = {t["name"]: t for t in wf["spec"]["templates"]}
     for t in builds:  # the task's index is its entry in the build index file of its template's ConfigMap
@@ -124,7 +126,10 @@ def test_checkov_passes_the_jobs(cli: Any, tmp_path: Path) -> None:
     out = tmp_path / "jobs"
     _write(cli, SHIPPED, out, "--offline", "--registry", "s3://engines/prod", "--namespace", "builds")
     # the image is named by tag (CKV_K8S_43 is conditional on that); the rest must pass
-    failed = {f["check_id"] for f in checkov(out, ("kubernetes",))} - set(ALWAYS_SKIPPED) - {"CKV_K8S_43"}
+    # CKV2_K8S_6 asks for a NetworkPolicy per pod: a build pod needs egress to the registry and the Hub, so the
+    # Jobs bring none and the namespace's own policy applies (docs/cluster-builds.md)
+    skipped = set(ALWAYS_SKIPPED) | {"CKV_K8S_43", "CKV2_K8S_6"}
+    failed = {f["check_id"] for f in checkov(out, ("kubernetes",))} - skipped
     assert failed == set(), failed
 
 
