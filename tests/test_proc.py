@@ -23,7 +23,9 @@ def test_silent_child_killed_at_deadline(tmp_path: Path) -> None:
     res = run_logged([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log", timeout=1.0)
     took = time.monotonic() - t0
     assert res.returncode == -9
-    assert 0.9 <= took < 4.0, took
+    # the property: killed at the deadline, not when the child's 60 s sleep ends (a ceiling far from both, so a
+    # loaded two-core machine cannot miss it)
+    assert 0.9 <= took < 30.0, took
     assert "killed after 1 s timeout" in (tmp_path / "log").read_text()
 
 
@@ -40,7 +42,7 @@ def test_silent_group_killed_even_when_term_is_ignored(tmp_path: Path) -> None:
     res = run_logged([sys.executable, "-c", script], tmp_path / "log", timeout=1.5)
     took = time.monotonic() - t0
     assert res.returncode == -9
-    assert took < 6.0, took
+    assert took < 30.0, took  # the deadline fired although SIGTERM is ignored (the child sleeps 60 s)
     grandchild = int(pidfile.read_text())
     for _ in range(50):
         if not _alive(grandchild):

@@ -69,8 +69,9 @@ def test_yaml_bombs_are_refused_fast(cli: Cli, tmp_path: Path, text: str, what: 
     for cmd in SPEC_COMMANDS:
         t0 = time.monotonic()
         r = cli(*cmd, p)
-        # one second for the spec itself; the other commands also import their stage on first use
-        assert time.monotonic() - t0 < (1.0 if cmd == ["spec", "validate"] else 2.0), cmd
+        # refused before expansion: an expanded bomb takes minutes and gigabytes, so a ceiling far above the
+        # one or two seconds it takes holds the property without failing on a loaded two-core machine
+        assert time.monotonic() - t0 < 30.0, cmd
         assert r.exit_code == 2
         assert what in _one_line_error(r)
 
