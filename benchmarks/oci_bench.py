@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  OCI push I/O: read {median(reads):.2f}x the data ({verdict(median(reads), TARGET_READS)}); "
             f"pushing it unchanged again: {sent[0]} uploads from a machine that never hashed it (streamed "
-            f"files are sent as they are hashed), {sent[1]} from one that did (HEAD found every blob)"
+            f"files are sent as they are hashed), {sent[1]} from one that did "
+            "(HEAD found every file blob; the push's record is new)"
         )
         return 0
     finally:

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# NVIDIA AIConfigurator 0.12.0 (its measured per-kernel database) in its own venv, .venv-aic: its pins are not the
-# toolchain's. `toolchain plan --estimator aic|auto` runs it as a subprocess. Idempotent: a second run only checks.
+# Create .venv-aic: NVIDIA AIConfigurator 0.12.0 (its measured TensorRT-LLM kernel database per GPU system) for the
+# silicon estimate of `toolchain plan` (toolchain/planning/estimate.py runs it as a subprocess, offline).
+# Its own venv: aiconfigurator pins numpy/pandas/pydantic/bokeh versions that are not the toolchain's.
+# Idempotent: a second run only checks. Set AIC_SKIP=1 to skip it (plan then says its figures are the floor only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${AIC_SKIP:-}" = 1 ] && exit 0
 PY=${PYTHON:-python3.11}
-want="aiconfigurator==0.12.0 aiconfigurator-core==0.12.0"
-if [ -x .venv-aic/bin/python ] && .venv-aic/bin/python -c "import importlib.metadata as m; assert m.version('aiconfigurator') == '0.12.0'" 2>/dev/null; then
+VENV=.venv-aic
+stamp=$VENV/.aic-setup
+want=$(sha256sum scripts/setup-aic.sh | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "setup: installing NVIDIA AIConfigurator 0.12.0 into .venv-aic (about a minute)" >&2
-[ -x .venv-aic/bin/python ] || "$PY" -m venv .venv-aic
-# shellcheck disable=SC2086
-.venv-aic/bin/pip install -q --disable-pip-version-check $want 2>&1 | grep -v "^WARNING: Location" || true
-.venv-aic/bin/python -c "from aiconfigurator.cli.api import cli_estimate" 2>/dev/null \
-  || { echo "setup: AIConfigurator did not install into .venv-aic" >&2; exit 1; }
+echo "setup: installing NVIDIA AIConfigurator 0.12.0 into $VENV (about a minute)" >&2
+[ -x $VENV/bin/python ] || "$PY" -m venv $VENV
+$VENV/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0 aiconfigurator-core==0.12.0 2>&1 \
+  | grep -v "^WARNING: Location" || true
+$VENV/bin/python -c "from aiconfigurator.cli.api import cli_estimate" \
+  || { echo "setup: the AIConfigurator environment is incomplete; see pip's output above" >&2; exit 1; }
+echo "$want" > "$stamp"

@@ -12,8 +12,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # NVIDIA Dynamo in its own venv (.venv-dynamo): its pins clash with the toolchain's; checks itself
 PYTHON="$PY" scripts/setup-dynamo.sh || echo "setup: NVIDIA Dynamo could not be installed; the Dynamo commands exit 3 and their tests skip" >&2
-# NVIDIA AIConfigurator in its own venv (.venv-aic) for `plan --estimator aic`; checks itself
-PYTHON="$PY" scripts/setup-aic.sh || echo "setup: NVIDIA AIConfigurator could not be installed; plan --estimator aic exits 3" >&2
+# NVIDIA AIConfigurator in its own venv (.venv-aic): the silicon estimate of `toolchain plan`; checks itself
+PYTHON="$PY" scripts/setup-aic.sh || echo "setup: NVIDIA AIConfigurator could not be installed; plan falls back to the roofline floor and says so" >&2
 stamp=.venv/.toolchain-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv-tools/bin/checkov ] \

@@ -32,6 +32,7 @@ def test_closed_sets_match_the_library() -> None:
     from toolchain.bench.setup import PROTOCOLS
     from toolchain.deploy import FRONTENDS
     from toolchain.pipeline.matrix import FORMATS as MATRIX_FORMATS
+    from toolchain.planning.estimate import ESTIMATORS
     from toolchain.quantize.run import DEVICE_MAPS, DEVICES, FORMATS, GATES, KV_FORMATS
 
     pairs: list[tuple[type[Any], tuple[str, ...]]] = [
@@ -43,6 +44,7 @@ def test_closed_sets_match_the_library() -> None:
         (O.BenchProtocol, PROTOCOLS),
         (O.Frontend, FRONTENDS),
         (O.MatrixFormat, MATRIX_FORMATS),
+        (O.Estimator, ESTIMATORS),
     ]
     for enum, values in pairs:
         assert {e.value for e in enum} == set(values), enum.__name__
@@ -77,6 +79,7 @@ def test_every_closed_set_is_a_choice() -> None:
         "--device-map",
         "--gate",
         "--frontend",
+        "--estimator",
     ):
         for where, opt in opts[name]:
             annotation = opt.type_descriptor.annotation

@@ -227,6 +227,12 @@ class EstimatorMissingError(ToolchainError):
     default_hint = "run scripts/setup-aic.sh, or plan with --estimator floor"
 
 
+class EstimateUnavailableError(EstimatorMissingError):
+    """``--estimator aic`` on a cell AIConfigurator's database cannot estimate (a GPU, precision or model it lacks)."""
+
+    default_hint = "plan with --estimator auto (that cell falls back to the roofline floor, with a warning)"
+
+
 class DynamoMissingError(ToolchainError):
     """NVIDIA Dynamo's environment (``.venv-dynamo``) is not installed: exit 3, like a missing extra."""
 

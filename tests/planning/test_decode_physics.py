@@ -36,7 +36,7 @@ def test_untied_table_is_read_row_by_row_tied_table_in_full() -> None:
 def test_explain_fleet_line_gives_instances_and_gpus(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.3-70b-fp8-h100.yaml", "--explain")
     assert r.exit_code == 0, r.output
-    line = next(ln for ln in r.output.splitlines() if "fleet:" in ln)
+    line = next(ln for ln in r.output.splitlines() if "floor fleet:" in ln)
     m = re.search(r"per instance = ([\d.]+) instances × (\d+) GPUs = ([\d.]+) raw GPUs", line)
     assert m, line
     instances, per, gpus = float(m.group(1)), int(m.group(2)), float(m.group(3))

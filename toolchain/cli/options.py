@@ -78,6 +78,24 @@ class AccuracyGate(str, Enum):
     dequant = "dequant"
 
 
+class Estimator(str, Enum):
+    """What `plan` and `dynamo plan` estimate with (``toolchain.planning.estimate.ESTIMATORS``)."""
+
+    auto = "auto"
+    aic = "aic"
+    floor = "floor"
+
+
+EstimatorOpt = Annotated[
+    Estimator,
+    typer.Option(
+        "--estimator",
+        help="auto: NVIDIA AIConfigurator's measured database beside the roofline floor when installed "
+        "(scripts/setup-aic.sh), else the floor with a note; aic: require it (exit 3 without); floor: roofline only",
+    ),
+]
+
+
 class Frontend(str, Enum):
     """What serves a deployment (``toolchain.deploy.FRONTENDS``)."""
 

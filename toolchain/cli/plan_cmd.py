@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from toolchain.cli.options import CellOpt, JsonOpt, SpecArg
+from toolchain.cli.options import CellOpt, Estimator, EstimatorOpt, JsonOpt, SpecArg
 
 
 def plan(
@@ -21,30 +21,60 @@ def plan(
             help="Size the fleet from a `bench --slo-search` result's knee (beside the roofline)",
         ),
     ] = None,
-    estimator: Annotated[
-        str,
-        typer.Option(
-            "--estimator",
-            help="floor: the roofline only (the default); aic: NVIDIA AIConfigurator's measured database beside "
-            "the floor (scripts/setup-aic.sh); auto: aic when installed, else the floor with a note",
-        ),
-    ] = "floor",
+    estimator: EstimatorOpt = Estimator.auto,
     wide: Annotated[bool, typer.Option("--wide", help="Every column (memory terms too)")] = False,
+    search: Annotated[
+        bool,
+        typer.Option("--search", help="Search GPU × weight format × TP × max batch for the spec's traffic and SLOs"),
+    ] = False,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="With --search: comma-separated catalog GPUs (default: all)")
+    ] = None,
+    formats: Annotated[
+        str | None,
+        typer.Option(
+            "--formats",
+            help="With --search: comma-separated weight formats (default: the spec's, bf16, fp8, int4_awq, nvfp4)",
+        ),
+    ] = None,
+    tps: Annotated[
+        str | None, typer.Option("--tps", help="With --search: comma-separated TP sizes (default 1,2,4,8)")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="With --search: how many ranked candidates to print", min=1)] = 5,
+    price: Annotated[
+        list[str] | None,
+        typer.Option("--price", help="With --search: GPU=USD per GPU-hour (repeat); ranks by $/h"),
+    ] = None,
+    write: Annotated[
+        Path | None,
+        typer.Option("--write", help="With --search: write the best candidate as a spec (its matrix) to this file"),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="With --search: save the Pareto plot (PNG) to this file")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Does each cell fit its GPU, how many requests fit the KV budget, the TPOT floor, the fleet size.
+    """Does each cell fit its GPU, how many requests fit the KV budget, TPOT and TTFT, the fleet size.
 
-    The floor is physics (a lower bound); the estimate is NVIDIA AIConfigurator's measured per-kernel database.
-    Fleets are sized at the largest batch that meets the SLOs; the floor's fleet is the lower bound.
+    Two estimators side by side: the floor is physics (HBM bandwidth, a lower bound); the estimate is NVIDIA
+    AIConfigurator's measured per-kernel database. Fleets are sized at the largest batch that meets the SLOs;
+    the floor's fleet is the lower bound. --search ranks configurations instead of planning the spec's cells.
 
     Examples: toolchain plan engine_specs/llama-3.3-70b-fp8-h200.yaml --explain
               toolchain plan engine_specs/llama-3.1-8b-fp8.yaml --estimator floor --wide
+              toolchain plan engine_specs/llama-3.1-8b-fp8.yaml --search --write picked.yaml
               toolchain plan engine_specs/llama-3.1-8b-fp8.yaml --measured knee.json
     """
     from toolchain.errors import UserInputError
 
-    if estimator not in ("auto", "aic", "floor"):
-        raise UserInputError(f"--estimator {estimator!r} is not one of auto, aic, floor", "use --estimator auto")
+    search_only = {"--gpus": gpus, "--formats": formats, "--tps": tps, "--price": price, "--write": write}
+    search_only["--plot"] = plot
+    if not search:
+        given = [k for k, v in search_only.items() if v]
+        if given:
+            raise UserInputError(f"{given[0]} applies to --search only", f"add --search, or drop {given[0]}")
+    elif measured is not None or cell is not None:
+        raise UserInputError("--search ranks configurations, not the spec's cells", "drop --cell / --measured")
     if measured is not None:
         from toolchain.cli.render import print_json
         from toolchain.pipeline.measured import plan_measured
@@ -55,18 +85,19 @@ def plan(
         else:
             _print_measured(m)
         return
+    if search:
+        _search(spec, estimator.value, gpus, formats, tps, top, price or [], write, plot, json_out)
+        return
 
     from toolchain.cli.render import err, out, print_json
     from toolchain.errors import PlanError
+    from toolchain.planning.estimate import provenance_line
     from toolchain.planning.plan import explain as explain_plan
     from toolchain.planning.spec_plan import plan_spec
     from toolchain.specs.gate import checked_spec
 
-    def progress(message: str) -> None:
-        err.print(f"plan: {message}", markup=False, highlight=False)
-
     # the rules `spec validate` applies (specs.gate)
-    sp = plan_spec(checked_spec(spec), cell, estimator=estimator, progress=progress)  # type: ignore[arg-type]
+    sp = plan_spec(checked_spec(spec), cell, estimator=estimator.value, progress=_progress)
     s, arch, plans = sp.spec, sp.arch, sp.plans
     if sp.unused_config_fields:
         err.print(
@@ -79,14 +110,17 @@ def plan(
         print_json(sp.to_json())
     else:
         out.print(_table(s.name, arch.name, arch.params, plans, wide))
-        err.print(
-            f"assumptions: MFU {plans[0].mfu:.0%} for prefill; weights read once per decode step; "
-            "memory = marketed decimal GB; see --explain for every formula",
+        source = provenance_line(plans)
+        out.print(
+            f"floor: roofline (HBM bandwidth; prefill at {plans[0].mfu:.0%} MFU), a lower bound\n"
+            f"est:   {source or 'none: every figure is the floor'}",
+            markup=False,
             highlight=False,
         )
-        sources = sorted({f"{p.estimate['estimator']} ({p.estimate['database']})" for p in plans if p.estimate})
-        if sources:
-            err.print(f"estimate: {'; '.join(sources)}; floor: roofline (HBM bandwidth)", highlight=False)
+        err.print(
+            "GPUs: the spec's utilization target × burst headroom applied; --explain: every formula",
+            highlight=False,
+        )
         if explain:
             for p in plans:
                 out.print(explain_plan(p, arch), markup=False, highlight=False)
@@ -101,39 +135,187 @@ def plan(
         raise PlanError(f"cell {cid}: {e}")
 
 
+def _progress(message: str) -> None:
+    """Narration on a terminal only (the first query of each GPU loads its database: seconds)."""
+    from toolchain.cli.render import err
+
+    if err.is_terminal:
+        err.print(f"plan: {message}", markup=False, highlight=False)
+
+
+def _csv(value: str | None, what: str, cast: Any = str) -> list[Any] | None:
+    from toolchain.errors import UserInputError
+
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return [cast(v) for v in items] or None
+    except ValueError as e:
+        raise UserInputError(f"{what} {value!r}: {e}", f"give a comma-separated list, e.g. {what} 1,2,4") from e
+
+
+def _search(
+    spec: Path,
+    estimator: str,
+    gpus: str | None,
+    formats: str | None,
+    tps: str | None,
+    top: int,
+    price: list[str],
+    write: Path | None,
+    plot: Path | None,
+    json_out: bool,
+) -> None:
+    """`plan --search`: rank, print the top and the Pareto front, write the best as a spec."""
+    from typing import get_args
+
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import PlanError, UserInputError
+    from toolchain.planning.search import parse_prices, search_spec, write_plot, write_spec
+    from toolchain.specs.gate import checked_spec
+    from toolchain.specs.models import WeightFormat
+
+    fmt_list = _csv(formats, "--formats")
+    known = get_args(WeightFormat)
+    for f in fmt_list or []:
+        if f not in known:
+            raise UserInputError(f"--formats: {f!r} is not a weight format", f"use {', '.join(known)}")
+    result = search_spec(
+        checked_spec(spec),
+        gpus=_csv(gpus, "--gpus"),
+        formats=fmt_list,
+        tps=_csv(tps, "--tps", int),
+        prices=parse_prices(price),
+        estimator=estimator,  # type: ignore[arg-type]
+        progress=_progress,
+    )
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    best = result.best
+    written = write_spec(spec, write, best, result) if write is not None and best is not None else None
+    plotted = write_plot(result, plot) if plot is not None else None
+    if json_out:
+        print_json(
+            {
+                **result.to_json(),
+                "written": str(written) if written else None,
+                "plot": str(plotted) if plotted else None,
+            }
+        )
+    else:
+        _print_search(result, top, bool(price))
+        if written:
+            err.print(
+                f"wrote {written}: {best.config if best else ''}, max batch "
+                f"{best.max_batch_size if best else ''} (check it: toolchain spec validate {written})",
+                markup=False,
+                highlight=False,
+            )
+        if plotted:
+            err.print(f"wrote the Pareto plot to {plotted}", markup=False, highlight=False)
+    if best is None:
+        why = result.rejected[0].rejected if result.rejected else "no candidate"
+        raise PlanError(
+            f"no configuration serves {result.traffic} at {result.slo} (first refusal: {why})",
+            "relax the SLO, widen --gpus/--formats/--tps, or lower the traffic",
+        )
+
+
+def _print_search(result: Any, top: int, priced: bool) -> None:
+    from toolchain.cli.render import err, out, print_table
+
+    out.print(
+        f"search: {result.spec} ({result.model}) for {result.traffic} at {result.slo}", markup=False, highlight=False
+    )
+    cols = ["#", "config", "batch", "GPUs", "TPOT ms", "TTFT ms", "tok/s/GPU"] + (["$/h"] if priced else [])
+    rows = []
+    for i, c in enumerate(result.ranked[:top], 1):
+        row = [
+            str(i),
+            c.config,
+            str(c.max_batch_size),
+            f"{c.gpus} (≥{c.floor_gpus})",
+            f"{c.tpot_ms:.2f}",
+            f"{c.ttft_ms:.0f}",
+            f"{c.tok_s_per_gpu:,.0f}",
+        ]
+        rows.append(row + ([f"{c.cost_per_h:,.2f}" if c.cost_per_h is not None else "-"] if priced else []))
+    print_table(f"ranked on {result.estimator} (GPUs: est (≥floor))", cols, rows or [["-"] * len(cols)])
+    if result.pareto:
+        prow = [
+            [
+                p["config"],
+                str(p["batch"]),
+                f"{p['tok_s_per_gpu']:,.0f}",
+                f"{p['tok_s_per_user']:.1f}",
+                "yes" if p["meets_slo"] else "no",
+            ]
+            for p in result.pareto
+        ]
+        print_table(
+            "Pareto front (tok/s per GPU vs tok/s per user)",
+            ["config", "batch", "tok/s/GPU", "tok/s/user", "meets SLO"],
+            prow,
+        )
+    if result.floor_only:
+        best = result.floor_only[0]
+        label = "ranked on the floor" if result.estimator == "floor" else "no silicon data, floor only (lower bound)"
+        err.print(
+            f"{len(result.floor_only)} configurations {label}; best: {best.config} ≥{best.floor_gpus} GPUs",
+            markup=False,
+            highlight=False,
+        )
+    err.print(
+        f"{len(result.rejected)} configurations cannot serve the traffic at the SLOs (see --json)",
+        markup=False,
+        highlight=False,
+    )
+
+
 def _table(name: str, model: str, params: float, plans: list[Any], wide: bool) -> Any:
-    """The plan table: compact (fits 80 columns) or ``wide`` (every memory term)."""
+    """The plan table: compact (fits 80 columns: floor and estimate at the batch each cell runs) or ``wide``
+    (every memory term, batch 1 too)."""
     from rich.table import Table
 
     from toolchain.cli.render import fmt_bytes
 
     t = Table(title=f"plan: {name} ({model}, {params / 1e9:.2f} B params)")
 
+    def at(p: Any) -> dict[str, Any] | None:
+        return p.estimate["at_batch"] if p.estimate else None
+
     def est(p: Any, key: str, fmt: str) -> str:
-        at = p.estimate["at_batch"] if p.estimate else None
-        return format(at[key], fmt) if at else "-"
+        a = at(p)
+        return format(a[key], fmt) if a else "-"
+
+    def batch(p: Any) -> str:
+        a = at(p)
+        return str(a["batch"]) if a else (str(p.batch_at_sla) if p.batch_at_sla else "-")
+
+    def tpot(p: Any) -> str:
+        """Floor / estimate TPOT at the batch the cell runs (the estimate's batch, else the floor's)."""
+        a = at(p)
+        if a:
+            return f"{p.estimate['floor_tpot_at_batch_ms']:.2f} / {a['tpot_ms']:.2f}"
+        floor = p.tpot_floor_at_sla_ms if p.tpot_floor_at_sla_ms is not None else p.tpot_floor_kv_batch_ms
+        return f"{floor:.2f} / -"
 
     def gpus(p: Any) -> str:
         floor = str(p.fleet["total_gpus"]) if p.fleet else "-"
         if p.fleet_estimate:
             return f"{p.fleet_estimate['total_gpus']} (≥{floor})"
-        return f"≥{floor}" if p.fleet else "-"
-
-    def b1(p: Any) -> str:
-        e = f"{p.estimate['batch_1']['tpot_ms']:.2f}" if p.estimate else "-"
-        return f"{p.tpot_floor_b1_ms:.2f} / {e}"
-
-    def batch(p: Any) -> str:
-        at = p.estimate["at_batch"] if p.estimate else None
-        return str(at["batch"]) if at else (str(p.batch_at_sla) if p.batch_at_sla else "-")
+        return f"- (≥{floor})" if p.fleet else "-"
 
     if wide:
         columns = ["cell", "weights/GPU", "KV budget", "KV/token", "max conc @max_seq", "@avg ctx"]
-        columns += ["TPOT b=1 floor / est ms", "TPOT floor @KV batch", "prefill floor", "batch"]
-        columns += ["TPOT est", "TTFT est", "tok/s/GPU est", "GPUs est (floor)"]
+        columns += ["TPOT b=1 ms floor / est", "batch", "TPOT ms floor / est", "prefill floor", "TTFT est"]
+        columns += ["tok/s/GPU est", "memory est", "GPUs est (≥floor)"]
         for c in columns:
             t.add_column(c)
         for p in plans:
+            a = at(p)
+            b1 = f"{p.estimate['batch_1']['tpot_ms']:.2f}" if p.estimate else "-"
             t.add_row(
                 p.cell_id,
                 fmt_bytes(p.weight_bytes_per_gpu),
@@ -141,28 +323,21 @@ def _table(name: str, model: str, params: float, plans: list[Any], wide: bool) -
                 f"{p.kv_bytes_per_token / 1e3:.1f} KB",
                 str(p.max_concurrency_at_max_seq),
                 str(p.max_concurrency_at_avg),
-                b1(p),
-                f"{p.tpot_floor_kv_batch_ms:.2f} ms (b={p.kv_batch})",
-                f"{p.prefill_ms_avg_input:.1f} ms",
+                f"{p.tpot_floor_b1_ms:.2f} / {b1}",
                 batch(p),
-                est(p, "tpot_ms", ".2f"),
+                tpot(p),
+                f"{p.prefill_ms_avg_input:.1f} ms",
                 est(p, "ttft_ms", ".0f"),
                 est(p, "tok_s_per_gpu", ",.0f"),
+                f"{a['memory_gb']:.1f} GB" if a else "-",
                 gpus(p),
             )
         return t
-    for c in ("cell", "conc @avg", "TPOT b=1 floor/est ms", "batch", "TPOT est ms", "TTFT est ms", "GPUs (floor)"):
-        t.add_column(c, overflow="fold")
+    t.add_column("cell", no_wrap=True)
+    for c in ("batch", "TPOT ms\nfloor / est", "TTFT ms\nest", "GPUs\nest (≥floor)"):
+        t.add_column(c, justify="right")
     for p in plans:
-        t.add_row(
-            p.cell_id,
-            str(p.max_concurrency_at_avg),
-            b1(p),
-            batch(p),
-            est(p, "tpot_ms", ".2f"),
-            est(p, "ttft_ms", ".0f"),
-            gpus(p),
-        )
+        t.add_row(p.cell_id, batch(p), tpot(p), est(p, "ttft_ms", ".0f"), gpus(p))
     return t
 
 

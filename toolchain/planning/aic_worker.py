@@ -20,15 +20,32 @@ import logging
 import sys
 from typing import Any
 
+_VERSIONS: dict[str, str] = {}  # system -> its latest trtllm database version, resolved once
+
+
+def _database_version(system: str) -> str:
+    """The system's newest trtllm database. Resolving it reads every collection's YAML (about 1.5 s), so it is
+    done once per system and then given to each estimate, which then takes milliseconds."""
+    if system not in _VERSIONS:
+        from aiconfigurator_core.sdk.perf_database import get_latest_database_version
+
+        version = get_latest_database_version(system=system, backend="trtllm")
+        if version is None:
+            raise LookupError(f"no trtllm database for system {system}")
+        _VERSIONS[system] = version
+    return _VERSIONS[system]
+
 
 def _answer(estimate: Any, query: dict[str, Any]) -> dict[str, Any]:
     """The query's figures from AIConfigurator's ``cli_estimate``, on stdout-free terms."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
+        version = _database_version(query["system"])
         r = estimate(
             query["model_path"],
             query["system"],
             backend_name="trtllm",
+            backend_version=version,
             batch_size=int(query["batch"]),
             isl=int(query["isl"]),
             osl=int(query["osl"]),

@@ -1,15 +1,23 @@
 """The silicon estimate beside the roofline floor: NVIDIA AIConfigurator's measured per-kernel database.
 
-AIConfigurator (``aiconfigurator`` 0.12.0; its database is measured TensorRT-LLM 1.3.0rc20 kernels per GPU system)
-pins packages the toolchain pins differently, so it lives in its own venv, ``.venv-aic``
-(``scripts/setup-aic.sh``), and runs as a subprocess (``aic_worker.py``, one JSON line per query). Where it has no
-answer — a GPU, precision or model it does not cover, or the venv is missing under ``--estimator auto`` — the
-cell keeps the floor only and says why; never a silent floor. Sources: docs/planning-estimates.md.
+AIConfigurator (``aiconfigurator`` 0.12.0; its databases are TensorRT-LLM kernels measured per GPU system, e.g.
+trtllm 1.3.0rc20 on h100_sxm and h200_sxm) pins packages the toolchain pins differently, so it lives in its own
+venv, ``.venv-aic`` (``scripts/setup-aic.sh``), and runs as a subprocess (``aic_worker.py``, one JSON line per
+query). Where it has no answer — a GPU, precision or model it does not cover, or the venv is missing under
+``--estimator auto`` — the cell keeps the floor only and says why: never a silent floor. Under ``--estimator aic``
+each of those is an error (exit 3). Sources: docs/planning-estimates.md.
+
+Per cell the estimate walks the batch ladder (1, 2, 4, … up to the engine's max batch and the KV budget's
+concurrency), takes the largest batch whose estimated TPOT and TTFT meet the SLOs, and sizes the fleet from the
+tokens per second the database gives at that batch (not from the SLO: a batch-capped cell runs below it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import re
 import shutil
 import subprocess
 import tempfile
@@ -19,17 +27,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from toolchain import settings
-from toolchain.errors import EstimatorMissingError
-from toolchain.planning.perf import Fleet, fleet_size, speculative_tokens
-from toolchain.planning.plan import CellPlan
+from toolchain.errors import EstimateUnavailableError, EstimatorMissingError
+from toolchain.planning.perf import Fleet, ceil_clean, fleet_size, speculative_tokens
+from toolchain.planning.plan import CellPlan, floor_tpot_ms_at
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
 
 Estimator = Literal["auto", "aic", "floor"]
+ESTIMATORS: tuple[str, ...] = ("auto", "aic", "floor")
 AIC_VERSION = "0.12.0"
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("aic_worker.py")
-QUERY_TIMEOUT_S = 120.0  # one estimate takes about 1.5 s on a loaded 2-core machine; the first loads the database
+QUERY_TIMEOUT_S = 300.0  # the first query of a system loads its database (about 2 s; far more on a loaded host)
 
 # toolchain GPU catalog name -> AIConfigurator system (aiconfigurator_core/systems/*.yaml)
 SYSTEMS = {
@@ -52,6 +61,7 @@ GEMM_MODES = {
     "int8_sq": "sq",
     "nvfp4": "nvfp4",
 }
+PLATEAU = 1e-3  # a larger batch that adds less than 0.1 % tokens/s adds nothing
 KV_MODES = {"fp8": "fp8", "int8": "int8"}  # anything else: the model dtype, bfloat16 in the database
 
 
@@ -69,7 +79,7 @@ class Query:
 
 @dataclass
 class Estimate:
-    """One answer of the database: TTFT and TPOT at a batch, throughput, memory."""
+    """One answer of the database: TTFT and TPOT at a batch, throughput, memory, and which database said so."""
 
     batch: int
     ttft_ms: float
@@ -77,14 +87,12 @@ class Estimate:
     tok_s: float
     tok_s_per_gpu: float
     memory_gb: float
+    database: str = ""  # "trtllm 1.3.0rc20"
     warning: str | None = None
 
-
-@dataclass
-class Provenance:
-    estimator: str  # "aiconfigurator 0.12.0"
-    database: str  # "trtllm 1.3.0rc20"
-    system: str
+    @property
+    def tok_s_per_user(self) -> float:
+        return 1000.0 / self.tpot_ms if self.tpot_ms > 0 else 0.0
 
 
 def unsupported(gpu: str, weights: str, arch: ModelArch, pp: int) -> str | None:
@@ -131,6 +139,26 @@ def aic_python() -> str | None:
     return str(local) if local.is_file() else None
 
 
+def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+    """One line of the worker's stdout, or "" when it ends or says nothing for ``timeout`` seconds (then killed)."""
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            proc.kill()
+            proc.wait()
+            return ""
+    return proc.stdout.readline()
+
+
+def _concise(error: str) -> str:
+    """The database's reason, without the site-packages path it names (the venv is not the user's business)."""
+    error = re.sub(r" at /\S+?(?=[;,]|$)", "", error)
+    return error.replace("PerfDataNotAvailableError: perf database error: ", "")
+
+
 @dataclass
 class Session:
     """A running worker; ``ask`` answers one query (cached), ``close`` ends it."""
@@ -141,44 +169,54 @@ class Session:
     tmp: tempfile.TemporaryDirectory[str]
     progress: Callable[[str], None] | None = None
     cache: dict[Query, Estimate | str] = field(default_factory=dict)
-    backend_version: str = ""
+    databases: dict[str, str] = field(default_factory=dict)  # system -> "trtllm <version>"
+
+    @property
+    def estimator(self) -> str:
+        return f"aiconfigurator {self.version}"
 
     def ask(self, q: Query) -> Estimate | str:
         """The estimate for ``q``, or the database's reason it has none."""
         if q in self.cache:
             return self.cache[q]
-        if self.progress:
-            self.progress(f"AIConfigurator: {q.system} batch {q.batch} TP{q.tp} ({q.gemm} GEMMs, {q.kv} KV)")
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"model_path": self.model_path, **q.__dict__}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        if self.progress and q.system not in self.databases:
+            self.progress(f"AIConfigurator: loading the {q.system} database")
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"model_path": self.model_path, **asdict(q)}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError as e:
+            raise EstimatorMissingError("the AIConfigurator worker ended before the query") from e
+        line = _readline(self.proc, QUERY_TIMEOUT_S)
         if not line:
-            raise EstimatorMissingError("the AIConfigurator worker ended without an answer")
+            raise EstimatorMissingError(
+                f"the AIConfigurator worker gave no answer for {q.system} batch {q.batch} TP{q.tp} "
+                f"(ended, or silent for {QUERY_TIMEOUT_S:.0f} s)"
+            )
         reply = json.loads(line)
         answer: Estimate | str
         if "error" in reply:
-            answer = str(reply["error"])
+            answer = _concise(str(reply["error"]))
         else:
-            self.backend_version = str(reply["backend_version"])
+            database = f"trtllm {reply['backend_version']}"
+            self.databases[q.system] = database
             answer = Estimate(
                 q.batch,
-                reply["ttft_ms"],
-                reply["tpot_ms"],
-                reply["tok_s"],
-                reply["tok_s_per_gpu"],
-                reply["memory_gb"],
+                float(reply["ttft_ms"]),
+                float(reply["tpot_ms"]),
+                float(reply["tok_s"]),
+                float(reply["tok_s_per_gpu"]),
+                float(reply["memory_gb"]),
+                database,
                 reply.get("warning"),
             )
         self.cache[q] = answer
         return answer
 
-    def provenance(self, system: str) -> Provenance:
-        return Provenance(f"aiconfigurator {self.version}", f"trtllm {self.backend_version or '?'}", system)
-
     def close(self) -> None:
         if self.proc.stdin:
-            self.proc.stdin.close()
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -193,9 +231,14 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
     if python is None:
         return None
     tmp = tempfile.TemporaryDirectory(prefix="toolchain-aic-")
-    (Path(tmp.name) / "config.json").write_text(json.dumps(model_config(arch, local_config)))
+    try:
+        cfg = model_config(arch, local_config)
+    except (OSError, ValueError) as e:
+        tmp.cleanup()
+        raise EstimateUnavailableError(f"AIConfigurator cannot read {local_config}: {e}") from e
+    (Path(tmp.name) / "config.json").write_text(json.dumps(cfg))
     if progress:
-        progress("AIConfigurator: loading its database")
+        progress("AIConfigurator: starting")
     proc = subprocess.Popen(
         [python, str(WORKER)],
         stdin=subprocess.PIPE,
@@ -204,8 +247,7 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
         text=True,
         cwd=tmp.name,
     )
-    assert proc.stdout is not None
-    hello = proc.stdout.readline()
+    hello = _readline(proc, QUERY_TIMEOUT_S)
     try:
         ready = json.loads(hello) if hello else {"error": "the worker printed nothing"}
     except json.JSONDecodeError:
@@ -224,7 +266,7 @@ def missing_message() -> str:
 
 
 def ladder(cap: int) -> list[int]:
-    """The batches searched: powers of two below ``cap``, then ``cap``."""
+    """The batches estimated: powers of two below ``cap``, then ``cap``."""
     out, b = [], 1
     while b < cap:
         out.append(b)
@@ -232,37 +274,28 @@ def ladder(cap: int) -> list[int]:
     return [*out, cap]
 
 
+def meets(e: Estimate, tpot_ms: float | None, ttft_ms: float | None) -> bool:
+    return (tpot_ms is None or e.tpot_ms <= tpot_ms) and (ttft_ms is None or e.ttft_ms <= ttft_ms)
+
+
 def largest_meeting(
-    ask: Callable[[int], Estimate | str], cap: int, tpot_ms: float | None, ttft_ms: float | None
+    curve: list[Estimate], tpot_ms: float | None, ttft_ms: float | None
 ) -> tuple[Estimate | None, str | None]:
-    """The largest batch on the ladder up to ``cap`` whose estimated TPOT and TTFT meet the SLOs (binary search:
-    both grow with the batch). Returns (estimate, None), or (None, why) when even batch 1 misses or has no data."""
-
-    def meets(e: Estimate) -> bool:
-        return (tpot_ms is None or e.tpot_ms <= tpot_ms) and (ttft_ms is None or e.ttft_ms <= ttft_ms)
-
-    steps = ladder(cap)
-    best: Estimate | None = None
-    why: str | None = None
-    lo, hi = 0, len(steps) - 1
-    top = ask(steps[hi])
-    if isinstance(top, Estimate) and meets(top):
-        return top, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        e = ask(steps[mid])
-        if isinstance(e, Estimate) and meets(e):
-            best, lo = e, mid + 1
-        else:
-            if isinstance(e, str):
-                why = e
-            elif why is None:
-                why = f"batch {e.batch}: TPOT {e.tpot_ms:.2f} ms, TTFT {e.ttft_ms:.1f} ms"
-            hi = mid - 1
-    return best, (None if best else why)
+    """The largest batch of ``curve`` whose estimated TPOT and TTFT meet the SLOs — where the estimate plateaus
+    (AIConfigurator's in-flight batching admits one ISL of context per step, so concurrency saturates near OSL),
+    the smallest batch that reaches the plateau. Returns (estimate, None), or (None, why) when even the smallest
+    batch misses the SLOs."""
+    ok = [e for e in curve if meets(e, tpot_ms, ttft_ms)]
+    if ok:
+        top = max(e.tok_s for e in ok)
+        return min((e for e in ok if e.tok_s >= top * (1 - PLATEAU)), key=lambda e: e.batch), None
+    if not curve:
+        return None, "no estimate"
+    e = curve[0]
+    return None, f"batch {e.batch}: TPOT {e.tpot_ms:.2f} ms, TTFT {e.ttft_ms:.1f} ms"
 
 
-def _lengths(cell: Cell) -> tuple[int, int]:
+def lengths(cell: Cell) -> tuple[int, int]:
     """ISL and OSL of the estimate: the traffic's means, or half the engine's limits."""
     t = cell.spec.traffic
     if t is not None:
@@ -275,62 +308,111 @@ def _target(p: Any) -> float | None:
     return value
 
 
-def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session) -> None:
-    """Add the database's figures to a floor plan: batch 1, the largest batch meeting the SLOs within the engine's
-    max batch and the KV budget, and the fleet at that batch (the floor's fleet stays as the lower bound)."""
+def fleet_at(
+    cell: Cell, plan: CellPlan, batch: int, tok_s_per_instance: float, tokens_per_step: float
+) -> dict[str, Any]:
+    """The fleet that carries the traffic's peak when each instance runs ``batch`` requests at
+    ``tok_s_per_instance``: the spec's utilization and headroom applied (``total_gpus``), and at full load
+    (``gpus_at_full_load``, what AIConfigurator's ``recommend`` reports: ceil(load ÷ one replica's rate))."""
+    traffic = cell.spec.traffic
+    assert traffic is not None
+    f: Fleet = fleet_size(
+        peak_rps=traffic.peak_rps,
+        avg_output_tokens=traffic.output_tokens.mean,
+        tpot_target_ms=1000.0 * batch / tok_s_per_instance,
+        batch_at_sla=batch,
+        gpus_per_instance=cell.tp * cell.pp,
+        utilization=traffic.target_utilization,
+        headroom=traffic.burst_headroom,
+        kv_max_concurrency=plan.max_concurrency_at_avg,
+        tokens_per_step=tokens_per_step,
+    )
+    full = max(1, ceil_clean(f.raw_instances)) * f.gpus_per_instance
+    return {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus, "gpus_at_full_load": full}
+
+
+def estimate_curve(session: Session, cell: Cell, cap: int) -> tuple[list[Estimate], str | None]:
+    """The database's estimates of ``cell`` at every batch of the ladder up to ``cap`` (the first failure ends
+    the walk: a larger batch has no more data than a smaller one). Returns (curve, why none) ."""
     q = cell.spec.quantization
-    why = unsupported(cell.gpu.name, q.weights, arch, cell.pp)
-    if why is not None:
-        plan.warnings.append(f"no silicon estimate: {why}; the figures are the roofline floor only")
-        return
-    if plan.free_bytes <= 0:
-        return
-    isl, osl = _lengths(cell)
+    isl, osl = lengths(cell)
     system = SYSTEMS[cell.gpu.name]
     gemm, kv = GEMM_MODES[q.weights], KV_MODES.get(q.kv_cache, "bfloat16")
+    curve: list[Estimate] = []
+    for b in ladder(cap):
+        e = session.ask(Query(system, b, cell.tp, cell.pp, isl, osl, gemm, kv))
+        if isinstance(e, str):
+            return curve, (None if curve else e)
+        curve.append(e)
+    return curve, None
 
-    def ask(batch: int) -> Estimate | str:
-        return session.ask(Query(system, batch, cell.tp, cell.pp, isl, osl, gemm, kv))
 
-    b1 = ask(1)
-    if isinstance(b1, str):
-        plan.warnings.append(f"no silicon estimate: AIConfigurator: {b1}; the figures are the roofline floor only")
+def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session, *, strict: bool = False) -> None:
+    """Add the database's figures to a floor plan: batch 1, the largest batch meeting the SLOs within the engine's
+    max batch and the KV budget, and the fleet at that batch (the floor's fleet stays as the lower bound).
+    ``strict`` (``--estimator aic``): a cell the database cannot estimate is an error, not a floor-only cell."""
+    q = cell.spec.quantization
+    why = unsupported(cell.gpu.name, q.weights, arch, cell.pp)
+    if why is None and plan.free_bytes <= 0:
+        return  # the cell does not fit: its error says so, and no batch runs
+    if why is None:
+        cap = max(1, min(cell.max_batch_size, plan.max_concurrency_at_avg))
+        curve, none = estimate_curve(session, cell, cap)
+        if not curve:
+            why = f"AIConfigurator: {none}"
+    if why is not None:
+        if strict:
+            raise EstimateUnavailableError(f"cell {cell.id}: no silicon estimate: {why}")
+        plan.no_estimate = why
+        plan.warnings.append(f"no silicon estimate: {why}; this cell's figures are the roofline floor only")
         return
-    cap = max(1, min(cell.max_batch_size, plan.max_concurrency_at_avg))
+    isl, osl = lengths(cell)
+    system = SYSTEMS[cell.gpu.name]
     tpot_t, ttft_t = _target(cell.spec.slo.tpot_ms), _target(cell.spec.slo.ttft_ms)
-    at, miss = largest_meeting(ask, cap, tpot_t, ttft_t)
-    prov = session.provenance(system)
-    plan.estimator = prov.estimator
+    at, miss = largest_meeting(curve, tpot_t, ttft_t)
+    b1 = curve[0]
+    plan.estimator = session.estimator
     plan.estimate = {
-        "estimator": prov.estimator,
-        "database": prov.database,
-        "system": prov.system,
+        "estimator": session.estimator,
+        "database": b1.database,
+        "system": system,
         "isl": isl,
         "osl": osl,
         "batch_1": asdict(b1),
         "at_batch": asdict(at) if at else None,
         "batch_cap": cap,
+        "floor_tpot_at_batch_ms": floor_tpot_ms_at(plan, cell, arch, at.batch) if at else None,
+        "curve": [{**asdict(e), "meets_slo": meets(e, tpot_t, ttft_t)} for e in curve],
     }
     if at is None:
         plan.errors.append(
-            f"no batch meets the SLOs on the silicon estimate ({prov.estimator}, {prov.system}): {miss}; "
-            "relax the SLO, raise TP or use a faster GPU"
+            f"no batch meets the SLOs on the silicon estimate ({session.estimator}, {b1.database} on {system}): "
+            f"{miss}; relax the SLO, raise TP or use a faster GPU"
         )
         return
-    if cell.spec.traffic is None:
-        return
+    if at.warning:
+        plan.warnings.append(f"AIConfigurator at batch {at.batch}: {at.warning}")
     traffic = cell.spec.traffic
+    if traffic is None:
+        return
     spec_k = traffic.speculative
     tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
-    f: Fleet = fleet_size(
-        peak_rps=traffic.peak_rps,
-        avg_output_tokens=traffic.output_tokens.mean,
-        tpot_target_ms=1000.0 * at.batch / at.tok_s,
-        batch_at_sla=at.batch,
-        gpus_per_instance=cell.tp * cell.pp,
-        utilization=traffic.target_utilization,
-        headroom=traffic.burst_headroom,
-        kv_max_concurrency=plan.max_concurrency_at_avg,
-        tokens_per_step=tps,
-    )
-    plan.fleet_estimate = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
+    plan.fleet_estimate = fleet_at(cell, plan, at.batch, at.tok_s, tps)
+
+
+def provenance_line(plans: list[CellPlan]) -> str | None:
+    """One line naming what produced the estimate columns, e.g. "aiconfigurator 0.12.0 (trtllm 1.3.0rc20 on
+    h100_sxm, h200_sxm)"; None when no cell has an estimate."""
+    by_db: dict[tuple[str, str], list[str]] = {}
+    for p in plans:
+        if p.estimate:
+            systems = by_db.setdefault((p.estimate["estimator"], p.estimate["database"]), [])
+            if p.estimate["system"] not in systems:
+                systems.append(p.estimate["system"])
+    if not by_db:
+        return None
+    return "; ".join(f"{est} ({db} on {', '.join(s)})" for (est, db), s in by_db.items())
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b and not math.isnan(b) else None

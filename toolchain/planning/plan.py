@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolchain.planning import bytes as B
-from toolchain.planning.perf import Fleet, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
+from toolchain.planning.perf import Fleet, ceil_clean, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
 from toolchain.planning.speculative import feature_explain, feature_plan
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
@@ -86,6 +86,7 @@ class CellPlan:
     estimator: str = "floor"  # what produced the estimate columns: "floor" or "aiconfigurator 0.12.0"
     estimate: dict[str, Any] | None = None  # AIConfigurator's figures (toolchain.planning.estimate)
     fleet_estimate: dict[str, Any] | None = None  # the fleet at the batch the estimate says meets the SLOs
+    no_estimate: str | None = None  # why this cell has no silicon estimate (None: it has one, or none was asked)
     speculative_tokens: float | None = None
     features: dict[str, Any] = field(default_factory=dict)  # speculative and LoRA (planning.speculative)
     errors: list[str] = field(default_factory=list)
@@ -123,6 +124,12 @@ def _decode_read_bytes(cell: Cell, arch: ModelArch, batch: int) -> float:
     """Weight bytes one TP rank reads per decode step of ``batch``: the step walks every PP stage in turn."""
     q = cell.spec.quantization
     return B.decode_weight_bytes(arch, q.weights, cell.spec.model.dtype, q.awq_group_size, batch) / cell.tp
+
+
+def floor_tpot_ms_at(plan: CellPlan, cell: Cell, arch: ModelArch, batch: int) -> float:
+    """The floor's TPOT at ``batch``: the weights one step reads plus the KV of ``batch`` mean contexts, ÷ HBM."""
+    kv_read = plan.kv_bytes_per_token * cell.pp * plan.avg_context * batch
+    return tpot_floor_ms(_decode_read_bytes(cell, arch, batch), kv_read, cell.gpu.hbm_bytes_s)
 
 
 def _base_plan(cell: Cell, arch: ModelArch) -> CellPlan:
@@ -224,7 +231,8 @@ def _size_fleet(plan: CellPlan, cell: Cell, traffic: Traffic, tpot_at_batch: flo
         kv_max_concurrency=plan.max_concurrency_at_avg,
         tokens_per_step=tps,
     )
-    plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus}
+    full = max(1, ceil_clean(f.raw_instances)) * f.gpus_per_instance  # no utilization target, no headroom
+    plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus, "gpus_at_full_load": full}
 
 
 def _apply_tpot_slo(plan: CellPlan, cell: Cell, arch: ModelArch) -> None:
@@ -242,8 +250,7 @@ def _apply_tpot_slo(plan: CellPlan, cell: Cell, arch: ModelArch) -> None:
     elif plan.free_bytes > 0:
         b_sla = _batch_at_sla(plan, cell, target, _decode_read_bytes(cell, arch, 1))
         plan.batch_at_sla = b_sla
-        kv_read = plan.kv_bytes_per_token * cell.pp * plan.avg_context * b_sla
-        at = min(target, tpot_floor_ms(_decode_read_bytes(cell, arch, b_sla), kv_read, cell.gpu.hbm_bytes_s))
+        at = min(target, floor_tpot_ms_at(plan, cell, arch, b_sla))
         plan.tpot_floor_at_sla_ms = at
         plan.tok_s_per_gpu_at_sla = 1000.0 / at * b_sla / (cell.tp * cell.pp)
         if spec.traffic is not None:
@@ -344,24 +351,31 @@ def estimate_explain(plan: CellPlan) -> list[str]:
     """Where the silicon estimate's figures came from (AIConfigurator's measured database), line by line."""
     e = plan.estimate
     if e is None:
-        return []
+        why = plan.no_estimate or "--estimator floor"
+        return [f"  silicon estimate: none ({why}); every figure above is the roofline floor"]
     b1, at = e["batch_1"], e["at_batch"]
     lines = [
         f"  silicon estimate: {e['estimator']}, database {e['database']} measured on {e['system']}, "
-        f"ISL {e['isl']} / OSL {e['osl']}",
-        f"    batch 1: TTFT {b1['ttft_ms']:.1f} ms, TPOT {b1['tpot_ms']:.2f} ms "
-        f"(floor {plan.tpot_floor_b1_ms:.2f} ms, ×{b1['tpot_ms'] / plan.tpot_floor_b1_ms:.1f})",
+        f"ISL {e['isl']} / OSL {e['osl']}, batches {', '.join(str(c['batch']) for c in e['curve'])}",
+        f"    batch 1: TTFT {b1['ttft_ms']:.1f} ms (floor prefill {plan.prefill_ms_avg_input:.1f} ms), "
+        f"TPOT {b1['tpot_ms']:.2f} ms (floor {plan.tpot_floor_b1_ms:.2f} ms, "
+        f"×{b1['tpot_ms'] / plan.tpot_floor_b1_ms:.1f})",
     ]
     if at:
+        floor = e["floor_tpot_at_batch_ms"]
         lines.append(
-            f"    largest batch ≤ {e['batch_cap']} meeting the SLOs: {at['batch']}: TTFT {at['ttft_ms']:.1f} ms, "
-            f"TPOT {at['tpot_ms']:.2f} ms, {at['tok_s_per_gpu']:,.0f} tok/s per GPU, {at['memory_gb']:.1f} GB"
+            f"    largest batch ≤ {e['batch_cap']} (engine max batch, KV concurrency) meeting the SLOs: {at['batch']}: "
+            f"TTFT {at['ttft_ms']:.1f} ms, TPOT {at['tpot_ms']:.2f} ms "
+            f"(floor {floor:.2f} ms, ×{at['tpot_ms'] / floor:.1f}), "
+            f"{at['tok_s_per_gpu']:,.0f} tok/s per GPU, {at['memory_gb']:.1f} GB"
         )
     if plan.fleet_estimate:
         f = plan.fleet_estimate
         lines.append(
-            f"    fleet at that batch: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per "
-            f"instance = {f['raw_instances']:.2f} instances × {f['gpus_per_instance']} GPUs ÷ utilization × "
-            f"headroom = {f['total_gpus']} GPUs"
+            f"    estimated fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per "
+            f"instance (batch {f['batch_at_sla']}) = {f['raw_instances']:.2f} instances × "
+            f"{f['gpus_per_instance']} GPUs "
+            f"= {f['gpus_at_full_load']} GPUs at full load → ÷ utilization × headroom = {f['total_gpus']} GPUs "
+            f"({f['total_instances']} instances)"
         )
     return lines

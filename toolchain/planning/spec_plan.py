@@ -69,10 +69,14 @@ def _estimate(sp: SpecPlan, cells: list[Cell], estimator: Estimator, progress: C
     if session is None:
         if estimator == "aic":
             raise EstimatorMissingError(estimate.missing_message())
-        sp.notes.append(f"{estimate.missing_message()}: the figures are the roofline floor only (scripts/setup-aic.sh)")
+        for plan in sp.plans:
+            plan.no_estimate = estimate.missing_message()
+        sp.notes.append(
+            f"{estimate.missing_message()}: every figure is the roofline floor only (install it: scripts/setup-aic.sh)"
+        )
         return
     try:
         for plan, cell in zip(sp.plans, cells, strict=True):
-            estimate.apply_estimate(plan, cell, sp.arch, session)
+            estimate.apply_estimate(plan, cell, sp.arch, session, strict=estimator == "aic")
     finally:
         session.close()
