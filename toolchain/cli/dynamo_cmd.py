@@ -112,7 +112,7 @@ def deploy(
     """
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as out_console
-    from toolchain.dynamo.deploy import Artifact, write_dgd
+    from toolchain.dynamo.deploy import Artifact, precision_mismatch, write_dgd
     from toolchain.dynamo.pipeline import plan_spec
     from toolchain.errors import UserInputError
 
@@ -131,6 +131,9 @@ def deploy(
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )
+    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
+    if mismatch:  # written as asked, but not what the plan sized the pools for
+        err.print(f"warning: {mismatch}", markup=False, highlight=False)
     if json_out:
         print_json({"files": {k: str(v) for k, v in files.items()}, "plan": planned.plan.to_json()})
         return

@@ -51,6 +51,27 @@ class Artifact:
         return f"{MODELS}/{self.key}/hf"
 
 
+# The Secret Dynamo's Kubernetes recipes read HF_TOKEN from (ai-dynamo/dynamo recipes/*/deploy.yaml: envFrom
+# secretRef hf-token-secret; `kubectl create secret generic hf-token-secret --from-literal=HF_TOKEN=...`).
+HF_TOKEN_SECRET = "hf-token-secret"
+
+
+def precision_mismatch(cell: Cell, artifact: Artifact | None) -> str | None:
+    """What the workers would serve differently from what the plan assumed: without an artifact, the Hub
+    model as it is published (unquantized, KV dtype auto) for a spec that plans quantized weights."""
+    from toolchain.artifacts.recipe import is_unquantized
+
+    if artifact is not None or is_unquantized(cell.spec):
+        return None
+    q = cell.spec.quantization
+    return (
+        f"the plan sized the pools for {q.weights} weights and a {q.kv_cache} KV cache, but without --engine the "
+        "workers serve the spec's model as the Hub publishes it (unquantized, kv_cache_config.dtype auto) — pass "
+        "--engine KEY of the spec's quantized LLM-API artifact (`toolchain build SPEC --cell ID`, `toolchain cache "
+        "push`) with --registry, or --model-path of a quantized checkpoint"
+    )
+
+
 def check_artifact(a: Artifact) -> None:
     if not a.registry.startswith(("s3://", "hf://")):
         raise DeployError(
@@ -203,6 +224,10 @@ def dgd(
             if artifact.secret:
                 c["envFrom"] = [{"secretRef": {"name": artifact.secret, "optional": False}}]
             volumes.append({"name": "models", "emptyDir": {}})
+        elif cell.spec.model.is_hf and model == cell.spec.model.hf_repo_revision()[0]:
+            # dynamo.trtllm downloads the Hub model itself; a gated one needs HF_TOKEN, which Dynamo's own
+            # recipes take from the Secret hf-token-secret (envFrom). Optional: an open model needs none.
+            c["envFrom"] = [{"secretRef": {"name": HF_TOKEN_SECRET, "optional": True}}]
         tmpl = _pod_template(c, volumes, labels)
         if artifact is not None:
             tmpl["spec"]["initContainers"] = [_pull_container(artifact)]
