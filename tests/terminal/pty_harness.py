@@ -62,6 +62,7 @@ def run_on_pty(
     timeout: float = 600.0,
     interrupt_when: Callable[[bytes], bool] | None = None,
     interrupt_after: float = 0.0,
+    cols: int = 160,
 ) -> PtyRun:
     """Run ``argv`` on a new pty until it exits (SIGKILL at ``timeout``: returncode -9).
 
@@ -75,7 +76,7 @@ def run_on_pty(
             os.execvpe(argv[0], argv, env)
         finally:
             os._exit(127)
-    _set_size(master)
+    _set_size(master, cols=cols)
     chunks: list[tuple[float, bytes]] = []
     buf = bytearray()
     interrupt_at: float | None = None
@@ -129,6 +130,16 @@ def run_on_pty(
             longest, after = t - last_t, ANSI.sub(b"", last_text).decode("utf-8", "replace").strip()[-120:]
         last_t, last_text = t, (last_text + data)[-400:]
     return PtyRun(argv, rc, bytes(buf), t_end - t0, longest, after, chunks)
+
+
+def truncated_cells(text: str) -> list[str]:
+    """Lines of box-drawn tables (rich's or ``print_table``'s) with a cell cut short ("…") or wider than
+    the terminal's 80 columns: what a person at an 80-column terminal could not read."""
+    bad = []
+    for line in text.splitlines():
+        if any(ch in line for ch in "┃│┏┡└┗╇") and ("…" in line or len(line) > 80):
+            bad.append(line)
+    return bad
 
 
 class _suppress:

@@ -226,6 +226,28 @@ def row_cells(r: dict[str, Any]) -> list[str]:
     ]
 
 
+STAT_COLUMNS = ("metric", "p50", "p90", "p95", "p99")
+
+
+def metric_rows(r: dict[str, Any]) -> list[list[str]]:
+    """One run as metrics-as-rows (AIPerf's layout: statistics across, metrics down), in STAT_COLUMNS order.
+
+    Fits 80 columns whatever the load's label: the label goes in the table's title, not in a cell."""
+    rows = [
+        [name, *(_f(r[f"{m}_p{q}"]) for q in (50, 90, 95, 99))]
+        for m, name in (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"))
+    ]
+    rows.append(["ICL (ms)", _f(r["icl_p50"]), "", "", _f(r["icl_p99"])])
+    rows += [
+        ["requests ok", str(r["requests"]), "", "", ""],
+        ["errors", str(r["errors"]), "", "", ""],
+        ["requests/s", f"{r['req_s']:.2f}", "", "", ""],
+        ["output tok/s", f"{r['tok_s']:.1f}", "", "", ""],
+        ["goodput req/s", f"{r['goodput']:.2f}", "", "", ""],
+    ]
+    return rows
+
+
 CSV_FIELDS = (
     "result",
     "load",

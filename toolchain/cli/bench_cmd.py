@@ -192,17 +192,23 @@ def bench(
 
 
 def print_table(result: dict[str, Any]) -> None:
+    """One table per load, metrics as rows (readable at 80 columns), then the run's notes on stderr."""
     from rich.table import Table
 
-    from toolchain.bench.report import COLUMNS, _f, row_cells, table_rows
-    from toolchain.cli.render import err, out
+    from toolchain.bench.report import STAT_COLUMNS, _f, metric_rows, table_rows
+    from toolchain.cli.render import Stages, err, fmt_ms, out
 
-    t = Table(title=f"bench {result['provenance']['model']} @ {result['provenance']['url']} (ms)")
-    for c in COLUMNS[:-1]:
-        t.add_column(c)
+    Stages.settle_all()  # the measurement ended: no bar redraws into the table
+    where = f"{result['provenance']['model']} @ {result['provenance']['url']}"
     for r in table_rows([result]):
-        t.add_row(*row_cells(r)[:-1])
-    out.print(t)
+        t = Table(
+            title=f"bench {where}: {r['load']}", caption=f"tokens counted by {r['tokens']}" if r["tokens"] else None
+        )
+        for i, c in enumerate(STAT_COLUMNS):
+            t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
+        for cells in metric_rows(r):
+            t.add_row(*cells)
+        out.print(t)
     for run in result["runs"]:
         for w in run["client"].get("warnings", []):
             err.print(f"warning ({run['label']}): {w}", highlight=False, markup=False)
@@ -229,7 +235,7 @@ def print_table(result: dict[str, Any]) -> None:
             )
     if result.get("planner"):
         err.print(
-            f"planner TPOT floor on {result['planner']['gpu']}: {result['planner']['tpot_floor_b1_ms']:.2f} ms",
+            f"planner TPOT floor on {result['planner']['gpu']}: {fmt_ms(result['planner']['tpot_floor_b1_ms'])}",
             highlight=False,
         )
 

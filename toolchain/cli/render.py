@@ -62,6 +62,19 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_ms(ms: float) -> str:
+    """A duration given in milliseconds, in the unit its magnitude needs (0.004 ms is "4.0 µs", not "0.00 ms")."""
+    if ms == 0:
+        return "0 ms"
+    if abs(ms) >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if abs(ms) >= 0.1:
+        return f"{ms:.2f} ms"
+    if abs(ms) >= 1e-4:
+        return f"{ms * 1000:.1f} µs"
+    return f"{ms * 1e6:.1f} ns"
+
+
 def _amount(x: float, unit: str) -> str:
     if unit == "B":
         return fmt_bytes(x)
@@ -205,6 +218,12 @@ class Stages:
         if self._bars is not None:
             self._bars.stop()
             self._bars, self._tasks = None, {}
+
+    @staticmethod
+    def settle_all() -> None:
+        """``settle`` every open renderer (a command is about to print its result)."""
+        for stages in list(_OPEN):
+            stages.settle()
 
     def close(self) -> None:
         self._closed.set()

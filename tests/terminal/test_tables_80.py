@@ -1,0 +1,50 @@
+"""Tables at 80 columns on a pseudo-terminal: no header or value cut to "T…", "2…", nothing wider than the screen.
+
+On main `bench` printed 16 columns (every header cut at 80 columns) and `plan` cut cells to "h200…".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tests.bench.sse_server import sse_server_process
+from tests.bench.workloads import bench_cmd
+from tests.conftest import REPO, SPECS
+from tests.terminal.pty_harness import run_on_pty, truncated_cells
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCHAIN_")}
+    return env | {
+        "PYTHONPATH": str(REPO),
+        "TERM": "xterm-256color",
+        "COLUMNS": "80",
+        "TOOLCHAIN_CACHE": str(tmp_path / "cache"),
+        "HOME": str(tmp_path),
+    }
+
+
+def test_bench_table_fits_80_columns(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with sse_server_process(first_s=0.01, gap_s=0.002) as (url, _, _):
+        argv = bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "4", "--concurrency", "1,2")
+        r = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
+    assert r.returncode == 0, r.describe()
+    text = r.text
+    assert "TTFT (ms)" in text and "p99" in text and "concurrency=2" in text, r.describe()
+    assert truncated_cells(text) == [], r.describe()
+    # the table starts on a line of its own, never glued to the end of a progress line
+    for line in text.splitlines():
+        if "bench m @" in line:
+            assert line.strip().startswith("bench m @"), line
+    after = r.output.rsplit(b"result:", 1)[1]
+    assert b"\x1b[" not in after.replace(b"\x1b[0m", b""), after[:200]  # no bar redraws after result:
+
+
+def test_plan_table_fits_80_columns(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "toolchain.cli.main", "plan", str(SPECS / "llama-3.1-8b-fp8.yaml")]
+    r = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
+    assert r.returncode == 0, r.describe()
+    assert truncated_cells(r.text) == [], r.describe()
+    assert "h100-sxm-b256-s8192-i4096-tp1" in r.text and "TPOT" in r.text, r.describe()  # whole cell ids
