@@ -137,7 +137,7 @@ BATCH = 20
 SPEC_COMMANDS: list[list[str]] = [
     ["spec", "validate"],
     ["spec", "expand"],
-    ["plan"],
+    ["plan", "--estimator", "floor"],  # the spec text is fuzzed here, not the AIConfigurator subprocess
     ["matrix", "--offline", "--format", "json"],
     ["build", "--all", "--dry-run"],
     ["deploy", "--dry-run"],
@@ -159,10 +159,10 @@ def test_fuzz_spec_text(tmp_path: Path) -> None:
         verdict = None
         for cmd in SPEC_COMMANDS:
             o = invoke([*cmd, str(spec)], limit=hang_limit(20))
-            check(tally, o, slow_s=5)
+            check(tally, o, slow_s=15)  # a generous ceiling: a hang is the property, not speed
             if cmd == ["spec", "validate"]:
                 verdict = o.exit_code
-                if o.seconds > 2.0:  # a second of work, with room for a loaded CI machine
+                if o.seconds > 8.0:  # well under a second of work; the ceiling leaves room for a loaded CI machine
                     tally.problems.append(f"validate took {o.seconds:.2f} s: {text[:80]!r}")
             elif verdict not in (0, None) and o.exit_code == 0:
                 tally.problems.append(f"validate refused but `{' '.join(cmd)}` accepted: {text[:200]!r}")
