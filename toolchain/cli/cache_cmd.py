@@ -11,7 +11,9 @@ from toolchain.cli.options import DryRunOpt, ForceOpt, JsonOpt, RegistryOpt, Yes
 
 app = typer.Typer(help="The content-addressed engine registry (local dir, s3://, hf://, oci://).", no_args_is_help=True)
 
-RefArg = Annotated[str, typer.Argument(help="Entry key, unique key prefix (>= 8 hex) or tag")]
+RefArg = Annotated[
+    str, typer.Argument(help="Entry key, unique key prefix (>= 8 hex), tag, or digest (sha256:HEX, @sha256:HEX)")
+]
 
 
 @app.command("ls")

@@ -671,6 +671,19 @@ class OCIBackend(Backend):
             self._check_api()
         return got
 
+    def key_of_manifest_digest(self, hexd: str) -> str | None:
+        """The entry key a manifest digest reference names: the key the toolchain's manifest records, the
+        digest itself for another client's artifact, None when the registry holds no such manifest (a
+        64-hex key given in digest form is taken as the key it is)."""
+        if self._head_manifest(hexd) is not None:  # a tag: the toolchain's key
+            return hexd
+        got = self._get_manifest(f"sha256:{hexd}")
+        if got is None:
+            return None
+        ann = got[0].get("annotations") or {}
+        key = ann.get(A_KEY) if isinstance(ann, dict) else None
+        return str(key) if isinstance(key, str) and KEY_RE.fullmatch(key) else hexd
+
     def _check_api(self) -> None:
         """Once, when something is not found: is this an OCI registry at all? (``GET /v2/`` answers 200 or
         401 on every registry; a 404 there means a wrong host, port or path, not a missing entry.)"""
@@ -908,9 +921,23 @@ class OCIBackend(Backend):
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         if prefix == "manifests/":
-            for t in self.tag_names():
-                if KEY_RE.fullmatch(t):
-                    yield f"manifests/{t}.json", 0, 0.0
+            tags = self.tag_names()
+            keys = {t for t in tags if KEY_RE.fullmatch(t)}
+            for t in sorted(keys):
+                yield f"manifests/{t}.json", 0, 0.0
+            # another client's artifact (ORAS, a CI job) is only tagged by name: listed by its manifest digest
+            for t in tags:
+                if t in keys or not TAG_RE.fullmatch(t):
+                    continue
+                with contextlib.suppress(RegistryError, ManifestError, CorruptArtifactError):
+                    got = self._get_manifest(t)
+                    ann = (got[0].get("annotations") if got else None) or {}
+                    if got is None or not isinstance(ann, dict) or A_KEY in ann:
+                        continue  # the toolchain's own entries are listed by their key tags
+                    hexd = got[1].split(":", 1)[1]
+                    if hexd not in keys:
+                        keys.add(hexd)
+                        yield f"manifests/{hexd}.json", 0, 0.0
         elif prefix == "refs/tags/":
             for t in self.tag_names():
                 if TAG_RE.fullmatch(t) and not KEY_RE.fullmatch(t):

@@ -108,9 +108,12 @@ class Registry:
     # --- lookup -------------------------------------------------------------------------------
 
     def resolve(self, ref: str) -> str:
-        """A full key, a unique key prefix (>= 8 hex), or a tag -> the full key."""
+        """A full key, a unique key prefix (>= 8 hex), a tag, or a digest reference (``sha256:<hex>`` or
+        ``@sha256:<hex>``, the form registries and ORAS print) -> the full key."""
         if KEY_RE.fullmatch(ref):
             return ref
+        if (hexd := digest_hex(ref)) != ref:
+            return self._key_of_digest(hexd)
         if TAG_RE.fullmatch(ref) and self.backend.exists(f"refs/tags/{ref}"):
             key = self.backend.read_bytes(f"refs/tags/{ref}").decode().strip()
             if not KEY_RE.fullmatch(key):
@@ -123,6 +126,13 @@ class Registry:
             if len(hits) > 1:
                 raise UserInputError(f"key prefix {ref} is ambiguous in {self.url}", "give more characters")
         raise ArtifactNotFoundError(ref, self.url)
+
+    def _key_of_digest(self, ref: str) -> str:
+        """The entry key behind a 64-hex reference: itself, or (OCI) the key a manifest digest's entry records."""
+        of_digest = getattr(self.backend, "key_of_manifest_digest", None)
+        if of_digest is None:
+            return ref
+        return str(of_digest(ref) or ref)
 
     def exists(self, key: str) -> bool:
         return self.backend.exists(manifest_path(key))
@@ -447,9 +457,18 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def digest_hex(ref: str) -> str:
+    """``sha256:<hex>`` / ``@sha256:<hex>`` (a digest reference) -> ``<hex>``; anything else unchanged."""
+    bare = ref[1:] if ref.startswith("@") else ref
+    if bare.startswith("sha256:") and KEY_RE.fullmatch(bare[len("sha256:") :]):
+        return bare[len("sha256:") :]
+    return ref
+
+
 def key_for_push(ref: str, dest: Registry) -> str:
     """The full key a push stores under: a 64-hex key as given, or a short key (>= 8 hex) or tag that names an
     entry the destination or the local default registry already holds (e.g. copying a built engine to S3)."""
+    ref = digest_hex(ref)
     if KEY_RE.fullmatch(ref):
         return ref
     places = [dest] if dest.url == open_registry(None).url else [dest, open_registry(None)]
