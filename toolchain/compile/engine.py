@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from toolchain import settings
+from toolchain import settings, yamlout
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
@@ -432,7 +430,7 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
         shutil.copytree(hf, out / "hf", copy_function=os.link)
         opts = llmapi_options(cell)
         _carry_models(cell, out)
-        (out / "extra_llm_api_options.yaml").write_text(yaml.safe_dump(opts, sort_keys=True))
+        (out / "extra_llm_api_options.yaml").write_text(yamlout.dump(opts, sort_keys=True))
         prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
             "spec": cell.spec.model_dump(mode="json"),
             "cell": cell.axes(),

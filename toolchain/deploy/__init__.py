@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from toolchain import yamlout
 from toolchain.deploy.context import (
     ENTRYPOINT,
     KUBESSH,
@@ -132,7 +131,7 @@ def check_options(o: DeployOptions) -> None:
 
 
 def _yaml(obj: dict[str, Any], header: str) -> str:
-    return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+    return header + yamlout.dump(obj, sort_keys=False, default_flow_style=False)
 
 
 def write_deployment(

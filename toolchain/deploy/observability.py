@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from toolchain import yamlout
 from toolchain.deploy.manifests import QUEUE_MODEL, Target, _labels
 from toolchain.specs.matrix import Cell
 
@@ -607,11 +608,11 @@ def write_observability(out: Path, t: Target, cell: Cell, plan: Any, table: Rule
     plain.mkdir(exist_ok=True)
     files = {"prometheusrule.yaml": obs.prometheus_rule, "dashboard.yaml": obs.configmap}
     for name, obj in files.items():
-        (k8s / name).write_text(header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
-    (plain / "rules.yaml").write_text(header + yaml.safe_dump(obs.rule_file, sort_keys=False))
+        (k8s / name).write_text(header + yamlout.dump(obj, sort_keys=False, default_flow_style=False))
+    (plain / "rules.yaml").write_text(header + yamlout.dump(obs.rule_file, sort_keys=False))
     (plain / "dashboard.json").write_text(json.dumps(obs.dashboard, indent=1, sort_keys=True) + "\n")
     kz = k8s / "kustomization.yaml"
     k = yaml.safe_load(kz.read_text())
     k["resources"] = [*k["resources"], *(n for n in files if n not in k["resources"])]
-    kz.write_text(header + yaml.safe_dump(k, sort_keys=False, default_flow_style=False))
+    kz.write_text(header + yamlout.dump(k, sort_keys=False, default_flow_style=False))
     return notes(cell)

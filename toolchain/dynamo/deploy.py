@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from toolchain import yamlout
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.dynamo import RELEASES
@@ -243,7 +242,7 @@ def dgd(
 
 
 def config_map(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str) -> dict[str, Any]:
-    data = {f"{COMPONENT[p.role][0]}.yaml": yaml.safe_dump(engine_args(cell, p), sort_keys=False) for p in plan.pools}
+    data = {f"{COMPONENT[p.role][0]}.yaml": yamlout.dump(engine_args(cell, p), sort_keys=False) for p in plan.pools}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 
@@ -292,10 +291,10 @@ def write_dgd(
     }
     files: dict[str, Path] = {}
     for fname, obj in objs.items():
-        (out / fname).write_text(yaml.safe_dump(obj, sort_keys=False))
+        (out / fname).write_text(yamlout.dump(obj, sort_keys=False))
         files[fname] = out / fname
     kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": list(objs)}
-    (out / "kustomization.yaml").write_text(yaml.safe_dump(kust, sort_keys=False))
+    (out / "kustomization.yaml").write_text(yamlout.dump(kust, sort_keys=False))
     files["kustomization.yaml"] = out / "kustomization.yaml"
     lines = ["# the worker command lines of the DynamoGraphDeployment, one per component (for review)"]
     for comp in objs["dynamographdeployment.yaml"]["spec"]["components"]:

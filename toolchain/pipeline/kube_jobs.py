@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from toolchain import yamlout
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.artifacts.recipe import is_unquantized
@@ -397,7 +398,7 @@ def write_objects(objs: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(yaml.safe_dump(obj, sort_keys=False), encoding="utf-8")
+        tmp.write_text(yamlout.dump(obj, sort_keys=False), encoding="utf-8")
         tmp.replace(path)
         written.append(path)
     return written

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from toolchain import yamlout
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.compile.draft import draft_artifacts
@@ -267,4 +268,4 @@ def gitlab(
 
 def gitlab_yaml(doc: dict[str, Any]) -> str:
     """The child pipeline as the YAML `toolchain matrix --format gitlab` prints."""
-    return yaml.safe_dump(doc, sort_keys=False)
+    return yamlout.dump(doc, sort_keys=False)

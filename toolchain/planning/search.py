@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain import yamlout
 from toolchain.errors import EstimatorMissingError, UserInputError
 from toolchain.hardware.catalog import CATALOG
 from toolchain.planning import estimate as E
@@ -322,7 +323,6 @@ def _slo_text(spec: EngineSpec) -> str:
 def write_spec(src: Path, out: Path, choice: Candidate, result: SearchResult) -> Path:
     """Write ``src`` with ``choice`` as its matrix (GPU, max batch, TP) and weight format, atomically; the
     model source is re-based when it is a relative local path. Returns ``out``."""
-    import yaml
 
     from toolchain.specs.loader import load_spec, safe_yaml
 
@@ -352,7 +352,7 @@ def write_spec(src: Path, out: Path, choice: Candidate, result: SearchResult) ->
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    tmp.write_text(header + yamlout.dump(data, sort_keys=False, allow_unicode=True))
     os.replace(tmp, out)
     return out
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from toolchain import yamlout
 from toolchain.specs.llmapi import llmapi_options
 from toolchain.specs.matrix import Cell
 
@@ -98,6 +97,6 @@ def llmapi_files(cell: Cell, model: str, revision: str | None = None) -> dict[st
     )
     return {
         "tensorrt_llm/config.pbtxt": to_pbtxt(cfg),
-        "tensorrt_llm/1/model.yaml": yaml.safe_dump(opts, sort_keys=False),
+        "tensorrt_llm/1/model.yaml": yamlout.dump(opts, sort_keys=False),
         "README.md": readme,
     }
