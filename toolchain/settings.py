@@ -16,6 +16,9 @@ variable                       default                  meaning
 ``TOOLCHAIN_OCI_USERNAME``     (none)                   user name for ``oci://`` registries (with the password; else
                                                         the Docker config: ``$DOCKER_CONFIG``, ``~/.docker``)
 ``TOOLCHAIN_OCI_PASSWORD``     (none)                   password or access token for ``oci://`` (never printed)
+``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``  ``5``           seconds to connect to a registry (``oci://``) before giving up
+``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``) may send nothing before the
+                                                        request counts as stalled (retried, then one-line error)
 ``TOOLCHAIN_CONTAINER_IMAGE``  (none)                   container image recorded in build provenance
 ``TRTLLM_ROOT``                ``/app/tensorrt_llm``    TensorRT-LLM source tree (its ``convert_checkpoint.py``)
 ``TOOLCHAIN_DYNAMO_PYTHON``    (see meaning)            Python of NVIDIA Dynamo's environment; default the repo's
@@ -61,6 +64,8 @@ OCI_PLAIN_HTTP = Setting("TOOLCHAIN_OCI_PLAIN_HTTP", None, "1: plain HTTP to oci
 OCI_USERNAME = Setting("TOOLCHAIN_OCI_USERNAME", None, "user name for oci:// registries (else the Docker config)")
 OCI_PASSWORD = Setting("TOOLCHAIN_OCI_PASSWORD", None, "password or token for oci:// registries (never printed)")
 DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of config.json (read, not set, here)")
+HTTP_CONNECT_TIMEOUT = Setting("TOOLCHAIN_HTTP_CONNECT_TIMEOUT", "5", "seconds to connect to a registry")
+HTTP_READ_TIMEOUT = Setting("TOOLCHAIN_HTTP_READ_TIMEOUT", "30", "seconds a registry may send nothing (stalled)")
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
@@ -79,6 +84,8 @@ ALL: tuple[Setting, ...] = (
     OCI_USERNAME,
     OCI_PASSWORD,
     DOCKER_CONFIG,
+    HTTP_CONNECT_TIMEOUT,
+    HTTP_READ_TIMEOUT,
     CONTAINER_IMAGE,
     TRTLLM_ROOT,
     DYNAMO_PYTHON,
@@ -109,6 +116,22 @@ def s3_endpoint_url() -> str | None:
 
 def oci_plain_http() -> bool:
     return OCI_PLAIN_HTTP.get() == "1"
+
+
+def _seconds(s: Setting) -> float:
+    raw = s.get() or "0"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{s.name}={raw!r} is not a positive number of seconds")
+    return value
+
+
+def http_timeouts() -> tuple[float, float]:
+    """(connect, read) seconds for the registry HTTP clients; ValueError names a bad setting."""
+    return _seconds(HTTP_CONNECT_TIMEOUT), _seconds(HTTP_READ_TIMEOUT)
 
 
 def oci_credentials() -> tuple[str, str] | None:

@@ -38,6 +38,7 @@ from toolchain.errors import (
     RegistryPlainHTTPError,
     RegistryUnavailableError,
     RegistryURLError,
+    UserInputError,
 )
 from toolchain.registry.backends import Backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, check_against_record, parse_manifest
@@ -238,8 +239,13 @@ class OCIBackend(Backend):
         api_host = "registry-1.docker.io" if host.lower() in DOCKER_HUB_HOSTS else host
         self.scheme = "http" if settings.oci_plain_http() else "https"
         self.base = f"{self.scheme}://{api_host}/v2/{repo}"
+        try:
+            connect, read = settings.http_timeouts()
+        except ValueError as e:
+            raise UserInputError(str(e), "set it to seconds, e.g. 30 (or unset it for the default)") from e
+        self.read_timeout = read
         self.client = client or httpx.Client(
-            timeout=httpx.Timeout(120.0, connect=5.0),
+            timeout=httpx.Timeout(read, connect=connect),
             follow_redirects=True,  # storage redirects (S3); httpx drops Authorization when the origin changes
             headers={"User-Agent": "toolchain-oci/1"},
         )
@@ -295,7 +301,22 @@ class OCIBackend(Backend):
         )
 
     def _unreachable(self, e: BaseException) -> RegistryError:
+        import httpx
+
         text = str(e)
+        cause = e.__cause__ if isinstance(e, _Broken) else e
+        if isinstance(cause, httpx.TimeoutException) and not isinstance(cause, httpx.ConnectTimeout):
+            return RegistryUnavailableError(
+                f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {RETRIES + 1} tries); "
+                "raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
+                "check the registry's health and the network, then try again",
+            )
+        if isinstance(cause, httpx.ConnectTimeout):
+            return RegistryUnavailableError(
+                f"cannot connect to registry {self.host} (no answer to connect, {RETRIES + 1} tries); "
+                "raise TOOLCHAIN_HTTP_CONNECT_TIMEOUT if the network is only slow",
+                "check the host and port in the oci:// URL and the network",
+            )
         if self.scheme == "https" and ("SSL" in text or "WRONG_VERSION" in text.upper() or "TLS" in text):
             return RegistryPlainHTTPError(
                 f"cannot talk HTTPS to registry {self.host} ({type(e).__name__}): it may speak plain HTTP",
