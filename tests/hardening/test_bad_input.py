@@ -529,6 +529,20 @@ def test_bench_report_of_a_result_without_each_summary_field(cli: Cli, tmp_path:
     assert outcomes["requests/drop/bench"] == 2
 
 
+@pytest.mark.parametrize("version", [2, "1", 1.5, True])
+def test_bench_readers_refuse_a_result_of_an_unknown_schema(cli: Cli, tmp_path: Path, version: object) -> None:
+    """A result from a newer toolchain (or a garbled schema field) is refused in one line naming the field,
+    by the report, diagnose and plan --measured alike (before: read as if it were schema 1)."""
+    d = _whole_result()
+    d["schema"] = version
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(d))
+    for args in (["bench", "report", path, "--out", tmp_path / "rep"], ["diagnose", "--bench", path]):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "schema" in _one_line_error(r), (args, r.output)
+
+
 @pytest.mark.parametrize("meta", [b"\x00\xff binary", b"[1]", b'{"engine": 5}', b'{"engine": {"world_size": 1e9}}'])
 def test_serve_refuses_a_damaged_repository_marker(cli: Cli, tmp_path: Path, meta: bytes) -> None:
     repo = tmp_path / "repo"

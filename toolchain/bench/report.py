@@ -42,12 +42,18 @@ def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dic
     return out
 
 
+RESULT_SCHEMA = 1  # the newest bench-result schema this toolchain reads (bench/run.py writes it)
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _result_problem(d: dict[str, Any]) -> str | None:
     """What makes a bench result unusable by the reports and diagnose (None when it is whole)."""
+    version = d.get("schema")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version > RESULT_SCHEMA):
+        return f"schema {version!r} is not one this toolchain reads (up to {RESULT_SCHEMA}); upgrade toolchain"
     if not isinstance(d.get("provenance"), dict):
         return "provenance is not an object"
     runs = d.get("runs")
