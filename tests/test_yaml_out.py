@@ -29,4 +29,3 @@ def test_the_dynamo_graph_deployment_has_no_anchors(cli: Any, tmp_path: Path) ->
     assert written
     for f in written:
         assert not ANCHOR.search(f.read_text()), f"{f.name} has a YAML anchor or alias"
-
