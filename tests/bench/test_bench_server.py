@@ -17,7 +17,7 @@ from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
 from toolchain.triton import server as S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 HERE = Path(__file__).resolve().parent
 FIRST_MS, GAP_MS = 80.0, 25.0
 

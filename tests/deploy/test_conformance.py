@@ -27,6 +27,8 @@ from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import Cell, expand
 
+pytestmark = [pytest.mark.slow, pytest.mark.validator]
+
 DIGEST = "sha256:" + "ab" * 32
 CELLS = [c for spec in SHIPPED for c in expand(load_spec(spec))]
 # the conditional skips, by the marker in a manifest set's directory or file name

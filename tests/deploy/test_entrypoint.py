@@ -24,7 +24,7 @@ from toolchain.registry import open_registry
 from toolchain.specs.loader import load_spec
 from toolchain.triton.server import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 
 def _bucket(endpoint: str, name: str) -> str:

@@ -21,7 +21,7 @@ import yaml
 from tests.conftest import REPO, Cli
 from tests.dynamo.conftest import DISAGG, dynamo_python_or_skip
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(300)]
 MODEL = "llama-3.3-70b-instruct-fp8-dynamo-disagg"
 
 

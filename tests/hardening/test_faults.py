@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import REPO
 from toolchain.registry import open_registry
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 KEY = "f" * 64
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.hardening.fuzzing import BASE, LAUGHS, Tally, budget, check, hang_limit, invoke
 from tests.hardening.test_bad_input import GOOD_CONFIG, _safetensors, _whole_result
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DROP = "<drop this key>"  # a mutation that removes the key instead of setting it
 

@@ -20,6 +20,8 @@ from tests.conftest import REPO, SPECS, Cli
 from tests.validators import actionlint, schema, shell, tool
 from toolchain.pipeline.matrix import build_matrix, github, gitlab, gitlab_yaml
 
+pytestmark = [pytest.mark.slow, pytest.mark.validator]
+
 ALL = sorted(SPECS.glob("*.yaml"))
 GH = REPO / "ci" / "github"
 GL = REPO / "ci" / "gitlab"

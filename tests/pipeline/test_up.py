@@ -12,7 +12,7 @@ import yaml
 from tests.conftest import SPECS, Cli
 from toolchain.specs.loader import load_spec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 
 def _spec(tmp_path: Path) -> Path:

@@ -26,7 +26,7 @@ from toolchain.registry import open_registry
 from toolchain.registry.oci import ARTIFACT_TYPE, TITLE, parse_oci_url
 from toolchain.registry.store import blob_path
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 KEY = "c" * 64
 MB = 2**20
 

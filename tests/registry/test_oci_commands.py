@@ -21,7 +21,7 @@ from toolchain.pipeline.matrix import build_matrix
 from toolchain.registry import open_registry
 from toolchain.registry.store import FEW_KEYS
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
 

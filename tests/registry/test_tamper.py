@@ -24,7 +24,7 @@ from toolchain.errors import ManifestError
 from toolchain.registry import open_registry
 from toolchain.registry.oci import A_CONTENT, A_RECORD, MANIFEST_MT, TITLE
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 KEY = "e" * 64
 OTHER = "f" * 64
 

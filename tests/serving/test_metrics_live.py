@@ -20,7 +20,7 @@ from toolchain.diagnose.table import RULES, SIGNALS
 from toolchain.triton import server as S
 from toolchain.triton.client import stream_generate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 # what the CPU reference model and Triton 2.51 cannot export: the first-response histogram arrived in 2.52,
 # GPU metrics need a GPU, the rest are the C++ tensorrtllm backend's (the CPU model publishes only KV and requests)
 NOT_ON_CPU = re.compile(

@@ -16,7 +16,7 @@ from toolchain.errors import ServerError, UserInputError
 from toolchain.triton import server as S
 from toolchain.triton.client import stream_generate
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
 

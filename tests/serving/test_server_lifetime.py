@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO
 from toolchain.triton import server as S
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(300)]
 
 
 def _proc_stat(pid: int) -> tuple[str, int, str] | None:

@@ -14,7 +14,7 @@ import pytest
 from tests.serving.conftest import write_tiny_spec
 from toolchain.triton import server as S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
