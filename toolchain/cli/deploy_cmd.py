@@ -67,8 +67,8 @@ def deploy(
 
     Examples:
       toolchain deploy engine_specs/llama-3.3-70b-fp8-h100.yaml --dry-run
-      toolchain deploy engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
-        --registry s3://engines/prod --registry-secret engine-registry --image registry.example.com/llm:8b-v1 \
+      toolchain deploy engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \\
+        --registry s3://engines/prod --registry-secret engine-registry --image registry.example.com/llm:8b-v1 \\
         --out ./deploy/llama8b
     """
     from toolchain.cli.render import err, print_json

@@ -176,6 +176,24 @@ for _module in COMMANDS:
     _module.register(app)
 
 
+def _keep_examples_as_lines(t: typer.Typer) -> None:
+    """Click rewraps every help paragraph into one block, which ran a command's examples together; a
+    paragraph led by a line holding only ``\\b`` is printed as written (click's own marker)."""
+    import re
+
+    for info in t.registered_commands:
+        fn = info.callback
+        doc = fn.__doc__ if fn is not None else None
+        if fn is not None and doc and "Examples:" in doc and "\b\n" not in doc:
+            fn.__doc__ = re.sub(r"(\n[ \t]*\n)([ \t]*)Examples:", "\\1\\2\b\n\\2Examples:", doc, count=1)
+    for group in t.registered_groups:
+        if group.typer_instance is not None:
+            _keep_examples_as_lines(group.typer_instance)
+
+
+_keep_examples_as_lines(app)
+
+
 def run() -> None:
     """Console-script entry point.
 

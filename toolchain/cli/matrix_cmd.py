@@ -46,7 +46,7 @@ def matrix(
     Examples:
       toolchain matrix engine_specs/*.yaml --format github --registry s3://engines/prod
       toolchain matrix engine_specs/*.yaml --format gitlab > child-pipeline.yml
-      toolchain matrix engine_specs/*.yaml --format kubernetes --out jobs/ --registry s3://engines/prod \
+      toolchain matrix engine_specs/*.yaml --format kubernetes --out jobs/ --registry s3://engines/prod \\
         --image registry.example.com/toolchain-build:1.1.0 --registry-secret engine-registry --queue gpu-builds
       toolchain matrix engine_specs/*.yaml --format kubernetes --check --registry s3://engines/prod
     """

@@ -41,7 +41,7 @@ def emit(
 
     Examples:
       toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
-      toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \
+      toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \\
         --engine 3f2a9c1d --out ./repo --engines-root /engines
     """
     from toolchain.artifacts.cell import for_cell
