@@ -136,3 +136,21 @@ def test_a_result_without_a_search_or_knee_is_refused(
     assert r.exit_code == 2 and "not JSON" in r.stderr
     r = cli("plan", spec, "--measured", tmp_path / "missing.json")
     assert r.exit_code == 2 and "cannot read bench result" in r.stderr
+
+
+def test_a_search_that_hit_its_bound_is_no_knee(cli: Cli, tiny: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The SLOs held at the bound: the table, the notes and the plot say there is no knee within the bounds."""
+    from toolchain.bench.report import knee_caption
+
+    spec, ident = tiny
+    path = _result(tmp_path / "r.json", **ident)
+    doc = json.loads(path.read_text())
+    doc["search"]["status"] = "bound"
+    doc["search"]["knee"]["first_failing_load"] = None
+    path.write_text(json.dumps(doc))
+    r = cli("plan", spec, "--measured", path)
+    assert r.exit_code == 0, r.output
+    assert "measured (no knee)" in r.output and "(search bound)" in r.output
+    assert "note: no knee within the bounds" in r.output
+    assert knee_caption("bound", 1024, 615.6).startswith("no knee within the bounds")
+    assert knee_caption("found", 16, 615.6) == "knee 16: 616 tok/s"

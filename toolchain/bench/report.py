@@ -467,6 +467,17 @@ def _plots(
     return out
 
 
+def knee_caption(status: object, load: float, tps: float) -> str:
+    """The plot's label for the highest load that met the SLOs: a knee only when the search found one."""
+    if status == "found":
+        return f"knee {load:g}: {tps:.0f} tok/s"
+    if status == "bound":
+        return f"no knee within the bounds: SLOs hold at {load:g} ({tps:.0f} tok/s)"
+    if status == "probe-limit":
+        return f"knee above {load:g} (probe limit): {tps:.0f} tok/s"
+    return f"highest load meeting the SLOs {load:g} ({status}): {tps:.0f} tok/s"
+
+
 def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], colors: list[str], path: Path) -> None:
     """Each probe's P99 TTFT, P99 TPOT and throughput against its load, met (o) or missed (x), with the SLO
     lines and the knee; drawn from the probes cached in the result, no re-measurement."""
@@ -498,7 +509,7 @@ def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], color
                 ax.axvline(knee["load"], color=c, linestyle=":", linewidth=1)
                 if key == "output_token_throughput_tps" and _number(knee.get(key)):
                     ax.annotate(
-                        f"knee {knee['load']:g}: {knee[key]:.0f} tok/s",
+                        knee_caption(s.get("status"), knee["load"], knee[key]),
                         (knee["load"], knee[key]),
                         textcoords="offset points",
                         xytext=(4, -12),

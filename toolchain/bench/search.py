@@ -282,8 +282,8 @@ def _message(
         return f"knee at {_fmt(plan.mode, knee['load'])} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
     if status == "bound":
         return (
-            f"the SLOs still hold at the search bound {_fmt(plan.mode, knee['load'])} ({cap}); "
-            "the knee is higher: raise --slo-max"
+            f"no knee within the bounds: the SLOs still hold at the search bound {_fmt(plan.mode, knee['load'])} "
+            f"({cap}); the knee is higher: raise --slo-max"
         )
     if status == "probe-limit":
         return (

@@ -348,13 +348,17 @@ def _print_measured(m: dict[str, Any]) -> None:
     from toolchain.cli.render import err, out
 
     mf, rf = m["measured_fleet"], m["roofline_fleet"]
-    t = Table(title=f"fleet for {m['cell']} ({m['gpu']}): measured knee vs roofline")
-    for col in ("", "measured (SLO knee)", "roofline", "measured ÷ roofline"):
+    status = m["search"].get("status")
+    found = status == "found"
+    t = Table(title=f"fleet for {m['cell']} ({m['gpu']}): measured {'knee' if found else 'SLO search'} vs roofline")
+    for col in ("", "measured (SLO knee)" if found else "measured (no knee)", "roofline", "measured ÷ roofline"):
         t.add_column(col)
     ratio = m["ratio_tok_s_per_instance"]
+    endings = {"found": "", "bound": " (search bound)", "probe-limit": " (probe limit)"}
+    where = endings.get(str(status), f" ({status})")
     t.add_row(
         "tok/s per instance",
-        f"{mf['tok_s_per_instance']:,.1f} at {m['knee']['label']}",
+        f"{mf['tok_s_per_instance']:,.1f} at {m['knee']['label']}{where}",
         f"{rf['tok_s_per_instance']:,.1f}" if rf else "-",
         f"{ratio:.2f}" if ratio is not None else "-",
     )

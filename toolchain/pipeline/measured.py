@@ -192,7 +192,10 @@ def _notes(spec: EngineSpec, res: dict[str, Any], key: str | None, pending: str 
         if v is not None and slo.get(k) is not None and slo[k] > v:
             notes.append(f"the search allowed {k} {slo[k]:g}, looser than the spec's {v:g}: the fleet may be too small")
     if s.get("status") == "bound":
-        notes.append("the SLOs held up to the search bound: the knee is higher, so this fleet is an upper bound")
+        notes.append(
+            "no knee within the bounds: the SLOs held up to the search bound, the knee is higher, so this fleet "
+            "is an upper bound (raise --slo-max and measure again)"
+        )
     if s.get("status") == "probe-limit":
         notes.append("the search stopped at its probe limit: the knee lies between the measured bracket")
     return notes
