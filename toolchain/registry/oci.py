@@ -680,9 +680,19 @@ class OCIBackend(Backend):
     def _put_manifest(self, ref: str, m: dict[str, Any]) -> str:
         raw = json.dumps(m, separators=(",", ":"), sort_keys=True).encode()
         mt = str(m.get("mediaType") or MANIFEST_MT)
-        resp = self._request("PUT", f"/manifests/{ref}", push=True, body=raw, headers={"Content-Type": mt})
-        if resp.status_code not in (200, 201):
-            raise self._fail(resp, f"PUT of manifest {ref[:71]}", push=True)
+        for attempt in range(4):
+            resp = self._request("PUT", f"/manifests/{ref}", push=True, body=raw, headers={"Content-Type": mt})
+            if resp.status_code in (200, 201):
+                break
+            # distribution checks each referenced blob when a manifest arrives; while another client commits
+            # the same blob (concurrent pushes of one engine) it may answer DIGEST_INVALID or BLOB_UNKNOWN for
+            # a blob that is whole a moment later: a short, bounded retry, then the registry's own error
+            transient = resp.status_code == 400 and any(
+                code in _oci_error(resp) for code in ("DIGEST_INVALID", "BLOB_UNKNOWN")
+            )
+            if not transient or attempt == 3:
+                raise self._fail(resp, f"PUT of manifest {ref[:71]}", push=True)
+            time.sleep(0.25 * (attempt + 1))
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def _entry_ref(self, key: str) -> tuple[dict[str, Any], str] | None:
