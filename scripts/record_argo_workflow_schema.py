@@ -14,7 +14,6 @@ version's own schema (kubernetes-validate) instead, assembled into the Pod the c
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_crd_schemas import strict  # the same strictness as the other recorded CRDs
+from record_crd_schemas import strict, write_record  # the same strictness as the other recorded CRDs
 
 # property name -> the Kubernetes type it embeds (wherever it appears under spec)
 CORE = {
@@ -69,14 +68,7 @@ def main(argv: list[str]) -> int:
     schema = cut(schema)
     for k in ("apiVersion", "kind", "metadata"):
         schema["properties"][k] = {"type": "object" if k == "metadata" else "string"}
-    record = {
-        "source": source,
-        "group": crd["spec"]["group"],
-        "version": v["name"],
-        "kind": crd["spec"]["names"]["kind"],
-        "schema": schema,
-    }
-    Path(out).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_record(crd, v["name"], schema, source, out)
     return 0
 
 

@@ -49,15 +49,20 @@ def main(argv: list[str]) -> int:
     # apiVersion/kind/metadata are checked by the API server, not the CRD schema
     for k in ("apiVersion", "kind", "metadata"):
         schema.setdefault("properties", {}).setdefault(k, {"type": "object" if k == "metadata" else "string"})
+    write_record(crd, v["name"], schema, source, out)
+    return 0
+
+
+def write_record(crd: dict[str, Any], version: str, schema: dict[str, Any], source: str, out: str) -> None:
+    """The recorded schema file the tests read: where it came from, the CRD's group/version/kind, the schema."""
     record = {
         "source": source,
         "group": crd["spec"]["group"],
-        "version": v["name"],
+        "version": version,
         "kind": crd["spec"]["names"]["kind"],
         "schema": schema,
     }
     Path(out).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
