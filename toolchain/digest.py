@@ -6,10 +6,12 @@ Digests always carry their algorithm: ``sha256:<hex>``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -236,19 +238,73 @@ def check_replaceable(dest: Path, marker: str | None, flag: str = "--out") -> No
         )
 
 
+_STAGED_RE = r"\.{name}\.(?:{labels})\.[a-z0-9_]{{8}}"
+
+
+def _locked_dir(parent: Path, prefix: str, final: str) -> tuple[Path, int]:
+    """A new directory ``parent/<final>XXXXXXXX`` whose fd holds an exclusive flock for as long as the fd is open.
+
+    It is made under a ``.staging`` name and renamed once locked, so a directory under the ``final`` name is locked
+    from the moment it appears: the sweep below never takes a live one for a dead one."""
+    raw = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    fd = os.open(raw, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    named = parent / (final + raw.name[len(prefix) :])
+    os.rename(raw, named)
+    return named, fd
+
+
+def sweep_staged(dest: Path, labels: tuple[str, ...] = ("partial", "old")) -> int:
+    """Remove the staging directories a killed run left beside ``dest`` (``.NAME.partial.*``, ``.NAME.old.*``):
+    those no live process holds locked. Returns how many were removed."""
+    pattern = re.compile(_STAGED_RE.format(name=re.escape(dest.name), labels="|".join(map(re.escape, labels))))
+    removed = 0
+    try:
+        siblings = list(dest.parent.iterdir())
+    except OSError:
+        return 0
+    for p in siblings:
+        if not pattern.fullmatch(p.name) or p.is_symlink() or not p.is_dir():
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # a live run holds it
+            continue
+        try:
+            shutil.rmtree(p, ignore_errors=True)
+            removed += not p.exists()
+        finally:
+            os.close(fd)
+    return removed
+
+
 @contextlib.contextmanager
 def staged_dir(dest: Path, label: str = "partial") -> Iterator[Path]:
     """A temp dir beside ``dest``: renamed over ``dest`` when the block succeeds, removed when it fails
-    (exception, Ctrl-C, disk full), so nothing half-written ever sits at ``dest``."""
+    (exception, Ctrl-C, disk full), so nothing half-written ever sits at ``dest``.
+
+    The temp dir is flock-ed while it lives; staging dirs that a killed run (kill -9) left beside ``dest`` hold no
+    lock and are removed by the next run towards the same ``dest``."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{label}.", dir=dest.parent))
+    sweep_staged(dest, (label, "old"))
+    tmp, fd = _locked_dir(dest.parent, f".{dest.name}.staging.", f".{dest.name}.{label}.")
     try:
         yield tmp
         if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            os.replace(dest, old / "x")
-            shutil.rmtree(old, ignore_errors=True)
+            old, old_fd = _locked_dir(dest.parent, f".{dest.name}.staging.", f".{dest.name}.old.")
+            try:
+                os.replace(dest, old / "x")
+                shutil.rmtree(old, ignore_errors=True)
+            finally:
+                os.close(old_fd)
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(fd)
