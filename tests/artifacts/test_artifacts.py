@@ -33,6 +33,7 @@ def _layout_paths() -> dict[str, Path]:
         "server_log": lay.server_log(),
         "build_work": lay.build_work,
         "up_work": lay.up_work("tiny", "h100-sxm-b8"),
+        "dynamo_run": lay.dynamo_run("tiny"),
         "triton_backends": lay.triton_backends(),
         "statcache": lay.statcache,
         "statcache_blake3": lay.statcache_blake3,

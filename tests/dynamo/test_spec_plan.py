@@ -176,3 +176,22 @@ def test_bad_speedup_is_a_one_line_error(cli: Cli, tmp_path: Path) -> None:
     for bad in ("0", "-2", "nan"):
         line = _one_line_error(cli, "dynamo", "up", DISAGG, "--speedup", bad, "--workdir", tmp_path / "w")
         assert "--speedup must be a positive number" in line
+
+
+def test_dynamo_up_runs_under_the_cache_not_the_system_temp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without --workdir, the run directory (the logs the ready line points at) is under $TOOLCHAIN_CACHE/dynamo/."""
+    from toolchain.dynamo import local, pipeline
+
+    got: dict[str, Path] = {}
+
+    def fake_start(cell: object, plan: object, card: Path, **kw: object) -> str:
+        got["workdir"], got["card"] = Path(str(kw["workdir"])), card
+        return "started"
+
+    monkeypatch.setenv("TOOLCHAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("toolchain.dynamo.env.dynamo_python", lambda: Path("/usr/bin/python3"))
+    monkeypatch.setattr(local, "start_local", fake_start)
+    _planned, dep = pipeline.up(DISAGG)
+    assert dep == "started"
+    assert got["workdir"].parent == tmp_path / "cache" / "dynamo" and got["workdir"].is_dir()
+    assert got["card"].is_relative_to(got["workdir"])

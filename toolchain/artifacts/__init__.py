@@ -41,6 +41,7 @@ Cache layout (root: ``$TOOLCHAIN_CACHE``, default ``~/.cache/toolchain``)
     logs/build-<cell-id>-<key12>.log                  build log (trtllm-build and converter output)
     logs/tritonserver-<unix-time>.log                 `toolchain serve` log
     up/<spec>-<cell-id>/                            `toolchain up`: repo/, tritonserver.log, bench.json, report/
+    dynamo/<spec>-<time>-<pid>/                     `toolchain dynamo up`: logs, discovery, model card
     triton-backends/<python-X.Y>/                   Triton Python-backend dir for this interpreter's stub
     statcache.json                                  sha256 of checkpoint files by (path, size, mtime, inode)
     statcache-blake3.json                           blake3 of files pushed to a registry

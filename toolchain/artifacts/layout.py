@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ class CacheLayout:
     def up_work(self, spec_name: str, cell_id: str) -> Path:
         """`toolchain up`'s per-cell work directory: ``repo/``, ``tritonserver.log``, ``bench.json``, ``report/``."""
         return self.root / "up" / f"{spec_name}-{cell_id}"
+
+    def dynamo_run(self, spec_name: str) -> Path:
+        """`toolchain dynamo up`'s run directory (worker and frontend logs, discovery, model card); one per run."""
+        return self.root / "dynamo" / f"{spec_name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
     def triton_backends(self) -> Path:
         """Triton backend directory for this interpreter's Python-backend stub."""

@@ -153,7 +153,11 @@ def up(
         typer.Option("--speedup", help="Divide the planner's timings by this (default: a decode step takes ~4 ms)"),
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Run directory: logs, discovery, model card (default: a new one)")
+        Path | None,
+        typer.Option(
+            "--workdir",
+            help="Run directory: logs, discovery, model card [default: a new one under $TOOLCHAIN_CACHE/dynamo/]",
+        ),
     ] = None,
     ready_timeout: Annotated[float, typer.Option("--ready-timeout", min=1, max=3600)] = 120,
     json_out: JsonOpt = False,
@@ -167,21 +171,19 @@ def up(
     import json
     import signal
     import sys
-    import tempfile
     import threading
 
     from toolchain.cli.render import Stages, err
     from toolchain.dynamo.local import STAND_IN, LocalDeployment, serve_until
     from toolchain.dynamo.pipeline import up as up_pipeline
 
-    run_dir = workdir or Path(tempfile.mkdtemp(prefix="toolchain-dynamo-"))
     stop = threading.Event()
     stages = Stages(quiet=json_out)
     _planned, started = up_pipeline(
         spec,
         cell_id=cell,
         mode=mode.value if mode else None,
-        workdir=run_dir,
+        workdir=workdir,
         http_port=http_port,
         speedup=speedup,
         ready_timeout=ready_timeout,
@@ -200,7 +202,7 @@ def up(
             err.print(f"serving {STAND_IN}, not TensorRT-LLM: timings are the planner's ÷ {dep.speedup:g}")
             err.print(
                 f"ready: OpenAI {dep.url} (model {dep.model})  metrics {','.join(dep.metrics_urls)}  "
-                f"logs {run_dir / 'logs'}",
+                f"logs {dep.workdir / 'logs'}",
                 markup=False,
                 highlight=False,
             )
@@ -208,7 +210,7 @@ def up(
                 err.print(f"note: {n}", markup=False, highlight=False)
             err.print(
                 f"bench it: toolchain bench --url {dep.url} --protocol openai-chat --model {dep.model} "
-                f"--tokenizer {run_dir / 'model'} --metrics-url {','.join(dep.metrics_urls)}",
+                f"--tokenizer {dep.workdir / 'model'} --metrics-url {','.join(dep.metrics_urls)}",
                 markup=False,
                 highlight=False,
             )

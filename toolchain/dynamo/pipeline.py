@@ -46,14 +46,16 @@ def up(
     *,
     cell_id: str | None = None,
     mode: str | None = None,
-    workdir: Path,
+    workdir: Path | None = None,
     http_port: int | None = None,
     speedup: float | None = None,
     ready_timeout: float = 120.0,
     progress: Progress = silent,
 ) -> tuple[Planned, object]:
     """Plan the spec and bring its topology up here with the Dynamo mocker; returns the plan and the
-    running LocalDeployment (the caller stops it)."""
+    running LocalDeployment (the caller stops it). ``workdir`` defaults to a new run directory under
+    ``$TOOLCHAIN_CACHE/dynamo/``, where the logs outlive the run."""
+    from toolchain.artifacts.layout import cache
     from toolchain.dynamo.card import write_card
     from toolchain.dynamo.env import dynamo_python
     from toolchain.dynamo.local import start_local
@@ -62,6 +64,9 @@ def up(
         raise UserInputError(f"--speedup must be a positive number, not {speedup}", "e.g. --speedup 10")
     planned = plan_spec(spec_path, cell_id, mode=mode)  # the spec's mistakes first, then the environment's
     python = dynamo_python()
+    if workdir is None:
+        workdir = cache().dynamo_run(planned.cell.spec.name)
+    workdir.mkdir(parents=True, exist_ok=True)
     progress("writing the stand-in model card (tokenizer + the model's shape)")
     card = write_card(workdir / "model", planned.arch, planned.cell.spec.name)
     dep = start_local(
