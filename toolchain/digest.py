@@ -283,6 +283,18 @@ def sweep_staged(dest: Path, labels: tuple[str, ...] = ("partial", "old")) -> in
     return removed
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a directory, hard-linking files where the filesystem allows (engines are large)."""
+    shutil.copytree(src, dst, copy_function=_link_or_copy, symlinks=False)
+
+
 @contextlib.contextmanager
 def staged_dir(dest: Path, label: str = "partial") -> Iterator[Path]:
     """A temp dir beside ``dest``: renamed over ``dest`` when the block succeeds, removed when it fails

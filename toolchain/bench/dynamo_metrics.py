@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolchain.bench.prom import Snapshot
+from toolchain.bench.samples import Snapshot
 
 ENGINE_PREFIXES = ("trtllm:", "vllm:", "sglang:")
 

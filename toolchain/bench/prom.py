@@ -3,55 +3,17 @@
 from __future__ import annotations
 
 import http.client
-import re
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
 from typing import Any
 
+from toolchain.bench import dynamo_metrics
+from toolchain.bench.samples import Sample, Snapshot, parse
 from toolchain.errors import BenchError
 
+__all__ = ["Sample", "Snapshot", "parse", "scrape", "server_side"]
+
 MAX_BODY = 64 * 2**20  # a Triton /metrics page is tens of KB
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-@dataclass
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-@dataclass
-class Snapshot:
-    samples: list[Sample] = field(default_factory=list)
-
-    def get(self, name: str, **labels: str) -> list[Sample]:
-        return [s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
-
-    def total(self, name: str, **labels: str) -> float:
-        return sum(s.value for s in self.get(name, **labels))
-
-    def value(self, name: str, **labels: str) -> float | None:
-        got = self.get(name, **labels)
-        return got[0].value if got else None
-
-
-def parse(text: str) -> Snapshot:
-    snap = Snapshot()
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        labels = dict(_LABEL.findall(m.group(3) or ""))
-        try:
-            snap.samples.append(Sample(m.group(1), labels, float(m.group(4))))
-        except ValueError:
-            continue
-    return snap
 
 
 def scrape(url: str, timeout: float = 5.0) -> Snapshot:
@@ -88,8 +50,6 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
 
 def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:
     """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run."""
-
-    from toolchain.bench import dynamo_metrics
 
     if dynamo_metrics.is_dynamo(after):  # a Dynamo frontend (and its workers): its own metric names
         return dynamo_metrics.server_side(before, after, during, model)

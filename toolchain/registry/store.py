@@ -32,7 +32,8 @@ from toolchain.errors import (
     UserInputError,
 )
 from toolchain.progress import Progress, silent
-from toolchain.registry.backends import Backend, open_backend
+from toolchain.registry.backends import Backend
+from toolchain.registry.connect import open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
 FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store

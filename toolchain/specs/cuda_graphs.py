@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from toolchain.specs.base import Problem
+
 if TYPE_CHECKING:
     from toolchain.specs.matrix import Cell
     from toolchain.specs.models import EngineSpec
-    from toolchain.specs.rules import Problem
 
 
 def default_batch_sizes(max_batch_size: int) -> list[int]:
@@ -51,7 +52,6 @@ def tensorrt_cache_size(cell: Cell) -> int:
 
 def problems(spec: EngineSpec) -> list[Problem]:
     """What a runtime cannot do with the spec's cuda_graphs block (said up front by `spec validate`)."""
-    from toolchain.specs.rules import Problem
 
     cg = spec.serving.cuda_graphs
     out: list[Problem] = []
@@ -79,7 +79,6 @@ def problems(spec: EngineSpec) -> list[Problem]:
 
 
 def cell_problems(cell: Cell) -> list[Problem]:
-    from toolchain.specs.rules import Problem
 
     cg = cell.spec.serving.cuda_graphs
     if cell.spec.runtime == "tensorrt" and cg.enabled and cg.cache_size and cg.cache_size > cell.max_batch_size:

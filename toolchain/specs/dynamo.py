@@ -10,18 +10,15 @@ cache transceiver (``cache_transceiver_config.backend``: DEFAULT, UCX or NIXL).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
+from toolchain.specs.base import PLAN, RUNTIME, Problem, Strict
 
 if TYPE_CHECKING:
     from toolchain.specs.models import EngineSpec
-    from toolchain.specs.rules import Problem
 
-RUNTIME: JsonDict = {"scope": "runtime"}
-PLAN: JsonDict = {"scope": "plan"}
 
 # Dynamo release -> (TensorRT-LLM its dynamo.trtllm needs, the runtime container its DGD templates use).
 # Sources: ai-dynamo 1.6.1 wheel METADATA (Requires-Dist tensorrt-llm==1.3.0rc29; extra == 'trtllm') and
@@ -34,11 +31,7 @@ LINK_GB_S = {"nvlink4": 450.0, "nvlink5": 900.0, "infiniband-ndr": 50.0, "infini
 LinkKind = Literal["nvlink4", "nvlink5", "infiniband-ndr", "infiniband-xdr", "ethernet"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-
-class Pool(_Strict):
+class Pool(Strict):
     gpu: str | None = Field(
         None, max_length=64, description="GPU catalog name (default: the cell's GPU)", json_schema_extra=RUNTIME
     )
@@ -63,7 +56,7 @@ class Pool(_Strict):
         return v
 
 
-class Link(_Strict):
+class Link(Strict):
     kind: LinkKind = Field(
         "infiniband-ndr", description="What carries KV from prefill to decode workers", json_schema_extra=PLAN
     )
@@ -86,7 +79,7 @@ class Link(_Strict):
         return self.bandwidth_gb_s if self.bandwidth_gb_s is not None else LINK_GB_S[self.kind]
 
 
-class DynamoServing(_Strict):
+class DynamoServing(Strict):
     mode: Literal["aggregated", "disaggregated"] = Field(
         "disaggregated", description="One pool doing both, or prefill and decode pools", json_schema_extra=RUNTIME
     )
@@ -133,7 +126,6 @@ def problems(spec: EngineSpec) -> list[Problem]:
     """What the spec asks of Dynamo that Dynamo cannot do, with the reason and the alternative."""
     from toolchain.errors import UnknownGPUError
     from toolchain.hardware.catalog import lookup_gpu
-    from toolchain.specs.rules import Problem
 
     d = spec.dynamo
     if d is None:

@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from toolchain.specs.base import Problem
+
+if TYPE_CHECKING:
+    from toolchain.specs.models import EngineSpec
 
 RUNTIMES = ("tensorrt", "pytorch")
 UNQUANTIZED = ("bf16", "fp16")
@@ -335,12 +340,13 @@ def spec_config(spec: Any) -> dict[str, Any] | None:
     return None
 
 
-def spec_problem(spec: Any) -> tuple[str, str] | None:
+def spec_problem(spec: EngineSpec) -> Problem | None:
     """What ``spec validate`` says about the spec's model family on its runtime and weight format."""
     cfg = spec_config(spec)
     if cfg is None:
         return None
-    return problem(cfg, spec.runtime, spec.quantization.weights)
+    found = problem(cfg, spec.runtime, spec.quantization.weights)
+    return None if found is None else Problem(None, *found)
 
 
 if __name__ == "__main__":  # python -m toolchain.specs.families: the tables for docs/model-families.md

@@ -9,20 +9,16 @@ cache sized by the ``lora_cache_*`` parameters, so they are runtime fields.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from toolchain.specs.base import BUILD, RUNTIME, Problem, Strict
 from toolchain.specs.sources import check_hf_source
-
-JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
     from toolchain.specs.models import EngineSpec
-    from toolchain.specs.rules import Problem
 
-BUILD: JsonDict = {"scope": "build"}
-RUNTIME: JsonDict = {"scope": "runtime"}
 
 # LoraManager.LORA_MODULE_IDS (tensorrt_llm/lora_manager.py, 1.x): name -> module id
 LoraModule = Literal[
@@ -57,11 +53,7 @@ DEFAULT_MODULES: tuple[LoraModule, ...] = (
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class LoraCache(_Strict):
+class LoraCache(Strict):
     optimal_adapter_size: int = Field(
         8,
         ge=1,
@@ -94,7 +86,7 @@ class LoraCache(_Strict):
         return self
 
 
-class LoraServing(_Strict):
+class LoraServing(Strict):
     max_rank: int = Field(
         64, ge=1, description="trtllm-build --max_lora_rank (largest adapter rank served)", json_schema_extra=BUILD
     )
@@ -137,7 +129,6 @@ class LoraServing(_Strict):
 
 
 def problems(spec: EngineSpec) -> list[Problem]:
-    from toolchain.specs.rules import Problem
 
     lo = spec.lora
     if lo is None:

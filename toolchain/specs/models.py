@@ -16,22 +16,18 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from toolchain.specs.base import BUILD, PLAN, RUNTIME, Strict
 from toolchain.specs.dynamo import DynamoServing
 from toolchain.specs.lora import LoraServing
 from toolchain.specs.sources import HF_SOURCE, hf_repo_revision
 from toolchain.specs.speculative import SpeculativeDecoding
 
-JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
-
 WeightFormat = Literal["bf16", "fp16", "fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4"]
 KVCacheFormat = Literal["auto", "fp8", "int8"]
 Runtime = Literal["tensorrt", "pytorch"]
 
-BUILD: JsonDict = {"scope": "build"}
-RUNTIME: JsonDict = {"scope": "runtime"}
-PLAN: JsonDict = {"scope": "plan"}
 
 # Patterns are matched with fullmatch (``$`` would accept a trailing newline) and are ASCII only.
 _VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,6})?([a-z0-9.+]{0,32})")
@@ -46,11 +42,7 @@ MAX_AXIS_VALUES = 256
 MAX_CELLS = 10_000
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-
-class ModelSource(_Strict):
+class ModelSource(Strict):
     source: str = Field(
         max_length=4096,
         description="Checkpoint: a local directory (relative to the spec file) or hf://org/name@revision",
@@ -87,7 +79,7 @@ class ModelSource(_Strict):
         return hf_repo_revision(self.source)
 
 
-class Calibration(_Strict):
+class Calibration(Strict):
     dataset: str = Field(
         "builtin",
         max_length=4096,
@@ -100,7 +92,7 @@ class Calibration(_Strict):
     seed: int = Field(1234, ge=0, le=2**32 - 1, description="Seed for sample selection", json_schema_extra=BUILD)
 
 
-class AccuracyGate(_Strict):
+class AccuracyGate(Strict):
     max_rel_logit_error: float = Field(
         0.35,
         gt=0,
@@ -120,7 +112,7 @@ class AccuracyGate(_Strict):
     )
 
 
-class Quantization(_Strict):
+class Quantization(Strict):
     weights: WeightFormat = Field("bf16", description="Weight format", json_schema_extra=BUILD)
     kv_cache: KVCacheFormat = Field(
         "auto", description="KV-cache dtype: auto (= model dtype), fp8 or int8", json_schema_extra=BUILD
@@ -137,14 +129,14 @@ class Quantization(_Strict):
         return v
 
 
-class Parallelism(_Strict):
+class Parallelism(Strict):
     tp: int = Field(
         1, ge=1, le=64, description="Tensor parallel size (overridden by matrix.tp)", json_schema_extra=BUILD
     )
     pp: int = Field(1, ge=1, le=64, description="Pipeline parallel size", json_schema_extra=BUILD)
 
 
-class Matrix(_Strict):
+class Matrix(Strict):
     gpu: list[str] = Field(
         min_length=1, max_length=MAX_AXIS_VALUES, description="GPU catalog names", json_schema_extra=BUILD
     )
@@ -218,7 +210,7 @@ class Matrix(_Strict):
         return self
 
 
-class BuildOptions(_Strict):
+class BuildOptions(Strict):
     max_num_tokens: int = Field(
         8192, ge=1, le=INT32_MAX, description="trtllm-build --max_num_tokens", json_schema_extra=BUILD
     )
@@ -258,7 +250,7 @@ class BuildOptions(_Strict):
         return v
 
 
-class CudaGraphs(_Strict):
+class CudaGraphs(Strict):
     enabled: bool = Field(True, description="Capture CUDA graphs for decode steps", json_schema_extra=RUNTIME)
     batch_sizes: list[int] | None = Field(
         None,
@@ -291,13 +283,13 @@ class CudaGraphs(_Strict):
         return v
 
 
-class Instances(_Strict):
+class Instances(Strict):
     preprocessing: int = Field(1, ge=1, le=64, description="Tokenizer model instances", json_schema_extra=RUNTIME)
     postprocessing: int = Field(1, ge=1, le=64, description="Detokenizer model instances", json_schema_extra=RUNTIME)
     bls: int = Field(1, ge=1, le=1024, description="BLS model instances", json_schema_extra=RUNTIME)
 
 
-class Serving(_Strict):
+class Serving(Strict):
     batching: Literal["inflight_fused_batching", "V1"] = Field(
         "inflight_fused_batching", description="Triton gpt_model_type", json_schema_extra=RUNTIME
     )
@@ -340,18 +332,18 @@ class Serving(_Strict):
         return v
 
 
-class Percentiles(_Strict):
+class Percentiles(Strict):
     p50: float | None = Field(None, gt=0, le=MAX_FLOAT, description="Median target (ms)", json_schema_extra=PLAN)
     p90: float | None = Field(None, gt=0, le=MAX_FLOAT, description="P90 target (ms)", json_schema_extra=PLAN)
     p99: float | None = Field(None, gt=0, le=MAX_FLOAT, description="P99 target (ms)", json_schema_extra=PLAN)
 
 
-class SLO(_Strict):
+class SLO(Strict):
     ttft_ms: Percentiles = Field(default_factory=Percentiles)
     tpot_ms: Percentiles = Field(default_factory=Percentiles)
 
 
-class TokenDist(_Strict):
+class TokenDist(Strict):
     dist: Literal["fixed", "normal", "uniform"] = Field("fixed", description="Distribution", json_schema_extra=PLAN)
     mean: int = Field(gt=0, le=INT32_MAX, description="Mean tokens", json_schema_extra=PLAN)
     std: float = Field(0, ge=0, le=INT32_MAX, description="Std deviation (normal)", json_schema_extra=PLAN)
@@ -371,14 +363,14 @@ class TokenDist(_Strict):
         return self
 
 
-class Speculative(_Strict):
+class Speculative(Strict):
     draft_len: int = Field(ge=1, le=64, description="Draft tokens per step (K)", json_schema_extra=PLAN)
     acceptance_rate: float = Field(
         ge=0.001, le=0.999, description="Per-token acceptance rate α", json_schema_extra=PLAN
     )
 
 
-class Traffic(_Strict):
+class Traffic(Strict):
     peak_rps: float = Field(ge=1e-6, le=MAX_FLOAT, description="Peak requests per second", json_schema_extra=PLAN)
     input_tokens: TokenDist
     output_tokens: TokenDist
@@ -392,7 +384,7 @@ class Traffic(_Strict):
     speculative: Speculative | None = None
 
 
-class Target(_Strict):
+class Target(Strict):
     trtllm_version: str = Field(
         max_length=64,
         description="TensorRT-LLM release the engines are built with (1.0-1.2.x)",
@@ -413,7 +405,7 @@ class Target(_Strict):
         return v
 
 
-class EngineSpec(_Strict):
+class EngineSpec(Strict):
     name: str = Field(max_length=80, description="Spec name", json_schema_extra=PLAN)
     description: str = Field("", max_length=10_000, description="Free text", json_schema_extra=PLAN)
     model: ModelSource

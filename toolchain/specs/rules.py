@@ -6,10 +6,10 @@ kv-cache-reuse and gpt-attention docs, C++ backend streaming check).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.specs.base import Problem
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import EngineSpec
 
@@ -24,17 +24,6 @@ CONTAINERS = {
     "25.10": ("1.0.0", "10.11.0.33"),
     "25.09": ("1.0.0", "10.11.0.33"),
 }
-
-
-@dataclass(frozen=True)
-class Problem:
-    cell: str | None
-    message: str  # what is wrong and why
-    fix: str  # what to change
-
-    def line(self) -> str:
-        where = f"cell {self.cell}: " if self.cell else ""
-        return f"{where}{self.message} — {self.fix}"
 
 
 def _version_tuple(v: str) -> tuple[int, int]:
@@ -336,7 +325,7 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
     problems = check_spec(spec)
     family = families.spec_problem(spec)  # the model family on this runtime and weight format
     if family is not None:
-        problems.insert(0, Problem(None, *family))
+        problems.insert(0, family)
     try:
         arch = arch_for_spec(spec, allow_network=False)
     except ModelConfigError:

@@ -11,21 +11,17 @@ helpers that need an ``EngineSpec`` import it inside the function.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from toolchain.specs.base import BUILD, PLAN, Problem, Strict
 from toolchain.specs.sources import check_hf_source
-
-JsonDict = dict[str, Any]  # json_schema_extra of a field (pydantic.json_schema.JsonDict)
 
 if TYPE_CHECKING:
     from toolchain.specs.matrix import Cell
     from toolchain.specs.models import EngineSpec
-    from toolchain.specs.rules import Problem
 
-BUILD: JsonDict = {"scope": "build"}
-PLAN: JsonDict = {"scope": "plan"}
 
 SpecMode = Literal["draft_target", "medusa", "eagle", "lookahead"]
 # --speculative_decoding_mode value per mode (build.py choices)
@@ -50,10 +46,6 @@ EAGLE_MAX_BATCH = 512  # builder.py
 LLMAPI_DECODING_TYPE: dict[str, str] = {"draft_target": "Draft_Target", "eagle": "Eagle3"}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
 def _check_source(v: str) -> str:
     if not v.strip():
         raise ValueError("source is empty; give a local directory or hf://org/name@revision")
@@ -63,7 +55,7 @@ def _check_source(v: str) -> str:
     return v
 
 
-class DraftModel(_Strict):
+class DraftModel(Strict):
     source: str = Field(
         description="Draft model checkpoint (draft_target): a local directory (relative to the spec) or "
         "hf://org/name@revision; same tokenizer as the target",
@@ -83,7 +75,7 @@ class DraftModel(_Strict):
         return _check_source(v)
 
 
-class Heads(_Strict):
+class Heads(Strict):
     source: str = Field(
         description="Medusa heads or EAGLE draft-network checkpoint (local directory or hf://org/name@revision); "
         "converted together with the base model",
@@ -102,7 +94,7 @@ class Heads(_Strict):
         return _check_source(v)
 
 
-class Lookahead(_Strict):
+class Lookahead(Strict):
     """The server's lookahead configuration (W, N, G); (2, 2, 1) is the smallest that speculates."""
 
     window_size: int = Field(7, ge=2, description="Lookahead window W", json_schema_extra=BUILD)
@@ -115,7 +107,7 @@ def lookahead_draft_len(w: int, n: int, g: int) -> int:
     return (0 if n == 1 else n - 2) + (w - 1 + g) * (n - 1)
 
 
-class SpeculativeDecoding(_Strict):
+class SpeculativeDecoding(Strict):
     mode: SpecMode = Field(description="draft_target, medusa, eagle or lookahead", json_schema_extra=BUILD)
     max_draft_len: int | None = Field(
         None,
@@ -185,8 +177,6 @@ def draft_spec(spec: EngineSpec) -> EngineSpec:
     """The draft model of a draft-target spec as a spec of its own: same target, matrix, build and
     serving options, the draft checkpoint and its quantization. Its cells key, build and publish the
     draft engine exactly like any engine, so the registry holds it under its own key."""
-    from toolchain.specs.models import ModelSource, Quantization
-
     sd = spec.speculative
     if sd is None or sd.draft is None:
         raise ValueError(f"spec {spec.name} has no draft model")
@@ -194,8 +184,9 @@ def draft_spec(spec: EngineSpec) -> EngineSpec:
     out = spec.model_copy(
         update={
             "name": f"{spec.name}-draft",
-            "model": ModelSource(source=d.source, dtype=spec.model.dtype, architecture=d.architecture),
-            "quantization": Quantization(
+            # the spec's own model classes, built (and validated) anew: no import of models, which imports this
+            "model": type(spec.model)(source=d.source, dtype=spec.model.dtype, architecture=d.architecture),
+            "quantization": type(spec.quantization)(
                 weights=d.weights,
                 kv_cache=d.kv_cache,
                 calibration=spec.quantization.calibration,
@@ -217,7 +208,6 @@ def draft_cell(cell: Cell) -> Cell:
 
 def _mode_support_problems(spec: EngineSpec, sd: SpeculativeDecoding) -> list[Problem]:
     """The mode against the runtime, the weight format and the KV-cache format its support matrix lists."""
-    from toolchain.specs.rules import Problem
 
     out: list[Problem] = []
     m, q = sd.mode, spec.quantization
@@ -251,7 +241,6 @@ def _mode_support_problems(spec: EngineSpec, sd: SpeculativeDecoding) -> list[Pr
 
 def _engine_problems(spec: EngineSpec, m: str) -> list[Problem]:
     """What a TensorRT engine built for mode ``m`` needs: paged KV cache, paged context FMHA, no streaming."""
-    from toolchain.specs.rules import Problem
 
     out: list[Problem] = []
     if spec.runtime != "tensorrt":
@@ -282,7 +271,6 @@ def _engine_problems(spec: EngineSpec, m: str) -> list[Problem]:
 
 def _draft_target_serving_problems(spec: EngineSpec) -> list[Problem]:
     """Serving values draft-target cannot honour (the repository would have to say otherwise), refused."""
-    from toolchain.specs.rules import Problem
 
     s = spec.serving
     out: list[Problem] = []
@@ -318,7 +306,6 @@ def _draft_target_serving_problems(spec: EngineSpec) -> list[Problem]:
 
 def _eagle_engine_problems(spec: EngineSpec) -> list[Problem]:
     """Features an EAGLE TensorRT engine does not support: pipeline parallelism, chunked context, CUDA graphs."""
-    from toolchain.specs.rules import Problem
 
     out: list[Problem] = []
     if spec.parallelism.pp > 1:
@@ -342,7 +329,6 @@ def problems(spec: EngineSpec) -> list[Problem]:
 
 
 def cell_problems(cell: Cell) -> list[Problem]:
-    from toolchain.specs.rules import Problem
 
     sd = cell.spec.speculative
     if sd is None:

@@ -16,14 +16,13 @@ the directory an image build or a pod mounts it at (the emit result lists those 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import check_replaceable, staged_dir
+from toolchain.digest import check_replaceable, copy_tree, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.cuda_graphs import tensorrt_cache_size
 from toolchain.specs.matrix import Cell
@@ -343,18 +342,6 @@ def to_pbtxt(cfg: Any) -> str:
     from google.protobuf import text_format
 
     return str(text_format.MessageToString(cfg))
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a directory, hard-linking files where the filesystem allows (engines are large)."""
-    shutil.copytree(src, dst, copy_function=_link_or_copy, symlinks=False)
 
 
 def copy_tokenizer(src: Path, dst: Path) -> None:

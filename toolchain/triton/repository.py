@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.digest import check_replaceable, staged_dir
+from toolchain.digest import check_replaceable, copy_tree, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
-from toolchain.triton.emit import EngineInfo, copy_tree, emit_repository
+from toolchain.triton.emit import EngineInfo, emit_repository
 
 
 def emit_for_cell(

@@ -229,7 +229,7 @@ def draft_model_path(
 
 def stage_draft(tmp: Path, draft_dir: Path, *, reference: bool, sources: Path) -> None:
     """Copy the draft engine (or, for the CPU reference model, the draft checkpoint and model source)."""
-    from toolchain.triton.emit import copy_tree
+    from toolchain.digest import copy_tree
 
     if reference:
         shutil.copyfile(sources / "tensorrt_llm_cpu_reference" / "1" / "model.py", tmp / DRAFT_MODEL / "1" / "model.py")
