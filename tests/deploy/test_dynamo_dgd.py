@@ -149,7 +149,7 @@ def test_registry_mistakes_are_one_line_errors(cli: Cli, tmp_path: Path) -> None
     cases = [
         (["--engine", KEY], "--engine needs --registry"),
         (["--engine", KEY, "--registry", str(tmp_path), "--toolchain-image", "t:1"], "a path of this machine"),
-        (["--engine", "abc", "--registry", "s3://b/p", "--toolchain-image", "t:1"], "not a full registry key"),
+        (["--engine", KEY, "--registry", "ftp://b/p", "--toolchain-image", "t:1"], "is not s3://, hf:// or oci://"),
         (["--engine", KEY, "--registry", "s3://b/p", "--toolchain-image", "t:1", "--model-path", "/m"], "both name"),
     ]
     for i, (args, msg) in enumerate(cases):

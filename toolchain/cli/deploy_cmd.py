@@ -23,7 +23,7 @@ def deploy(
         typer.Option(
             "--image",
             help="Image to run: repository@sha256:digest (recommended, once built) or repository:tag to build "
-            "(default <app>:<key>)",
+            "(default <app>:<key>); on a Dynamo spec, the image with the toolchain that pulls the artifact",
         ),
     ] = None,
     registry_secret: Annotated[
@@ -63,7 +63,8 @@ def deploy(
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Write a container build context and Kubernetes manifests (kustomize) that serve one cell.
+    """Write a container build context and Kubernetes manifests (kustomize) that serve one cell; on a spec with a
+    dynamo block, its DynamoGraphDeployment (what `toolchain dynamo deploy` writes).
 
     Examples:
       toolchain deploy engine_specs/llama-3.3-70b-fp8-h100.yaml --dry-run
@@ -78,13 +79,24 @@ def deploy(
     from toolchain.specs.gate import checked_spec
 
     s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
-    if s.dynamo is not None:
-        err.print(
-            f"note: this spec serves on NVIDIA Dynamo; `toolchain dynamo deploy {spec} --out DIR` writes its "
-            "DynamoGraphDeployment (this command writes a single-pool trtllm-serve deployment)",
-            highlight=False,
-            markup=False,
-        )
+    if s.dynamo is not None:  # the spec serves on NVIDIA Dynamo: its deployment is a DynamoGraphDeployment
+        triton_only = {
+            "--frontend": frontend is not None,
+            "--registry-pvc": registry_pvc is not None,
+            "--tokenizer": tokenizer is not None,
+            "--reference": reference,
+            "--min-replicas": min_replicas is not None,
+            "--max-replicas": max_replicas is not None,
+        }
+        given = [flag for flag, on in triton_only.items() if on]
+        if given:
+            raise UserInputError(
+                f"{', '.join(given)} configure a Triton deployment; this spec serves on NVIDIA Dynamo, whose "
+                "pools the Dynamo plan sizes",
+                f"drop {', '.join(given)} (or remove the spec's dynamo block for a Triton deployment)",
+            )
+        _deploy_dynamo(spec, cell, out, registry, engine, image, registry_secret, namespace, dry_run, force, json_out)
+        return
     opts = DeployOptions(
         registry=registry or "",
         image=image,
@@ -151,3 +163,59 @@ def deploy(
 
 def register(app: typer.Typer) -> None:
     app.command()(deploy)
+
+
+def _deploy_dynamo(
+    spec: Path,
+    cell: str | None,
+    out: Path | None,
+    registry: str | None,
+    engine: str | None,
+    image: str | None,
+    registry_secret: str | None,
+    namespace: str | None,
+    dry_run: bool,
+    force: bool,
+    json_out: bool,
+) -> None:
+    """`toolchain deploy` on a spec with a dynamo block: what `toolchain dynamo deploy` writes (--image is the
+    image with the toolchain that pulls the artifact, as in the Triton deployment)."""
+    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import out as stdout
+    from toolchain.errors import UserInputError
+
+    if dry_run:
+        from toolchain.dynamo.pipeline import plan_spec
+
+        planned = plan_spec(spec, cell)
+        if json_out:
+            print_json({"spec": planned.cell.spec.name, "cell": planned.cell.id, "plan": planned.plan.to_json()})
+            return
+        stdout.print(f"cell {planned.cell.id}: DynamoGraphDeployment ({planned.plan.mode})", highlight=False)
+        for p in planned.plan.pools:
+            stdout.print(f"  {p.role}: {p.replicas} x {p.gpu} TP{p.tp}", highlight=False, markup=False)
+        return
+    if out is None:
+        raise UserInputError("--out is required to write a deployment", "pass --out DIR, or --dry-run to size only")
+    from toolchain.dynamo.pipeline import deploy as deploy_dgd
+
+    res = deploy_dgd(
+        spec,
+        out,
+        cell_id=cell,
+        namespace=namespace or "default",
+        engine=engine,
+        registry=registry,
+        registry_secret=registry_secret,
+        toolchain_image=image,
+        force=force,
+    )
+    for w in res.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if json_out:
+        print_json({"files": {k: str(v) for k, v in res.files.items()}, "plan": res.planned.plan.to_json()})
+        return
+    err.print(f"cell {res.planned.cell.id}: DynamoGraphDeployment, sized by the Dynamo plan", highlight=False)
+    for f in res.files.values():
+        stdout.print(str(f), highlight=False, markup=False)
+    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)

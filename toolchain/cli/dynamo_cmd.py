@@ -93,7 +93,10 @@ def deploy(
         str | None, typer.Option("--model-path", help="Checkpoint path or HF id in the pod (default: the spec's)")
     ] = None,
     engine: Annotated[
-        str | None, typer.Option("--engine", help="Registry key of the LLM-API artifact the workers pull and verify")
+        str | None,
+        typer.Option(
+            "--engine", help="Registry key, tag or digest of the LLM-API artifact the workers pull and verify"
+        ),
     ] = None,
     registry: RegistryOpt = None,
     registry_secret: Annotated[
@@ -112,31 +115,26 @@ def deploy(
     """
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as out_console
-    from toolchain.dynamo.deploy import Artifact, precision_mismatch, write_dgd
-    from toolchain.dynamo.pipeline import plan_spec
-    from toolchain.errors import UserInputError
+    from toolchain.dynamo.pipeline import deploy as deploy_dgd
 
-    artifact = None
-    if engine:
-        from toolchain import settings
-
-        reg = registry or settings.registry_url()
-        if not reg or not toolchain_image:
-            raise UserInputError(
-                "--engine needs --registry (s3:// or hf://) and --toolchain-image for the pull init container",
-                "pass both, or drop --engine to let dynamo.trtllm download the spec's Hub model",
-            )
-        artifact = Artifact(engine, reg, toolchain_image, registry_secret)
-    planned = plan_spec(spec, cell)
-    files = write_dgd(
-        planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
+    res = deploy_dgd(
+        spec,
+        out,
+        cell_id=cell,
+        namespace=namespace,
+        model_path=model_path,
+        engine=engine,
+        registry=registry,
+        registry_secret=registry_secret,
+        toolchain_image=toolchain_image,
+        force=force,
     )
-    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
-    if mismatch:  # written as asked, but not what the plan sized the pools for
-        err.print(f"warning: {mismatch}", markup=False, highlight=False)
+    for w in res.warnings:  # written as asked, but not what the plan sized the pools for
+        err.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
-        print_json({"files": {k: str(v) for k, v in files.items()}, "plan": planned.plan.to_json()})
+        print_json({"files": {k: str(v) for k, v in res.files.items()}, "plan": res.planned.plan.to_json()})
         return
+    files = res.files
     for name, path in files.items():
         out_console.print(f"{name}: {path}", markup=False, highlight=False)
     err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)

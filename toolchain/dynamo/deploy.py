@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import yamlout
+from toolchain.deploy import core
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.dynamo import RELEASES
@@ -32,7 +33,6 @@ SYSTEM_PORT = 9090  # DYN_SYSTEM_PORT: the worker's /health and /metrics
 TRANSCEIVER = {"default": "DEFAULT", "nixl": "NIXL", "ucx": "UCX"}
 COMPONENT = {"workers": ("worker", "worker"), "prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}
 MODE_FLAG = {"workers": "agg", "prefill": "prefill", "decode": "decode"}
-UID = 1000
 MODELS = "/models"  # the emptyDir an init container restores the registry artifact into
 
 
@@ -41,7 +41,7 @@ class Artifact:
     """An LLM-API artifact (``hf/`` + options) in the registry, pulled and verified by an init container."""
 
     key: str  # full registry key
-    registry: str  # s3://... or hf://... (the pods cannot read this machine's paths)
+    registry: str  # s3://..., hf://... or oci://... (the pods cannot read this machine's paths)
     image: str  # an image with the toolchain installed (the one `toolchain deploy` builds)
     secret: str | None = None  # Secret with the registry credentials (AWS_*, HF_TOKEN), as envFrom
 
@@ -71,12 +71,26 @@ def precision_mismatch(cell: Cell, artifact: Artifact | None) -> str | None:
     )
 
 
-def check_artifact(a: Artifact) -> None:
-    if not a.registry.startswith(("s3://", "hf://")):
+POD_REGISTRIES = ("s3://", "hf://", "oci://")  # what the pull init container (`toolchain cache pull`) reads
+
+
+def check_registry(registry: str) -> None:
+    """The registry the pods pull from: one they can reach (the same schemes `toolchain deploy` accepts)."""
+    if registry.startswith(POD_REGISTRIES):
+        return
+    if "://" in registry:
         raise DeployError(
-            f"--registry {a.registry} is a path of this machine, which the pods cannot read",
-            "push the artifact to an s3:// or hf:// registry (`toolchain cache push`) and name that",
+            f"registry '{registry}' is not s3://, hf:// or oci://",
+            "use s3://bucket/prefix, hf://org/repo or oci://host/repository",
         )
+    raise DeployError(
+        f"--registry {registry} is a path of this machine, which the pods cannot read",
+        "push the artifact to an s3://, hf:// or oci:// registry (`toolchain cache push`) and name that",
+    )
+
+
+def check_artifact(a: Artifact) -> None:
+    check_registry(a.registry)
     if len(a.key) != 64 or any(c not in "0123456789abcdef" for c in a.key):
         raise DeployError(f"--engine {a.key[:80]!r} is not a full registry key", "see `toolchain cache ls`")
 
@@ -129,11 +143,9 @@ def frontend_command(cell: Cell) -> list[str]:
 
 
 def _security() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(pod, container) security contexts of the ``restricted`` Pod Security Standard."""
-    pod: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID}
-    pod["seccompProfile"] = {"type": "RuntimeDefault"}
-    container = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
-    return pod, container
+    """(pod, container) security contexts of the ``restricted`` Pod Security Standard: the deploy core's, which
+    every pod the toolchain writes shares (toolchain.deploy.core)."""
+    return core.pod_security(), core.container_security()
 
 
 def _container(image: str, cmd: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,8 +258,10 @@ def config_map(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str) -> di
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 
-def _name(cell: Cell) -> str:
-    return cell.spec.name.replace(".", "-").replace("_", "-")[:50].strip("-")
+def dgd_name(cell: Cell) -> str:
+    """The DynamoGraphDeployment's name: a DNS label (the operator names its Services and pods after it and its
+    components, so it leaves room for those suffixes), stable for the spec."""
+    return core.dns_label(cell.spec.name, limit=40)
 
 
 def write_dgd(
@@ -281,7 +295,7 @@ def write_dgd(
             raise OutputExistsError(f"{out} exists and is not empty")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    name = _name(cell)
+    name = dgd_name(cell)
     cm_name = f"{name}-engine-args"
     objs = {
         "configmap.yaml": config_map(cell, plan, name=cm_name, namespace=namespace),

@@ -81,3 +81,60 @@ def up(
         progress=progress,
     )
     return planned, dep
+
+
+@dataclass
+class Deployed:
+    planned: Planned
+    files: dict[str, Path]
+    engine_key: str | None
+    warnings: list[str]
+
+
+def deploy(
+    spec_path: Path,
+    out: Path,
+    *,
+    cell_id: str | None = None,
+    namespace: str = "default",
+    model_path: str | None = None,
+    engine: str | None = None,
+    registry: str | None = None,
+    registry_secret: str | None = None,
+    toolchain_image: str | None = None,
+    force: bool = False,
+) -> Deployed:
+    """Plan the spec's Dynamo deployment and write its DynamoGraphDeployment. ``engine`` means what it means for
+    `toolchain deploy`: a full key, a unique key prefix, a tag or a digest reference, resolved in ``registry``
+    (the one the pull init container reads)."""
+    from toolchain import settings
+    from toolchain.dynamo.deploy import Artifact, check_registry, precision_mismatch, write_dgd
+
+    artifact = None
+    if engine:
+        reg = registry or settings.registry_url()
+        if not reg or not toolchain_image:
+            raise UserInputError(
+                "--engine needs --registry (s3://, hf:// or oci://) and an image with the toolchain for the pull "
+                "init container",
+                "pass both, or drop --engine to let dynamo.trtllm download the spec's Hub model",
+            )
+        check_registry(reg)  # before any network: a path of this machine is the user's mistake
+        key = _resolve_engine(engine, reg)
+        artifact = Artifact(key, reg, toolchain_image, registry_secret)
+    planned = plan_spec(spec_path, cell_id)
+    files = write_dgd(
+        planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
+    )
+    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
+    return Deployed(planned, files, artifact.key if artifact else None, [mismatch] if mismatch else [])
+
+
+def _resolve_engine(engine: str, registry: str) -> str:
+    from toolchain.registry.manifest import KEY_RE
+
+    if KEY_RE.fullmatch(engine):
+        return engine  # a full key: nothing to ask the registry
+    from toolchain.registry import open_registry
+
+    return open_registry(registry).resolve(engine)
