@@ -64,7 +64,7 @@ def test_the_schema_catches_what_the_operator_refuses(
 def test_components_and_sizing_follow_the_plan(written: Path) -> None:
     from toolchain.dynamo.pipeline import plan_spec
 
-    plan = plan_spec(DISAGG).plan
+    plan = plan_spec(DISAGG, estimator="auto").plan  # what `dynamo deploy` sizes by default
     d = _dgd(written)
     assert d["apiVersion"] == "nvidia.com/v1beta1" and d["kind"] == "DynamoGraphDeployment"
     assert d["spec"]["backendFramework"] == "trtllm"

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
+from toolchain.cli.options import (
+    CellOpt,
+    Estimator,
+    EstimatorOpt,
+    ForceOpt,
+    JsonOpt,
+    RegistryOpt,
+    SpecArg,
+    out_dir_opt,
+)
+
+if TYPE_CHECKING:
+    from toolchain.dynamo.plan import DynamoPlan
 
 app = typer.Typer(
     help="NVIDIA Dynamo: plan prefill/decode pools, write a DynamoGraphDeployment, run the topology here with the "
@@ -33,10 +45,12 @@ def plan(
     cell: CellOpt = None,
     mode: ModeOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="Print the formulas with the numbers")] = False,
+    estimator: EstimatorOpt = Estimator.auto,
     json_out: JsonOpt = False,
 ) -> None:
     """Size the prefill and decode pools from the SLOs and traffic, beside the aggregated fleet; say whether
-    disaggregation pays.
+    disaggregation pays. Pools are timed by NVIDIA AIConfigurator's measured database where it is installed
+    (prefill-only, decode-only and in-flight-batching estimates), with the roofline floor's GPU count beside it.
 
     Examples: toolchain dynamo plan engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --explain
     """
@@ -46,7 +60,7 @@ def plan(
     from toolchain.dynamo.pipeline import plan_spec
     from toolchain.dynamo.plan import explain as explain_plan
 
-    planned = plan_spec(spec, cell, mode=mode.value if mode else None)
+    planned = plan_spec(spec, cell, mode=mode.value if mode else None, estimator=estimator.value, progress=_narrate)
     p = planned.plan
     if json_out:
         print_json(p.to_json())
@@ -77,10 +91,27 @@ def plan(
         highlight=False,
     )
     out.print(p.verdict, markup=False, highlight=False)
+    out.print(timed_line(p), markup=False, highlight=False)
     if explain:
         out.print(explain_plan(p, planned.arch), markup=False, highlight=False)
     for n in p.notes:
         err.print(f"note: {n}", markup=False, highlight=False)
+
+
+def timed_line(p: DynamoPlan) -> str:
+    """What timed the pools, with the floor's GPU count beside a silicon plan."""
+    if p.estimator == "floor":
+        return "timed by the roofline floor (a lower bound: `--estimator auto` with AIConfigurator installed)"
+    floor = f"; the roofline floor needs {p.floor_gpus} GPUs (a lower bound)" if p.floor_gpus is not None else ""
+    return f"timed by {p.estimator}: {p.total_gpus} GPUs{floor}"
+
+
+def _narrate(stage: str, *_a: object, **_k: object) -> None:
+    """Narration on a terminal only (the silicon database of each GPU takes seconds to load)."""
+    from toolchain.cli.render import err
+
+    if err.is_terminal:
+        err.print(f"dynamo plan: {stage}", markup=False, highlight=False)
 
 
 @app.command("deploy")
@@ -105,6 +136,7 @@ def deploy(
     toolchain_image: Annotated[
         str | None, typer.Option("--toolchain-image", help="Image with the toolchain, for the pull init container")
     ] = None,
+    estimator: EstimatorOpt = Estimator.auto,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -127,6 +159,8 @@ def deploy(
         registry=registry,
         registry_secret=registry_secret,
         toolchain_image=toolchain_image,
+        estimator=estimator.value,
+        progress=_narrate,
         force=force,
     )
     for w in res.warnings:  # written as asked, but not what the plan sized the pools for
@@ -158,6 +192,7 @@ def up(
         ),
     ] = None,
     ready_timeout: Annotated[float, typer.Option("--ready-timeout", min=1, max=3600)] = 120,
+    estimator: EstimatorOpt = Estimator.auto,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the spec's topology here: Dynamo frontend and router, and the Dynamo mocker (stand-in for dynamo.trtllm)
@@ -185,6 +220,7 @@ def up(
         http_port=http_port,
         speedup=speedup,
         ready_timeout=ready_timeout,
+        estimator=estimator.value,
         progress=stages,
     )
     stages.settle()  # the model is registered: nothing redraws after the ready line

@@ -142,13 +142,10 @@ def system_port() -> int:
 
 
 def timing_of(pool: PoolPlan, plan: DynamoPlan, cell: Cell) -> WorkerTiming:
-    from toolchain.hardware.catalog import lookup_gpu
-
     return WorkerTiming(
         prefill_ms_per_token=pool.prefill_ms / max(1, plan.avg_input),
-        weight_read_bytes=pool.weight_read_bytes,
-        kv_bytes_per_token=pool.kv_bytes_per_token,
-        hbm_bytes_s=lookup_gpu(pool.gpu).hbm_bytes_s,
+        step_base_ms=pool.step_base_ms,
+        step_ms_per_kv_token=pool.step_ms_per_kv_token,
         max_input_len=cell.max_input_len,
         max_seq_len=cell.max_seq_len,
         kv_tokens=pool.kv_tokens,

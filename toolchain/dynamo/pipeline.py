@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.dynamo.plan import DynamoPlan, plan_dynamo
-from toolchain.errors import SpecError, UserInputError
+from toolchain.dynamo.plan import DynamoPlan, Silicon, plan_dynamo
+from toolchain.errors import EstimateUnavailableError, SpecError, UserInputError
+from toolchain.planning.estimate import Estimator
 from toolchain.progress import Progress, silent
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
@@ -19,8 +20,17 @@ class Planned:
     plan: DynamoPlan
 
 
-def plan_spec(spec_path: Path, cell_id: str | None = None, *, mode: str | None = None) -> Planned:
-    """Load, validate (every `spec validate` rule) and plan the spec's Dynamo deployment for one cell."""
+def plan_spec(
+    spec_path: Path,
+    cell_id: str | None = None,
+    *,
+    mode: str | None = None,
+    estimator: Estimator = "floor",
+    progress: Progress = silent,
+) -> Planned:
+    """Load, validate (every `spec validate` rule) and plan the spec's Dynamo deployment for one cell: timed by the
+    roofline floor, or (``estimator`` "auto"/"aic", as `toolchain plan` takes it) by NVIDIA AIConfigurator's
+    measured database with the floor's GPU count beside it ("auto" without the database: the floor and a note)."""
     from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
@@ -38,7 +48,37 @@ def plan_spec(spec_path: Path, cell_id: str | None = None, *, mode: str | None =
     cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
     arch = arch_for_spec(spec)
-    return Planned(cell, arch, plan_dynamo(cell, arch))
+    floor = plan_dynamo(cell, arch)
+    if estimator == "floor":
+        return Planned(cell, arch, floor)
+    return Planned(cell, arch, _silicon_plan(cell, arch, floor, estimator, progress))
+
+
+def _silicon_plan(
+    cell: Cell, arch: ModelArch, floor: DynamoPlan, estimator: Estimator, progress: Progress
+) -> DynamoPlan:
+    from toolchain.errors import EstimatorMissingError
+    from toolchain.planning import estimate
+
+    local = cell.spec.local_source()
+    session = estimate.start(arch, local / "config.json" if local else None, progress)
+    if session is None:
+        if estimator == "aic":
+            raise EstimatorMissingError(estimate.missing_message())
+        floor.notes.append(
+            f"{estimate.missing_message()}: the pools are timed by the roofline floor only (a lower bound; install it: "
+            "scripts/setup-aic.sh)"
+        )
+        return floor
+    try:
+        silicon = Silicon(session, arch)
+        plan = plan_dynamo(cell, arch, silicon)
+    finally:
+        session.close()
+    if estimator == "aic" and silicon.misses:
+        raise EstimateUnavailableError(f"cell {cell.id}: no silicon estimate for {silicon.misses[0]}")
+    plan.floor_gpus = floor.total_gpus
+    return plan
 
 
 def up(
@@ -50,6 +90,7 @@ def up(
     http_port: int | None = None,
     speedup: float | None = None,
     ready_timeout: float = 120.0,
+    estimator: Estimator = "floor",
     progress: Progress = silent,
 ) -> tuple[Planned, object]:
     """Plan the spec and bring its topology up here with the Dynamo mocker; returns the plan and the
@@ -62,7 +103,7 @@ def up(
 
     if speedup is not None and not speedup > 0:  # also NaN
         raise UserInputError(f"--speedup must be a positive number, not {speedup}", "e.g. --speedup 10")
-    planned = plan_spec(spec_path, cell_id, mode=mode)  # the spec's mistakes first, then the environment's
+    planned = plan_spec(spec_path, cell_id, mode=mode, estimator=estimator, progress=progress)  # the spec first
     python = dynamo_python()
     if workdir is None:
         workdir = cache().dynamo_run(planned.cell.spec.name)
@@ -102,6 +143,8 @@ def deploy(
     registry: str | None = None,
     registry_secret: str | None = None,
     toolchain_image: str | None = None,
+    estimator: Estimator = "floor",
+    progress: Progress = silent,
     force: bool = False,
 ) -> Deployed:
     """Plan the spec's Dynamo deployment and write its DynamoGraphDeployment. ``engine`` means what it means for
@@ -122,7 +165,7 @@ def deploy(
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
         artifact = Artifact(key, reg, toolchain_image, registry_secret)
-    planned = plan_spec(spec_path, cell_id)
+    planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )

@@ -26,6 +26,7 @@ from typing import Any
 
 from toolchain.errors import PlanError
 from toolchain.planning import bytes as B
+from toolchain.planning import estimate as E
 from toolchain.planning.perf import ceil_clean
 from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.specs.arch import ModelArch
@@ -50,6 +51,10 @@ class PoolPlan:
     weight_read_bytes: float  # per rank per decode step
     raw_workers: float
     slo_miss: str | None = None  # a pool the spec fixed that cannot meet the TPOT SLO
+    source: str = "floor"  # what timed it: "floor" (the roofline) or the silicon estimate's provenance
+    # the decode step as a line over active KV tokens (what the mocker interpolates): step ≈ base + tokens × slope
+    step_base_ms: float = 0.0
+    step_ms_per_kv_token: float = 0.0
 
 
 @dataclass
@@ -77,6 +82,8 @@ class DynamoPlan:
     verdict: str
     pays: bool
     notes: list[str] = field(default_factory=list)
+    estimator: str = "floor"  # "floor", or the silicon estimate's provenance when every pool was timed by it
+    floor_gpus: int | None = None  # the roofline floor's total for the same cell (set beside a silicon plan)
 
     @property
     def total_gpus(self) -> int:
@@ -135,11 +142,25 @@ def _workers(raw: float, pool: Pool, util: float, headroom: float) -> tuple[int,
 
 
 def _pool(
-    role: str, cell: Cell, arch: ModelArch, pool: Pool, *, budget_ms: float | None, chunk_ms: float, traffic: Any
+    role: str,
+    cell: Cell,
+    arch: ModelArch,
+    pool: Pool,
+    *,
+    budget_ms: float | None,
+    chunk_ms: float,
+    traffic: Any,
+    silicon: Silicon | None = None,
 ) -> tuple[PoolPlan, CellPlan]:
     pc = pool_cell(cell, pool)
     plan = plan_cell(pc, arch)
     _fit(role, pc, plan)
+    if silicon is not None:
+        est = silicon.pool(role, pc, plan, budget_ms=budget_ms, traffic=traffic, fixed=pool.replicas != "plan")
+        if isinstance(est, PoolPlan):
+            n, source = _workers(est.raw_workers, pool, *_util(traffic))
+            return dataclasses.replace(est, replicas=n, replicas_source=source, gpus=n * pc.tp * pc.pp), plan
+        silicon.misses.append(f"dynamo.{role}: {est}")  # no data: this pool is timed by the floor, visibly
     slo_miss: str | None = None
     prefill_s = plan.prefill_ms_avg_input / 1000.0
     avg_out = traffic.output_tokens.mean if traffic else max(1, plan.avg_context - plan.avg_input)
@@ -167,8 +188,7 @@ def _pool(
         rps = x / (1.0 + x * prefill_s) if role == "workers" else x
     peak = traffic.peak_rps if traffic else None
     raw = peak / rps if peak else 0.0
-    util, head = (traffic.target_utilization, traffic.burst_headroom) if traffic else (1.0, 1.0)
-    n, source = _workers(raw, pool, util, head)
+    n, source = _workers(raw, pool, *_util(traffic))
     return (
         PoolPlan(
             role=role,
@@ -186,13 +206,123 @@ def _pool(
             weight_read_bytes=plan.decode_read_bytes_per_gpu * pc.pp,
             raw_workers=raw,
             slo_miss=slo_miss,
+            step_base_ms=plan.decode_read_bytes_per_gpu * pc.pp / pc.gpu.hbm_bytes_s * 1000.0,
+            step_ms_per_kv_token=plan.kv_bytes_per_token * pc.pp / pc.gpu.hbm_bytes_s * 1000.0,
         ),
         plan,
     )
 
 
-def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
-    """The Dynamo pools of ``cell`` (its spec has a ``dynamo`` block) and the aggregated fleet beside them."""
+def _util(traffic: Any) -> tuple[float, float]:
+    return (traffic.target_utilization, traffic.burst_headroom) if traffic else (1.0, 1.0)
+
+
+@dataclass
+class Silicon:
+    """Times pools with NVIDIA AIConfigurator's measured database (toolchain.planning.estimate): prefill workers by
+    its prefill-only estimate (``static_ctx``, batch 1, the mean prompt), decode workers by its decode-only estimate
+    (``static_gen``) at the largest batch of the ladder that meets the TPOT SLO, aggregated workers by its
+    in-flight-batching estimate (``agg``: mixed steps, so its TPOT already carries the prefill chunks). A pool the
+    database cannot time is timed by the floor, and ``misses`` says so."""
+
+    session: E.Session
+    arch: ModelArch
+    misses: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def _source(self, e: E.Estimate, system: str, mode: str) -> str:
+        src = f"{self.session.estimator} ({e.database} on {system}, {mode})"
+        if src not in self.sources:
+            self.sources.append(src)
+        return src
+
+    def pool(
+        self, role: str, pc: Cell, plan: CellPlan, *, budget_ms: float | None, traffic: Any, fixed: bool
+    ) -> PoolPlan | str:
+        """The pool timed by the database (replicas left to the caller), or why the database cannot time it."""
+        q = pc.spec.quantization
+        why = E.unsupported(pc.gpu.name, q.weights, self.arch, pc.pp)
+        if why is not None:
+            return why
+        system = E.SYSTEMS[pc.gpu.name]
+        gemm, kv = E.GEMM_MODES[q.weights], E.KV_MODES.get(q.kv_cache, "bfloat16")
+        isl, osl = E.lengths(pc)
+
+        def ask(mode: str, b: int) -> E.Estimate | str:
+            return self.session.ask(E.Query(system, b, pc.tp, pc.pp, isl, osl, gemm, kv, mode))
+
+        ctx = ask("static_ctx", 1)
+        if isinstance(ctx, str):
+            return f"AIConfigurator: {ctx}"
+        peak = traffic.peak_rps if traffic else None
+        base: dict[str, Any] = {
+            "role": role,
+            "gpu": pc.gpu.name,
+            "tp": pc.tp,
+            "replicas": 0,
+            "replicas_source": "plan",
+            "gpus": 0,
+            "kv_tokens": plan.kv_tokens,
+            "kv_bytes_per_token": plan.kv_bytes_per_token,
+            "weight_read_bytes": plan.decode_read_bytes_per_gpu * pc.pp,
+        }
+        if role == "prefill":
+            rps = 1000.0 / ctx.ttft_ms
+            src = self._source(ctx, system, "static_ctx")
+            return PoolPlan(
+                **base, prefill_ms=ctx.ttft_ms, step_ms=0.0, batch=0, rps_per_worker=rps,
+                raw_workers=peak / rps if peak else 0.0, source=src,
+            )  # fmt: skip
+        mode = "static_gen" if role == "decode" else "agg"
+        cap = max(1, min(pc.max_batch_size, plan.max_concurrency_at_avg))
+        curve: list[E.Estimate] = []
+        for b in E.ladder(cap):
+            e = ask(mode, b)
+            if isinstance(e, str):
+                if not curve:
+                    return f"AIConfigurator: {e}"
+                break  # a larger batch has no more data than a smaller one
+            curve.append(e)
+        ttft_t = _target(pc.spec.slo.ttft_ms) if role == "workers" else None
+        at, _why = E.largest_meeting(curve, budget_ms, ttft_t)
+        src = self._source(curve[0], system, mode)
+        slo_miss = None
+        if at is None:
+            b1 = curve[0]
+            miss = (
+                f"dynamo.{role}: a decode step takes {b1.tpot_ms:.1f} ms at batch 1 on {pc.gpu.name} TP{pc.tp} "
+                f"({src}), over the TPOT SLO {budget_ms:g} ms"
+            )
+            if not fixed:  # nothing to size the pool by
+                raise PlanError(
+                    miss,
+                    "raise the TP, use a faster GPU or weight format, relax slo.tpot_ms"
+                    + (", or disaggregate (mode: disaggregated)" if role == "workers" else ""),
+                )
+            slo_miss, at = miss, curve[-1]  # the spec fixed the pool: its largest batch within memory, said so
+        avg_out = traffic.output_tokens.mean if traffic else osl
+        rps = at.tok_s / avg_out
+        ctx_tokens = max(1, plan.avg_context)
+        b1 = curve[0]
+        slope = (at.tpot_ms - b1.tpot_ms) / ((at.batch - b1.batch) * ctx_tokens) if at.batch > b1.batch else 0.0
+        return PoolPlan(
+            **base,
+            prefill_ms=at.ttft_ms if role == "workers" else ctx.ttft_ms,
+            step_ms=at.tpot_ms,
+            batch=at.batch,
+            rps_per_worker=rps,
+            raw_workers=peak / rps if peak else 0.0,
+            slo_miss=slo_miss,
+            source=src,
+            step_base_ms=max(0.0, b1.tpot_ms - slope * ctx_tokens * b1.batch),
+            step_ms_per_kv_token=max(0.0, slope),
+        )
+
+
+def plan_dynamo(cell: Cell, arch: ModelArch, silicon: Silicon | None = None) -> DynamoPlan:
+    """The Dynamo pools of ``cell`` (its spec has a ``dynamo`` block) and the aggregated fleet beside them; timed
+    by the roofline floor, or with ``silicon`` by NVIDIA AIConfigurator's measured database (pools it cannot time
+    keep the floor, and a note says so)."""
     spec = cell.spec
     d: DynamoServing | None = spec.dynamo
     if d is None:
@@ -212,11 +342,14 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
     if not spec.serving.enable_chunked_prefill:  # a whole prompt's prefill stalls the batch
         chunk_ms = agg_base.prefill_ms_avg_input
     if d.disaggregated:
-        agg, _ = _aggregated_view(cell, arch, d, tpot, chunk_ms, traffic)
+        agg, _ = _aggregated_view(cell, arch, d, tpot, chunk_ms, traffic, silicon)
     else:
-        agg, _ = _pool("workers", cell, arch, d.workers, budget_ms=tpot, chunk_ms=chunk_ms, traffic=traffic)
+        agg, _ = _pool(
+            "workers", cell, arch, d.workers, budget_ms=tpot, chunk_ms=chunk_ms, traffic=traffic, silicon=silicon
+        )
     agg_ttft = agg.prefill_ms
-    agg_tpot = agg.step_ms + chunk_ms
+    # the silicon estimate of an aggregated worker is of mixed steps: its TPOT already carries the prefill chunks
+    agg_tpot = agg.step_ms + (chunk_ms if agg.source == "floor" else 0.0)
     link_gb_s = d.link.gb_s
     common: dict[str, Any] = {
         "cell_id": cell.id,
@@ -241,18 +374,23 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
         notes.append(agg.slo_miss)
     if not d.disaggregated:
         verdict, pays = _aggregated_verdict(agg, tpot)
-        return DynamoPlan(
-            **common,
-            transfer_ms=0.0,
-            pools=[agg],
-            ttft_ms=agg_ttft,
-            tpot_p99_ms=agg_tpot,
-            verdict=verdict,
-            pays=pays,
-            notes=notes,
+        return _timed(
+            DynamoPlan(
+                **common,
+                transfer_ms=0.0,
+                pools=[agg],
+                ttft_ms=agg_ttft,
+                tpot_p99_ms=agg_tpot,
+                verdict=verdict,
+                pays=pays,
+                notes=notes,
+            ),
+            silicon,
         )
-    pre, pre_plan = _pool("prefill", cell, arch, d.prefill, budget_ms=None, chunk_ms=0.0, traffic=traffic)
-    dec, _ = _pool("decode", cell, arch, d.decode, budget_ms=tpot, chunk_ms=0.0, traffic=traffic)
+    pre, pre_plan = _pool(
+        "prefill", cell, arch, d.prefill, budget_ms=None, chunk_ms=0.0, traffic=traffic, silicon=silicon
+    )
+    dec, _ = _pool("decode", cell, arch, d.decode, budget_ms=tpot, chunk_ms=0.0, traffic=traffic, silicon=silicon)
     notes += [m for m in (dec.slo_miss,) if m]
     lanes = min(pre.tp, dec.tp)
     transfer_ms = per_request / (link_gb_s * 1e9 * lanes) * 1000.0
@@ -276,26 +414,49 @@ def plan_dynamo(cell: Cell, arch: ModelArch) -> DynamoPlan:
             f"an aggregated fleet needs prefill chunks of at most {max(0, fits)} tokens (build.max_num_tokens) to "
             f"keep a mixed step under {tpot:g} ms"
         )
-    return DynamoPlan(
-        **common,
-        transfer_ms=transfer_ms,
-        pools=[pre, dec],
-        ttft_ms=ttft_est,
-        tpot_p99_ms=dec.step_ms,
-        verdict=verdict,
-        pays=pays,
-        notes=[*notes, f"prefill worker KV budget: {pre_plan.kv_tokens:,} tokens"],
+    return _timed(
+        DynamoPlan(
+            **common,
+            transfer_ms=transfer_ms,
+            pools=[pre, dec],
+            ttft_ms=ttft_est,
+            tpot_p99_ms=dec.step_ms,
+            verdict=verdict,
+            pays=pays,
+            notes=[*notes, f"prefill worker KV budget: {pre_plan.kv_tokens:,} tokens"],
+        ),
+        silicon,
     )
 
 
+def _timed(p: DynamoPlan, silicon: Silicon | None) -> DynamoPlan:
+    """Name what timed the plan, and every pool the silicon estimate could not time."""
+    if silicon is None:
+        return p
+    timed = [pool for pool in p.pools if pool.source != "floor"]
+    if timed:
+        # "aiconfigurator 0.12.0 (trtllm 1.3.0rc20 on h100_sxm, static_ctx)" -> its part before the mode, once
+        p.estimator = "; ".join(dict.fromkeys(pool.source.rsplit(", ", 1)[0] + ")" for pool in timed))
+        if len(timed) < len(p.pools):
+            p.estimator += " and the roofline floor"
+    p.notes += [f"no silicon estimate for {m}; that pool is timed by the roofline floor" for m in silicon.misses]
+    return p
+
+
 def _aggregated_view(
-    cell: Cell, arch: ModelArch, d: DynamoServing, tpot: float | None, chunk_ms: float, traffic: Any
+    cell: Cell,
+    arch: ModelArch,
+    d: DynamoServing,
+    tpot: float | None,
+    chunk_ms: float,
+    traffic: Any,
+    silicon: Silicon | None = None,
 ) -> tuple[PoolPlan, CellPlan | None]:
     """The aggregated fleet of a disaggregated spec (decode pool's GPU and TP); None-sized when it cannot meet
     the TPOT SLO at all (a prefill chunk alone breaks it)."""
     pool = Pool(gpu=d.decode.gpu, tp=d.decode.tp)
     try:
-        return _pool("workers", cell, arch, pool, budget_ms=tpot, chunk_ms=chunk_ms, traffic=traffic)
+        return _pool("workers", cell, arch, pool, budget_ms=tpot, chunk_ms=chunk_ms, traffic=traffic, silicon=silicon)
     except PlanError:
         pc = pool_cell(cell, pool)
         p = plan_cell(pc, arch)
@@ -355,11 +516,30 @@ def _verdict(
     )
 
 
+def _explain_silicon(p: DynamoPlan, pool: PoolPlan) -> list[str]:
+    out = [f"    timed by {pool.source}"]
+    if pool.role == "prefill":
+        out.append(f"    prefill({p.avg_input}) = TTFT at batch 1 = {pool.prefill_ms:.1f} ms")
+        out.append(f"    req/s per worker = 1000 ÷ {pool.prefill_ms:.1f} = {pool.rps_per_worker:.2f}")
+        return out
+    budget = f"TPOT SLO {p.tpot_slo_ms:g}" if p.tpot_slo_ms else "no TPOT SLO"
+    mixed = " (mixed steps: prefill chunks included)" if pool.role == "workers" else ""
+    out.append(f"    B at ({budget}) = {pool.batch} → TPOT {pool.step_ms:.2f} ms{mixed}")
+    out.append(
+        f"    req/s per worker = the database's {pool.rps_per_worker * p.avg_output:,.0f} tokens/s ÷ {p.avg_output} "
+        f"tokens = {pool.rps_per_worker:.2f}"
+    )
+    return out
+
+
 def explain(p: DynamoPlan, arch: ModelArch) -> str:
     """The arithmetic behind a Dynamo plan, line by line."""
     g = 1e9
+    timed = "the roofline floor" if p.estimator == "floor" else p.estimator
     lines = [
         f"dynamo plan for cell {p.cell_id} ({p.mode}); mean prompt {p.avg_input}, mean output {p.avg_output} tokens",
+        f"  timed by {timed}"
+        + (f"; the roofline floor needs {p.floor_gpus} GPUs (a lower bound)" if p.floor_gpus is not None else ""),
         f"  KV/request = 2 × {arch.num_layers} layers × {arch.num_kv_heads} KV heads × {arch.head_dim} head dim × "
         f"{p.kv_dtype_bytes:g} B × {p.avg_input} tokens = {p.kv_bytes_per_request:,.0f} B = "
         f"{p.kv_bytes_per_request / g:.2f} GB",
@@ -377,13 +557,16 @@ def explain(p: DynamoPlan, arch: ModelArch) -> str:
     for pool in [*p.pools, *([] if p.mode == "aggregated" else [p.aggregated])]:
         label = pool.role if pool is not p.aggregated or p.mode == "aggregated" else "aggregated (for comparison)"
         lines.append(f"  {label}: {pool.gpu} TP{pool.tp}")
-        lines.append(
-            f"    prefill({p.avg_input}) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU) = "
-            f"{pool.prefill_ms:.1f} ms"
-        )
-        if pool.role == "prefill":
-            lines.append(f"    req/s per worker = 1000 ÷ {pool.prefill_ms:.1f} = {pool.rps_per_worker:.2f}")
+        if pool.source != "floor":
+            lines += _explain_silicon(p, pool)
         else:
+            lines.append(
+                f"    prefill({p.avg_input}) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU) = "
+                f"{pool.prefill_ms:.1f} ms"
+            )
+        if pool.source == "floor" and pool.role == "prefill":
+            lines.append(f"    req/s per worker = 1000 ÷ {pool.prefill_ms:.1f} = {pool.rps_per_worker:.2f}")
+        elif pool.source == "floor":
             budget = f"TPOT SLO {p.tpot_slo_ms:g}" if p.tpot_slo_ms else "no TPOT SLO"
             minus = f" − chunk {p.chunk_ms:.1f}" if pool.role == "workers" else ""
             lines.append(
@@ -403,9 +586,10 @@ def explain(p: DynamoPlan, arch: ModelArch) -> str:
             )
         else:
             lines.append(f"    workers = {pool.replicas} ({pool.replicas_source}) × TP{pool.tp} = {pool.gpus} GPUs")
+    agg_step = "step + chunk" if p.aggregated.source == "floor" else "mixed step"
     lines.append(
         f"  TTFT ≈ prefill + transfer = {p.ttft_ms:.1f} ms (aggregated {p.aggregated_ttft_ms:.1f} ms); TPOT P99 ≈ "
-        f"{p.tpot_p99_ms:.2f} ms (aggregated step + chunk = {p.aggregated_tpot_p99_ms:.2f} ms); no queueing"
+        f"{p.tpot_p99_ms:.2f} ms (aggregated {agg_step} = {p.aggregated_tpot_p99_ms:.2f} ms); no queueing"
     )
     lines.append(f"  verdict: {p.verdict}")
     lines += [f"  note: {n}" for n in p.notes]

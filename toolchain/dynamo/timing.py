@@ -4,9 +4,11 @@
 decode step time over (active KV tokens, context length) from five arrays (dynamo/mocker/args.py
 ``resolve_planner_profile_data`` and ``utils/planner_profiler_perf_data_converter.py`` in ai-dynamo 1.6.1):
 ``prefill_isl``, ``prefill_ttft_ms`` (1-D), ``decode_active_kv_tokens``, ``decode_context_length`` (1-D) and
-``decode_itl`` (2-D, [kv, context]). The toolchain fills them with its own formulas (toolchain.dynamo.plan):
-prefill(n) = n × (prefill ms of the mean prompt ÷ its tokens); step = (weights read + active KV tokens × KV
-bytes per token per rank) ÷ HBM. ``--speedup-ratio`` then scales every delay so a CPU run takes seconds.
+``decode_itl`` (2-D, [kv, context]). The toolchain fills them from the pool's plan (toolchain.dynamo.plan):
+prefill(n) = n × (prefill ms of the mean prompt ÷ its tokens); step = base + active KV tokens × slope, where the
+roofline floor gives base = weights read ÷ HBM and slope = KV bytes per token per rank ÷ HBM, and the silicon
+estimate gives the line through its decode step at batch 1 and at the pool's batch. ``--speedup-ratio`` then
+scales every delay so a CPU run takes seconds.
 
 The file is written without numpy (not a toolchain dependency): an .npz is a zip of .npy files, and an .npy
 is a magic string, a header dict and the raw little-endian float64 values (numpy's ``format.py``, version 1.0).
@@ -49,9 +51,8 @@ class WorkerTiming:
     """What the planner estimates for one worker: prefill per token and the decode step's two terms."""
 
     prefill_ms_per_token: float
-    weight_read_bytes: float  # per rank per decode step
-    kv_bytes_per_token: float  # per rank
-    hbm_bytes_s: float
+    step_base_ms: float  # a decode step with no KV to read (the weights)
+    step_ms_per_kv_token: float  # what each active KV token adds to the step
     max_input_len: int
     max_seq_len: int
     kv_tokens: int  # the worker's KV budget
@@ -60,7 +61,7 @@ class WorkerTiming:
         return self.prefill_ms_per_token * tokens
 
     def step_ms(self, active_kv_tokens: float) -> float:
-        return (self.weight_read_bytes + active_kv_tokens * self.kv_bytes_per_token) / self.hbm_bytes_s * 1000.0
+        return self.step_base_ms + active_kv_tokens * self.step_ms_per_kv_token
 
 
 def _grid(lo: float, hi: float, n: int = GRID) -> list[float]:

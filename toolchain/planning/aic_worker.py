@@ -4,7 +4,9 @@ This file is executed by the interpreter of the AIConfigurator venv (``python ai
 by the toolchain: it uses only the standard library and ``aiconfigurator``. Protocol on stdin/stdout:
 
 - on start it prints ``{"ready": true, "aiconfigurator": VERSION}`` (or ``{"error": ...}`` and exits 3);
-- each input line is a query ``{"model_path", "system", "batch", "tp", "pp", "isl", "osl", "gemm", "kv"}``;
+- each input line is a query ``{"model_path", "system", "batch", "tp", "pp", "isl", "osl", "gemm", "kv"}`` and an
+  optional ``"mode"``: ``agg`` (in-flight batching, the default), ``static_ctx`` (prefill only) or ``static_gen``
+  (decode only), AIConfigurator's estimate modes;
 - each output line answers it: ``{"ttft_ms", "tpot_ms", "tok_s", "tok_s_per_gpu", "memory_gb",
   "backend_version", "warning"}`` or ``{"error": message}`` when the database cannot answer that query.
 
@@ -44,6 +46,7 @@ def _answer(estimate: Any, query: dict[str, Any]) -> dict[str, Any]:
         r = estimate(
             query["model_path"],
             query["system"],
+            mode=query.get("mode", "agg"),
             backend_name="trtllm",
             backend_version=version,
             batch_size=int(query["batch"]),

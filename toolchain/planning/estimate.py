@@ -75,6 +75,7 @@ class Query:
     osl: int
     gemm: str
     kv: str
+    mode: str = "agg"  # agg (in-flight batching) | static_ctx (prefill only) | static_gen (decode only)
 
 
 @dataclass
