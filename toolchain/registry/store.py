@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.artifacts.layout import cache
 from toolchain.digest import (
@@ -34,6 +34,9 @@ from toolchain.errors import (
 from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
+
+if TYPE_CHECKING:
+    from toolchain.registry.signing import Verifier
 
 FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
 
@@ -282,13 +285,17 @@ class Registry:
 
     # --- get ----------------------------------------------------------------------------------
 
-    def get(self, ref: str, dest: Path, *, force: bool = False, link: bool = False) -> EntryManifest:
+    def get(
+        self, ref: str, dest: Path, *, force: bool = False, link: bool = False, verifier: Verifier | None = None
+    ) -> EntryManifest:
         """Restore an entry into ``dest`` (must not exist unless ``force``), hashing every restored file.
 
         Local registries give independent copies (reflinks where the file system has them); ``link``
         hardlinks the read-only blobs instead (files with the executable bit are still copied).
+        ``verifier``: the entry's signature must verify with that public key, checked before anything is
+        written (``toolchain.registry.signing``).
         """
-        m = self.show(ref)
+        m = self._signed_or_shown(ref, verifier)
         dest = Path(dest).resolve()
         if dest.exists() and not force:
             if dest.is_dir() and not any(dest.iterdir()):
@@ -326,6 +333,13 @@ class Registry:
                 if local is not None or not self.backend.streams_bytes:
                     moved(f.size)
         return m
+
+    def _signed_or_shown(self, ref: str, verifier: Verifier | None) -> EntryManifest:
+        if verifier is None:
+            return self.show(ref)
+        from toolchain.registry.signing import verified_entry
+
+        return verified_entry(self, ref, verifier)
 
     # --- verify and gc ------------------------------------------------------------------------
 
