@@ -890,7 +890,8 @@ class OCIBackend(Backend):
             self.upload_bytes(payload, digest)
         got = self._get_manifest(tag)
         layers = [la for la in (got[0].get("layers") or []) if isinstance(la, dict)] if got else []
-        layers = [la for la in layers if la.get("digest") != digest]
+        # one layer per signer: two signers of one entry sign the same payload (one blob, two annotations)
+        layers = [la for la in layers if (la.get("annotations") or {}).get(SIGNATURE_ANNOTATION) != sig]
         layers.append(
             {
                 "mediaType": SIMPLE_SIGNING_MT,

@@ -502,7 +502,8 @@ def verified_entry(reg: Registry, ref: str, verifier: Verifier) -> EntryManifest
 def check_signatures(sigs: list[tuple[bytes, str]], subject: str, key: str, verifier: Verifier, where: str) -> None:
     if not sigs:
         raise SignatureError(
-            f"{where} is not signed, and a signature is required",
+            f"{where} carries no signature of {subject[:23]} (it is unsigned, or it changed after it was "
+            "signed), and a signature is required",
             "sign it (`toolchain cache sign REF --sign cosign.key`), or pull an entry that is signed",
         )
     others: list[str] = []
