@@ -230,13 +230,38 @@ def test_the_oci_signature_is_where_and_what_cosign_verifies(
 
 
 def test_a_second_signer_keeps_the_first_signature(
-    oci_url: str, tmp_path: Path, keys: dict[str, Path], cli: Any
+    registry_url: str, tmp_path: Path, keys: dict[str, Path], cli: Any
 ) -> None:
+    from toolchain.registry import signing
+
     priv2, pub2 = _pair(tmp_path / "keys", "second")
-    _push(cli, oci_url, _engine(tmp_path / "e"), KEY_A, keys["priv"])
-    assert cli("cache", "sign", KEY_A, "--sign", priv2, "--registry", oci_url).exit_code == 0
+    src = _engine(tmp_path / "e")
+    _push(cli, registry_url, src, KEY_A, keys["priv"])
+    for _ in range(2):  # signing again with the same key adds nothing
+        assert cli("cache", "sign", KEY_A, "--sign", priv2, "--registry", registry_url).exit_code == 0
+    _push(cli, registry_url, src, KEY_A, keys["priv"])  # the same content pushed and signed again: nothing added
     for pub in (keys["pub"], pub2):
-        assert _pull(cli, oci_url, KEY_A, tmp_path / f"out-{pub.stem}", pub).exit_code == 0
+        assert _pull(cli, registry_url, KEY_A, tmp_path / f"out-{pub.stem}", pub).exit_code == 0
+    r = open_registry(registry_url)
+    _, subject = signing._subject(r, KEY_A)
+    assert len(signing._read_signatures(r, KEY_A, subject)) == 2
+
+
+def test_the_environment_signs_every_put_and_requires_every_get(
+    tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TOOLCHAIN_SIGNING_KEY / TOOLCHAIN_VERIFY_KEY reach the library, so `build` and every other restore
+    (not only `cache push` / `cache pull`) sign and check."""
+    r = open_registry(str(tmp_path / "reg"))
+    r.put(KEY_B, _engine(tmp_path / "b"))  # unsigned
+    monkeypatch.setenv("TOOLCHAIN_SIGNING_KEY", str(keys["priv"]))
+    r.put(KEY_A, _engine(tmp_path / "a"))
+    monkeypatch.delenv("TOOLCHAIN_SIGNING_KEY")
+    monkeypatch.setenv("TOOLCHAIN_VERIFY_KEY", str(keys["pub"]))
+    assert r.get(KEY_A, tmp_path / "out-a").key == KEY_A
+    with pytest.raises(SignatureError, match="carries no signature"):
+        r.get(KEY_B, tmp_path / "out-b")
+    _nothing_written(tmp_path / "out-b")
 
 
 # --- keys -------------------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def push(
     from toolchain.cli.render import Stages, err, out
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
-    from toolchain.registry.signing import put_signed, signer_for
+    from toolchain.registry.signing import signer_for
     from toolchain.registry.store import key_for_push
 
     if not src.is_dir():
@@ -150,7 +150,7 @@ def push(
     r = open_registry(registry)
     stages = r.progress = Stages()
     full = key_for_push(key, r) if key else None
-    m = put_signed(r, full, src, signer, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
+    m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force, signer=signer)
     stages.close()  # the bars end their line before the key is printed on its own
     out.print(m.key, highlight=False)
     signed = f", signed with {signer.path}" if signer is not None else ""

@@ -459,13 +459,21 @@ def _read_signatures(reg: Registry, key: str, subject: str) -> list[tuple[bytes,
         ) from e
 
 
-def _write_signature(reg: Registry, key: str, subject: str, data: bytes, sig: str) -> None:
+def _write_signature(
+    reg: Registry, key: str, subject: str, data: bytes, sig: str, keep: list[tuple[bytes, str]] | None = None
+) -> None:
+    """Store a signature of the entry; ``keep``: the other signers' signatures, kept beside it (on OCI the
+    signature manifest's other layers are kept by the backend itself)."""
     of = getattr(reg.backend, "write_signature", None)
     if of is not None:
         of(subject, data, sig)
         return
+    sigs = [*(keep or []), (data, sig)]
     doc = {
-        "signatures": [{"mediaType": SIMPLE_SIGNING_MT, "payload": base64.b64encode(data).decode(), "signature": sig}]
+        "signatures": [
+            {"mediaType": SIMPLE_SIGNING_MT, "payload": base64.b64encode(d).decode(), "signature": s}
+            for d, s in sigs[-MAX_SIGNATURES:]
+        ]
     }
     reg.backend.write_bytes(signature_path(key), json.dumps(doc, indent=2).encode())
 
@@ -480,7 +488,15 @@ def sign_entry(reg: Registry, ref: str, signer: Signer) -> str:
     parse_manifest(raw, f"{reg.url}/manifests/{key}.json")  # never sign a record that would be refused
     record = "sha256:" + hashlib.sha256(raw).hexdigest()
     data = payload(subject, _reference(reg), key, record)
-    _write_signature(reg, key, subject, data, sign_payload(signer, data))
+    mine = Verifier(signer.key.public_key(), signer.path)
+    try:
+        existing = _read_signatures(reg, key, subject)
+    except SignatureError:
+        existing = []  # an unreadable signature file is replaced
+    if any(d == data and _verifies(mine, d, s) for d, s in existing):
+        return subject  # already signed by this key: signing again would only add a copy
+    others = [(d, s) for d, s in existing if not _verifies(mine, d, s)]  # other signers' are kept
+    _write_signature(reg, key, subject, data, sign_payload(signer, data), others)
     return subject
 
 
@@ -538,11 +554,3 @@ def verify_signatures(reg: Registry, verifier: Verifier) -> dict[str, str]:
         except RegistryError as e:  # unsigned, another key or digest, or a record that is refused
             bad[key] = e.message
     return bad
-
-
-def put_signed(reg: Registry, key: str | None, src: Path, signer: Signer | None, **kw: Any) -> EntryManifest:
-    """``Registry.put``, then (with a signer) a signature of the entry as stored."""
-    m = reg.put(key, src, **kw)
-    if signer is not None:
-        sign_entry(reg, m.key, signer)
-    return m

@@ -36,7 +36,7 @@ from toolchain.registry.backends import Backend, open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
 
 if TYPE_CHECKING:
-    from toolchain.registry.signing import Verifier
+    from toolchain.registry.signing import Signer, Verifier
 
 FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
 
@@ -205,6 +205,7 @@ class Registry:
         kind: str = "engine",
         provenance: dict[str, Any] | None = None,
         force: bool = False,
+        signer: Signer | None = None,
     ) -> EntryManifest:
         """Store every regular file under ``src`` as entry ``key`` (None: the digest of the content);
         blobs first, manifest last.
@@ -214,9 +215,17 @@ class Registry:
         ctime, inode) is unchanged since it was last hashed is not read at all when its blob exists.
         The same content under an existing key is a no-op; different content is refused unless ``force``.
         A local push holds the store's lock shared from its first blob to its manifest, so gc waits for it.
+        ``signer`` (else the key TOOLCHAIN_SIGNING_KEY names, loaded before anything is stored): the entry is
+        signed as stored (``toolchain.registry.signing``).
         """
+        from toolchain.registry.signing import sign_entry, signer_for
+
+        signer = signer or signer_for(None)
         with self.backend.lock(exclusive=False):
-            return self._put(key, src, kind=kind, provenance=provenance, force=force)
+            m = self._put(key, src, kind=kind, provenance=provenance, force=force)
+        if signer is not None:
+            sign_entry(self, m.key, signer)
+        return m
 
     def _put(
         self, key: str | None, src: Path, *, kind: str, provenance: dict[str, Any] | None, force: bool
@@ -335,10 +344,13 @@ class Registry:
         return m
 
     def _signed_or_shown(self, ref: str, verifier: Verifier | None) -> EntryManifest:
+        """The entry to restore; with a verifier (else the key TOOLCHAIN_VERIFY_KEY names: then every restore
+        requires a signature) only from the record whose signature verifies."""
+        from toolchain.registry.signing import verified_entry, verifier_for
+
+        verifier = verifier or verifier_for(None, require=False)
         if verifier is None:
             return self.show(ref)
-        from toolchain.registry.signing import verified_entry
-
         return verified_entry(self, ref, verifier)
 
     # --- verify and gc ------------------------------------------------------------------------
