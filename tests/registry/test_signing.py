@@ -354,3 +354,46 @@ def test_an_encrypted_pkcs8_key_needs_its_password(
     res = cli("cache", "push", src, "--key", KEY_A, "--registry", reg)
     assert res.exit_code == 0 and "signed with" in res.output, res.output
     assert (reg / "manifests" / f"{KEY_A}.sig").is_file()
+
+
+def test_the_hub_backend_keeps_the_signature_beside_the_record(tmp_path: Path, keys: dict[str, Path]) -> None:
+    """hf:// (a fake HfApi at the boundary, as tests/registry/test_local.py does): the signature is one more
+    file of the repo, and a copied one is refused."""
+    from toolchain.registry import signing
+    from toolchain.registry.backends import HFBackend
+    from toolchain.registry.store import Registry
+
+    class EntryNotFoundError(Exception):
+        pass
+
+    class FakeHub:
+        def __init__(self) -> None:
+            self.files: dict[str, bytes] = {}
+
+        def file_exists(self, repo: str, path: str) -> bool:
+            return path in self.files
+
+        def create_commit(self, repo: str, operations: list[Any], commit_message: str) -> None:
+            for op in operations:
+                src = op.path_or_fileobj
+                self.files[op.path_in_repo] = src if isinstance(src, bytes) else Path(src).read_bytes()
+
+        def hf_hub_download(self, repo: str, path: str) -> str:
+            if path not in self.files:
+                raise EntryNotFoundError(path)
+            out = tmp_path / "hub-cache" / path
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(self.files[path])
+            return str(out)
+
+    hub = FakeHub()
+    r = Registry(HFBackend("org/engines", api=hub))
+    signer, verifier = signing.load_signer(keys["priv"]), signing.load_verifier(keys["pub"])
+    r.put(KEY_A, _engine(tmp_path / "a"), signer=signer)
+    r.put(KEY_B, _engine(tmp_path / "b"))
+    assert f"manifests/{KEY_A}.sig" in hub.files and f"manifests/{KEY_B}.sig" not in hub.files
+    assert r.get(KEY_A, tmp_path / "out-a", verifier=verifier).key == KEY_A
+    hub.files[f"manifests/{KEY_B}.sig"] = hub.files[f"manifests/{KEY_A}.sig"]
+    with pytest.raises(SignatureError, match="copied from another entry"):
+        r.get(KEY_B, tmp_path / "out-b", verifier=verifier)
+    _nothing_written(tmp_path / "out-b")
