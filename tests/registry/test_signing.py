@@ -62,12 +62,6 @@ def keys(tmp_path: Path) -> dict[str, Path]:
     return {"priv": priv, "pub": pub, "other_pub": other}
 
 
-@pytest.fixture(autouse=True)
-def _no_key_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("TOOLCHAIN_SIGNING_KEY", "TOOLCHAIN_VERIFY_KEY", "TOOLCHAIN_SIGNING_PASSWORD", "COSIGN_PASSWORD"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def _one_error(res: Any, code: int, match: str) -> None:
     lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
     assert res.exit_code == code, res.output
