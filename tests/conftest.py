@@ -25,6 +25,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.delenv("TOOLCHAIN_DEBUG", raising=False)
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
+    # a developer's signing setup would sign every put and require a signature of every restore
+    for var in ("TOOLCHAIN_SIGNING_KEY", "TOOLCHAIN_VERIFY_KEY", "TOOLCHAIN_SIGNING_PASSWORD", "COSIGN_PASSWORD"):
+        monkeypatch.delenv(var, raising=False)
 
 
 class Cli(Protocol):

@@ -37,6 +37,7 @@ EXTRAS = {
     "pynvml": "gpu",
     "matplotlib": "report",
     "jinja2": "report",
+    "cryptography": "sign",
 }
 
 

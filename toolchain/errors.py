@@ -168,6 +168,20 @@ class RegistryAuthError(RegistryError, UserInputError):
     exit_code = 2
 
 
+class SignatureError(RegistryError):
+    """An entry whose signature is required but missing, made with another key, or of another digest
+    (docs/signing.md). Exit code 6: the entry is not trusted, whatever else is right with it."""
+
+    exit_code = 6
+    default_hint = "do not use this entry; push and sign it again from a trusted copy"
+
+
+class SigningKeyError(UserInputError):
+    """A signing or public key file that is missing, malformed, of another algorithm, or whose password is wrong."""
+
+    default_hint = "give a P-256 key pair: `toolchain cache keygen DIR` or `cosign generate-key-pair`"
+
+
 # --- build ------------------------------------------------------------------------------------
 
 

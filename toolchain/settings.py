@@ -19,6 +19,9 @@ variable                       default                  meaning
 ``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``  ``5``           seconds to connect to a registry (``oci://``) before giving up
 ``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``) may send nothing before the
                                                         request counts as stalled (retried, then one-line error)
+``TOOLCHAIN_SIGNING_KEY``      (none)                   private key ``cache push`` signs entries with (``--sign``)
+``TOOLCHAIN_SIGNING_PASSWORD`` ``$COSIGN_PASSWORD``     password of an encrypted signing key (never printed)
+``TOOLCHAIN_VERIFY_KEY``       (none)                   public key pulls require a valid signature of (``--public-key``)
 ``TOOLCHAIN_CONTAINER_IMAGE``  (none)                   container image recorded in build provenance
 ``TRTLLM_ROOT``                ``/app/tensorrt_llm``    TensorRT-LLM source tree (its ``convert_checkpoint.py``)
 ``TOOLCHAIN_DYNAMO_PYTHON``    (see meaning)            Python of NVIDIA Dynamo's environment; default the repo's
@@ -66,6 +69,10 @@ OCI_PASSWORD = Setting("TOOLCHAIN_OCI_PASSWORD", None, "password or token for oc
 DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of config.json (read, not set, here)")
 HTTP_CONNECT_TIMEOUT = Setting("TOOLCHAIN_HTTP_CONNECT_TIMEOUT", "5", "seconds to connect to a registry")
 HTTP_READ_TIMEOUT = Setting("TOOLCHAIN_HTTP_READ_TIMEOUT", "30", "seconds a registry may send nothing (stalled)")
+SIGNING_KEY = Setting("TOOLCHAIN_SIGNING_KEY", None, "private key file cache push signs with (--sign)")
+SIGNING_PASSWORD = Setting("TOOLCHAIN_SIGNING_PASSWORD", None, "password of an encrypted signing key (never printed)")
+COSIGN_PASSWORD = Setting("COSIGN_PASSWORD", None, "cosign's own: the key password (read, not set, here)")
+VERIFY_KEY = Setting("TOOLCHAIN_VERIFY_KEY", None, "public key file every pull requires a signature of")
 CONTAINER_IMAGE = Setting("TOOLCHAIN_CONTAINER_IMAGE", None, "container image recorded in build provenance")
 TRTLLM_ROOT = Setting("TRTLLM_ROOT", "/app/tensorrt_llm", "TensorRT-LLM source tree (convert_checkpoint.py)")
 DYNAMO_PYTHON = Setting("TOOLCHAIN_DYNAMO_PYTHON", None, "Python of NVIDIA Dynamo's own environment (.venv-dynamo)")
@@ -86,6 +93,10 @@ ALL: tuple[Setting, ...] = (
     DOCKER_CONFIG,
     HTTP_CONNECT_TIMEOUT,
     HTTP_READ_TIMEOUT,
+    SIGNING_KEY,
+    SIGNING_PASSWORD,
+    COSIGN_PASSWORD,
+    VERIFY_KEY,
     CONTAINER_IMAGE,
     TRTLLM_ROOT,
     DYNAMO_PYTHON,
@@ -177,3 +188,16 @@ def job_completion_index() -> str | None:
 def aic_python() -> str | None:
     """``TOOLCHAIN_AIC_PYTHON`` when set (None: the repository's ``.venv-aic``, toolchain.planning.estimate)."""
     return AIC_PYTHON.get()
+
+
+def signing_key() -> str | None:
+    return SIGNING_KEY.get()
+
+
+def signing_password() -> str | None:
+    """The signing key's password: ``TOOLCHAIN_SIGNING_PASSWORD``, else cosign's ``COSIGN_PASSWORD``."""
+    return SIGNING_PASSWORD.get() or COSIGN_PASSWORD.get()
+
+
+def verify_key() -> str | None:
+    return VERIFY_KEY.get()

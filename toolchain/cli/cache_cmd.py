@@ -14,6 +14,21 @@ app = typer.Typer(help="The content-addressed engine registry (local dir, s3://,
 RefArg = Annotated[
     str, typer.Argument(help="Entry key, unique key prefix (>= 8 hex), tag, or digest (sha256:HEX, @sha256:HEX)")
 ]
+SignOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--sign",
+        help="Private key to sign the entry with: cosign.key (password from TOOLCHAIN_SIGNING_PASSWORD or "
+        "COSIGN_PASSWORD) or a PEM P-256 key [env TOOLCHAIN_SIGNING_KEY]",
+    ),
+]
+PublicKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--public-key",
+        help="Public key (cosign.pub, PEM) the entry's signature must verify with [env TOOLCHAIN_VERIFY_KEY]",
+    ),
+]
 
 
 @app.command("ls")
@@ -64,21 +79,38 @@ def pull(
             "--link", help="Hardlink the read-only blobs of a local registry instead of copying (shared with it)"
         ),
     ] = False,
+    require_signature: Annotated[
+        bool,
+        typer.Option(
+            "--require-signature",
+            help="Refuse the entry unless its signature verifies with --public-key (checked before DEST is written)",
+        ),
+    ] = False,
+    public_key: PublicKeyOpt = None,
 ) -> None:
     """Restore an entry into DEST, hashing every restored file against its digest.
 
     A local registry gives independent copies (reflinks where the file system has them) unless --link.
+    With --public-key (or TOOLCHAIN_VERIFY_KEY) the entry must carry a valid signature of that key: an
+    unsigned entry, another key or a signature of another digest exits 6 and nothing is written.
 
-    Examples: toolchain cache pull 3f2a9c1d ./engine
+    Examples:
+      toolchain cache pull 3f2a9c1d ./engine
+      toolchain cache pull 3f2a9c1d ./engine --require-signature --public-key cosign.pub
     """
     from toolchain.cli.render import Stages, err
     from toolchain.registry import open_registry
+    from toolchain.registry.signing import verifier_for
 
+    verifier = verifier_for(public_key, require=require_signature)
     r = open_registry(registry, must_exist=True)
     stages = r.progress = Stages()
-    m = r.get(ref, dest, force=force, link=link)
+    m = r.get(ref, dest, force=force, link=link, verifier=verifier)
     stages.close()
-    err.print(f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}", highlight=False, markup=False)
+    signed = f", signature verified with {verifier.path}" if verifier is not None else ""
+    err.print(
+        f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}{signed}", highlight=False, markup=False
+    )
 
 
 @app.command()
@@ -96,49 +128,112 @@ def push(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an entry that holds different content under the same key")
     ] = False,
+    sign: SignOpt = None,
 ) -> None:
     """Store a directory as one entry (blobs first, manifest last); an existing key keeps its content
-    unless --force.
+    unless --force. With --sign the entry is signed as stored (docs/signing.md).
 
     Examples:
       toolchain cache push ./engine --key 0c767363 --registry s3://bucket/engines
       toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
+      toolchain cache push ./engine --sign cosign.key --registry oci://registry.example.com/llm/engines
     """
     from toolchain.cli.render import Stages, err, out
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
+    from toolchain.registry.signing import signer_for
     from toolchain.registry.store import key_for_push
 
     if not src.is_dir():
         raise UserInputError(f"{src} is not a directory")
+    signer = signer_for(sign)  # a wrong password or a bad key file fails before anything is uploaded
     r = open_registry(registry)
     stages = r.progress = Stages()
     full = key_for_push(key, r) if key else None
-    m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force)
+    m = r.put(full, src, kind=kind, provenance={"pushed_from": str(src.resolve())}, force=force, signer=signer)
     stages.close()  # the bars end their line before the key is printed on its own
     out.print(m.key, highlight=False)
-    err.print(f"stored {len(m.files)} files in {r.url}", highlight=False)
+    signed = f", signed with {signer.path}" if signer is not None else ""
+    err.print(f"stored {len(m.files)} files in {r.url}{signed}", highlight=False, markup=False)
+
+
+@app.command("sign")
+def sign_(ref: RefArg, sign: SignOpt = None, registry: RegistryOpt = None) -> None:
+    """Sign an entry the registry holds (a cosign signature on oci://, manifests/KEY.sig elsewhere).
+
+    Examples: toolchain cache sign 3f2a9c1d --sign cosign.key --registry oci://registry.example.com/llm/engines
+    """
+    from toolchain.cli.render import err
+    from toolchain.errors import UserInputError
+    from toolchain.registry import open_registry
+    from toolchain.registry.signing import sign_entry, signer_for
+
+    signer = signer_for(sign)
+    if signer is None:
+        raise UserInputError("no signing key given", "pass --sign cosign.key, or set TOOLCHAIN_SIGNING_KEY")
+    r = open_registry(registry, must_exist=True)
+    digest = sign_entry(r, ref, signer)
+    err.print(f"signed {digest} in {r.url} with {signer.path}", highlight=False, markup=False)
+
+
+@app.command()
+def keygen(out_dir: Annotated[Path, typer.Argument(help="Directory to write cosign.key and cosign.pub into")]) -> None:
+    """Make an ECDSA P-256 key pair in cosign's format: cosign.key (encrypted with TOOLCHAIN_SIGNING_PASSWORD
+    or COSIGN_PASSWORD) and cosign.pub.
+
+    Examples: TOOLCHAIN_SIGNING_PASSWORD=... toolchain cache keygen ./keys
+    """
+    from toolchain import settings
+    from toolchain.cli.render import err
+    from toolchain.registry.signing import keygen as make_pair
+
+    priv, pub = make_pair(out_dir)
+    err.print(f"wrote {priv} (private, mode 600) and {pub} (public)", highlight=False, markup=False)
+    if not settings.signing_password():
+        err.print(
+            "warning: the private key is encrypted with an empty password (set TOOLCHAIN_SIGNING_PASSWORD)",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command()
 def verify(
     registry: RegistryOpt = None,
     repair: Annotated[bool, typer.Option("--repair", help="Remove corrupt entries and blobs")] = False,
+    public_key: PublicKeyOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Re-hash every blob of every entry; exit 1 when any entry is corrupt (unless repaired)."""
-    from toolchain.cli.render import err, print_json
-    from toolchain.errors import CorruptArtifactError
-    from toolchain.registry import open_registry
+    """Re-hash every blob of every entry; exit 1 when any entry is corrupt (unless repaired). With
+    --public-key every entry must also carry a valid signature of that key: exit 6 when one does not.
 
-    rep = open_registry(registry, must_exist=True).verify(repair=repair)
+    Examples: toolchain cache verify --public-key cosign.pub --registry oci://registry.example.com/llm/engines
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import CorruptArtifactError, SignatureError
+    from toolchain.registry import open_registry
+    from toolchain.registry.signing import verifier_for, verify_signatures
+
+    verifier = verifier_for(public_key, require=False)
+    r = open_registry(registry, must_exist=True)
+    rep = r.verify(repair=repair)
+    unsigned = verify_signatures(r, verifier) if verifier is not None else {}
     if json_out:
-        print_json({"checked": rep.checked, "corrupt": rep.corrupt, "removed": rep.removed})
+        doc = {"checked": rep.checked, "corrupt": rep.corrupt, "removed": rep.removed}
+        print_json({**doc, "signatures": unsigned} if verifier is not None else doc)
     for k, why in rep.corrupt.items():
         err.print(f"corrupt {k[:16]}: {why}" + (" (removed)" if k in rep.removed else ""), highlight=False)
-    err.print(f"checked {rep.checked} entries, {len(rep.corrupt)} corrupt")
+    for k, why in unsigned.items():
+        err.print(f"signature {k[:16]}: {why}", highlight=False, markup=False)
+    tail = f", {len(unsigned)} without a valid signature" if verifier is not None else ""
+    err.print(f"checked {rep.checked} entries, {len(rep.corrupt)} corrupt{tail}", highlight=False)
     if rep.corrupt and not repair:
         raise CorruptArtifactError(f"{len(rep.corrupt)} corrupt entries")
+    if unsigned:
+        raise SignatureError(
+            f"{len(unsigned)} of {rep.checked} entries have no valid signature of {verifier.path if verifier else ''}",
+            "sign them (`toolchain cache sign REF --sign cosign.key`) or remove them",
+        )
 
 
 @app.command()

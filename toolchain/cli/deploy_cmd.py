@@ -59,6 +59,14 @@ def deploy(
     reference: Annotated[
         bool, typer.Option("--reference", help="Serve the CPU reference model from a checkpoint KEY (tests, demos)")
     ] = False,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-key",
+            help="Public key (cosign.pub, PEM) the entry's signature must verify with: the image refuses to serve "
+            "an engine without a valid signature of it",
+        ),
+    ] = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
@@ -87,6 +95,7 @@ def deploy(
             "--reference": reference,
             "--min-replicas": min_replicas is not None,
             "--max-replicas": max_replicas is not None,
+            "--public-key": public_key is not None,  # the Dynamo pull step does not verify signatures yet
         }
         given = [flag for flag, on in triton_only.items() if on]
         if given:
@@ -97,7 +106,14 @@ def deploy(
             )
         _deploy_dynamo(spec, cell, out, registry, engine, image, registry_secret, namespace, dry_run, force, json_out)
         return
+    pem = None
+    if public_key is not None:
+        from toolchain.registry.signing import load_verifier
+
+        load_verifier(public_key)  # a malformed or non-P-256 key is refused here, not at the pod's start
+        pem = public_key.read_bytes()
     opts = DeployOptions(
+        public_key_pem=pem,
         registry=registry or "",
         image=image,
         registry_secret=registry_secret,

@@ -66,6 +66,7 @@ class DeployOptions:
     min_replicas: int | None = None
     max_replicas: int | None = None
     force: bool = False
+    public_key_pem: bytes | None = None  # the image requires engines signed by this key (docs/signing.md)
 
 
 @dataclass
@@ -269,6 +270,8 @@ def _write_image_context(
         shutil.copyfile(script, ctx / script.name)
         os.chmod(ctx / script.name, 0o755)
     copy_source(ctx / "src")
+    if o.public_key_pem is not None:
+        (ctx / "cosign.pub").write_bytes(o.public_key_pem)
     readable_by_all(ctx)  # the image's non-root user reads what COPY puts in (a temporary dir is mode 0700)
     (ctx / "Dockerfile").write_text(
         dockerfile(
@@ -278,6 +281,7 @@ def _write_image_context(
             engines_root=o.engines_root,
             repository=repository is not None,
             kubectl_minor=".".join(PINNED["kubernetes"].split(".")[:2]) if multi_node else None,
+            public_key=o.public_key_pem is not None,
         )
     )
     (ctx / ".dockerignore").write_text("**/__pycache__\n**/*.pyc\n")

@@ -66,15 +66,19 @@ def dockerfile(
     engines_root: str,
     repository: bool = True,
     kubectl_minor: str | None = None,
+    public_key: bool = False,
 ) -> str:
     """The Dockerfile text (every value quoted where the shell sees it; nothing left to substitute).
     ``kubectl_minor`` (e.g. "1.34") adds kubectl from the Kubernetes apt repository of that minor release, which
-    the leader of a multi-node group uses to start ranks in its workers."""
+    the leader of a multi-node group uses to start ranks in its workers. ``public_key``: the context holds
+    ``cosign.pub`` and every pull in the image requires a valid signature of it (TOOLCHAIN_VERIFY_KEY,
+    docs/signing.md)."""
     root = image_root.rstrip("/")
     check = (
         'import importlib.metadata as m, sys; v = m.version("tensorrt_llm"); '
         f'sys.exit(0 if v == "{trtllm_version}" else "tensorrt_llm " + v + " in the image, not {trtllm_version}")'
     )
+    extras = "/src[s3,hf,sign]" if public_key else "/src[s3,hf]"
     lines = [
         "# syntax=docker/dockerfile:1",
         "# Written by `toolchain deploy`: the spec's serving container plus the toolchain, the model repository",
@@ -87,16 +91,25 @@ def dockerfile(
         f"COPY src {root}/src",
         f"RUN python3 -m pip list --format=freeze > {root}/image-constraints.txt \\",
         f"    && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -c {root}/image-constraints.txt \\",
-        f"       {shlex.quote(root + '/src[s3,hf]')} 'tritonclient[grpc,http]' \\",
+        f"       {shlex.quote(root + extras)} 'tritonclient[grpc,http]' \\",
         f"    && python3 -c {shlex.quote(check)} \\",
         "    && python3 -m toolchain.cli.main --help > /dev/null",
         "",
         *([f"COPY model_repository {root}/model_repository"] if repository else []),
         f"COPY entrypoint.sh kubessh {root}/",
+        *(
+            [
+                "# the engine's signature must verify with this key before the entrypoint serves it (docs/signing.md)",
+                f"COPY cosign.pub {root}/cosign.pub",
+            ]
+            if public_key
+            else []
+        ),
         # the entrypoint finds the tokenizer in the repository (preprocessing/tokenizer) by default
         f"ENV TOOLCHAIN_MODEL_REPOSITORY={root}/model_repository \\",
         f"    ENGINES_ROOT={engines_root} \\",
-        f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache",
+        f"    TOOLCHAIN_CACHE={engines_root}/.toolchain-cache" + (" \\" if public_key else ""),
+        *([f"    TOOLCHAIN_VERIFY_KEY={root}/cosign.pub"] if public_key else []),
         *(_kubectl(kubectl_minor) if kubectl_minor else []),
         "",
         "# the non-root user NGC's Triton images create for the server (triton-server, uid/gid 1000); the",

@@ -6,6 +6,8 @@ Layout (identical on every backend; ``tests/registry/test_layout.py`` holds it):
     manifests/<key>.json         one per entry: files {relpath: {digest, size, executable}},
                                  kind, provenance (GPU, driver, CUDA, TensorRT, TensorRT-LLM,
                                  container, spec, command, build time), created
+    manifests/<key>.sig          optional: signatures of the entry's record (docs/signing.md; on OCI
+                                 a cosign signature manifest tagged sha256-<manifest hex>.sig instead)
     refs/tags/<name>             text file holding an entry key
     tmp/                         local backend only: in-progress writes, renamed into place
     lock                         local backend only: flock held shared by pushes, exclusive by gc

@@ -83,6 +83,10 @@ HOST_RE = re.compile(
     r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 )
 OCI_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+# cosign's tag-based discovery (specs/SIGNATURE_SPEC.md): signatures, attestations and SBOMs of a manifest
+# digest; they are not entries or toolchain tags (docs/signing.md)
+COSIGN_TAG_RE = re.compile(r"sha256-[0-9a-f]{64}\.(?:sig|att|sbom)")
+SIG_CONFIG_MT = "application/vnd.oci.image.config.v1+json"
 
 GC_NOTE = (
     "an OCI registry has no listing of blobs: unreferenced blobs (a killed push's, a deleted entry's) are "
@@ -845,6 +849,82 @@ class OCIBackend(Backend):
             )
         return raw
 
+    # --- signatures (toolchain/registry/signing.py; docs/signing.md) -------------------------------
+
+    def signed_subject(self, key: str) -> tuple[bytes, str]:
+        """(the entry's trusted record bytes, the digest of the manifest they came with), from one GET:
+        the digest a cosign signature of this entry names."""
+        got = self._entry_ref(key)
+        if got is None:
+            from toolchain.errors import ArtifactNotFoundError
+
+            raise ArtifactNotFoundError(key, self.url)
+        where = f"{self.url}:{key[:16]}"
+        return self._trusted(got[0], oci_to_entry(got[0], key, where), where), got[1]
+
+    def read_signatures(self, subject: str) -> builtins.list[tuple[bytes, str]]:
+        """Every (payload, base64 signature) of the cosign signature manifest ``sha256-<hex>.sig``."""
+        from toolchain.registry.signing import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MT
+
+        got = self._get_manifest(subject.replace(":", "-") + ".sig")
+        if got is None:
+            return []
+        out = []
+        for layer in got[0].get("layers") or []:
+            if not isinstance(layer, dict) or layer.get("mediaType") != SIMPLE_SIGNING_MT:
+                continue
+            sig = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
+            digest = str(layer.get("digest", ""))
+            if isinstance(sig, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                try:
+                    out.append((self.record_bytes(digest), sig))  # its bytes checked against the digest
+                except (CorruptArtifactError, ManifestError):
+                    continue  # a payload missing or altered: no signature from this layer
+        return out
+
+    def write_signature(self, subject: str, payload: bytes, sig: str) -> None:
+        """Add a signature layer to the cosign signature manifest of ``subject`` (created when absent); the
+        layers of other signers are kept."""
+        from toolchain.registry.signing import SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MT
+
+        tag = subject.replace(":", "-") + ".sig"
+        digest = "sha256:" + hashlib.sha256(payload).hexdigest()
+        if not self.blob_exists(digest):
+            self.upload_bytes(payload, digest)
+        got = self._get_manifest(tag)
+        layers = [la for la in (got[0].get("layers") or []) if isinstance(la, dict)] if got else []
+        # one layer per signer: two signers of one entry sign the same payload (one blob, two annotations)
+        layers = [la for la in layers if (la.get("annotations") or {}).get(SIGNATURE_ANNOTATION) != sig]
+        layers.append(
+            {
+                "mediaType": SIMPLE_SIGNING_MT,
+                "digest": digest,
+                "size": len(payload),
+                "annotations": {SIGNATURE_ANNOTATION: sig},
+            }
+        )
+        # the image config cosign writes for a signature image: its rootfs lists the payload layers
+        config = canonical_json(
+            {
+                "architecture": "",
+                "config": {},
+                "created": "0001-01-01T00:00:00Z",
+                "history": [{"created": "0001-01-01T00:00:00Z"}],
+                "os": "",
+                "rootfs": {"type": "layers", "diff_ids": [str(la.get("digest")) for la in layers]},
+            }
+        ).encode()
+        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        if not self.blob_exists(config_digest):
+            self.upload_bytes(config, config_digest)
+        m = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MT,
+            "config": {"mediaType": SIG_CONFIG_MT, "digest": config_digest, "size": len(config)},
+            "layers": layers,
+        }
+        self._put_manifest(tag, m)
+
     def _ensure_config(self) -> None:
         if not self._config_pushed:
             if not self.blob_exists(EMPTY_DIGEST):
@@ -958,7 +1038,7 @@ class OCIBackend(Backend):
                 yield f"manifests/{t}.json", 0, 0.0
             # another client's artifact (ORAS, a CI job) is only tagged by name: listed by its manifest digest
             for t in tags:
-                if t in keys or not TAG_RE.fullmatch(t):
+                if t in keys or not TAG_RE.fullmatch(t) or COSIGN_TAG_RE.fullmatch(t):
                     continue
                 with contextlib.suppress(RegistryError, ManifestError, CorruptArtifactError):
                     got = self._get_manifest(t)
@@ -971,7 +1051,7 @@ class OCIBackend(Backend):
                         yield f"manifests/{hexd}.json", 0, 0.0
         elif prefix == "refs/tags/":
             for t in self.tag_names():
-                if TAG_RE.fullmatch(t) and not KEY_RE.fullmatch(t):
+                if TAG_RE.fullmatch(t) and not KEY_RE.fullmatch(t) and not COSIGN_TAG_RE.fullmatch(t):
                     yield f"refs/tags/{t}", 0, 0.0
         # blobs/ and tmp/: the distribution API lists neither (GC_NOTE)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.artifacts.layout import cache
 from toolchain.digest import (
@@ -35,6 +35,9 @@ from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend
 from toolchain.registry.connect import open_backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
+
+if TYPE_CHECKING:
+    from toolchain.registry.signing import Signer, Verifier
 
 FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
 
@@ -203,6 +206,7 @@ class Registry:
         kind: str = "engine",
         provenance: dict[str, Any] | None = None,
         force: bool = False,
+        signer: Signer | None = None,
     ) -> EntryManifest:
         """Store every regular file under ``src`` as entry ``key`` (None: the digest of the content);
         blobs first, manifest last.
@@ -212,9 +216,17 @@ class Registry:
         ctime, inode) is unchanged since it was last hashed is not read at all when its blob exists.
         The same content under an existing key is a no-op; different content is refused unless ``force``.
         A local push holds the store's lock shared from its first blob to its manifest, so gc waits for it.
+        ``signer`` (else the key TOOLCHAIN_SIGNING_KEY names, loaded before anything is stored): the entry is
+        signed as stored (``toolchain.registry.signing``).
         """
+        from toolchain.registry.signing import sign_entry, signer_for
+
+        signer = signer or signer_for(None)
         with self.backend.lock(exclusive=False):
-            return self._put(key, src, kind=kind, provenance=provenance, force=force)
+            m = self._put(key, src, kind=kind, provenance=provenance, force=force)
+        if signer is not None:
+            sign_entry(self, m.key, signer)
+        return m
 
     def _put(
         self, key: str | None, src: Path, *, kind: str, provenance: dict[str, Any] | None, force: bool
@@ -283,13 +295,17 @@ class Registry:
 
     # --- get ----------------------------------------------------------------------------------
 
-    def get(self, ref: str, dest: Path, *, force: bool = False, link: bool = False) -> EntryManifest:
+    def get(
+        self, ref: str, dest: Path, *, force: bool = False, link: bool = False, verifier: Verifier | None = None
+    ) -> EntryManifest:
         """Restore an entry into ``dest`` (must not exist unless ``force``), hashing every restored file.
 
         Local registries give independent copies (reflinks where the file system has them); ``link``
         hardlinks the read-only blobs instead (files with the executable bit are still copied).
+        ``verifier``: the entry's signature must verify with that public key, checked before anything is
+        written (``toolchain.registry.signing``).
         """
-        m = self.show(ref)
+        m = self._signed_or_shown(ref, verifier)
         dest = Path(dest).resolve()
         if dest.exists() and not force:
             if dest.is_dir() and not any(dest.iterdir()):
@@ -327,6 +343,16 @@ class Registry:
                 if local is not None or not self.backend.streams_bytes:
                     moved(f.size)
         return m
+
+    def _signed_or_shown(self, ref: str, verifier: Verifier | None) -> EntryManifest:
+        """The entry to restore; with a verifier (else the key TOOLCHAIN_VERIFY_KEY names: then every restore
+        requires a signature) only from the record whose signature verifies."""
+        from toolchain.registry.signing import verified_entry, verifier_for
+
+        verifier = verifier or verifier_for(None, require=False)
+        if verifier is None:
+            return self.show(ref)
+        return verified_entry(self, ref, verifier)
 
     # --- verify and gc ------------------------------------------------------------------------
 

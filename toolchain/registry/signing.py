@@ -1,0 +1,556 @@
+"""Signed entries: an ECDSA P-256 signature over an entry's record, in cosign's formats (docs/signing.md).
+
+What is signed is a cosign "simple signing" payload (cosign's specs/SIGNATURE_SPEC.md) that names one digest:
+
+- ``oci://``: the digest of the entry's OCI image manifest (the manifest tagged with the entry key). That
+  manifest references the record (its config blob) and every file layer, so the digest covers the record,
+  every title, digest, size and mode. The signature is a cosign signature manifest under the tag
+  ``sha256-<manifest hex>.sig``: one layer per signature, the payload as the layer's blob
+  (``application/vnd.dev.cosign.simplesigning.v1+json``) and the base64 signature in its
+  ``dev.cosignproject.cosign/signature`` annotation, so ``cosign verify --key cosign.pub`` can check it.
+- local, ``s3://``, ``hf://``: the sha256 of the record itself (``manifests/<key>.json``, the file the
+  registry restores from). The signature is ``manifests/<key>.sig`` beside it: JSON holding the same
+  payload and signature (cosign's ``payload``/``mediaType``/``signature`` properties).
+
+The payload's ``optional`` claims also name the entry key and the record digest. A verifier accepts a
+signature only when it verifies with the public key AND names the digest the registry serves now, so a
+tampered record, a manifest changed after signing, and a signature copied from another entry all fail.
+
+Keys: a private key is cosign's own ``cosign.key`` (PEM ``ENCRYPTED SIGSTORE PRIVATE KEY``, or the older
+``ENCRYPTED COSIGN PRIVATE KEY``: scrypt + NaCl secretbox around PKCS #8, as go-securesystemslib's
+``encrypted`` package writes it), or a PEM PKCS #8 (``PRIVATE KEY``, ``ENCRYPTED PRIVATE KEY``) or SEC 1
+(``EC PRIVATE KEY``) key; its password comes from ``TOOLCHAIN_SIGNING_PASSWORD`` (else ``COSIGN_PASSWORD``).
+A public key is a PEM ``PUBLIC KEY`` (PKIX), which is what ``cosign.pub`` is. Only P-256 keys are accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import re
+import secrets
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolchain import settings
+from toolchain.errors import ArtifactNotFoundError, SignatureError, SigningKeyError
+from toolchain.registry.manifest import parse_manifest
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey, EllipticCurvePublicKey
+
+    from toolchain.registry.manifest import EntryManifest
+    from toolchain.registry.store import Registry
+
+SIMPLE_SIGNING_MT = "application/vnd.dev.cosign.simplesigning.v1+json"
+COSIGN_TYPE = "cosign container image signature"
+SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+CLAIM_KEY = "dev.toolchain.key"
+CLAIM_RECORD = "dev.toolchain.record"
+PEM_TYPES_COSIGN = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
+# go-securesystemslib encrypted: the scrypt parameters it accepts (Legacy, Standard, OWASP); Standard for new keys
+SCRYPT_PARAMS = ((32768, 8, 1), (65536, 8, 1), (131072, 8, 1))
+SCRYPT_NEW = (65536, 8, 1)
+MAX_KEY_FILE = 64 * 1024
+MAX_SIGNATURES = 64
+
+
+@dataclass(frozen=True)
+class Signer:
+    key: EllipticCurvePrivateKey
+    path: str
+
+
+@dataclass(frozen=True)
+class Verifier:
+    key: EllipticCurvePublicKey
+    path: str
+
+
+# --- NaCl secretbox (XSalsa20-Poly1305), the cipher of cosign.key ------------------------------------
+
+_M = 0xFFFFFFFF
+_SIGMA = struct.unpack("<4I", b"expand 32-byte k")
+
+
+def _rotl(v: int, c: int) -> int:
+    return ((v << c) & _M) | (v >> (32 - c))
+
+
+# column rounds, then row rounds (each a quarter-round over four state words)
+_ROUNDS = (
+    (0, 4, 8, 12), (5, 9, 13, 1), (10, 14, 2, 6), (15, 3, 7, 11),
+    (0, 1, 2, 3), (5, 6, 7, 4), (10, 11, 8, 9), (15, 12, 13, 14),
+)  # fmt: skip
+
+
+def _salsa_rounds(x: list[int]) -> None:
+    """The 20 rounds of the Salsa20 core (Bernstein's Salsa20 specification)."""
+    for _ in range(10):
+        for a, b, c, d in _ROUNDS:
+            x[b] ^= _rotl((x[a] + x[d]) & _M, 7)
+            x[c] ^= _rotl((x[b] + x[a]) & _M, 9)
+            x[d] ^= _rotl((x[c] + x[b]) & _M, 13)
+            x[a] ^= _rotl((x[d] + x[c]) & _M, 18)
+
+
+def _state(key: bytes, middle: bytes) -> list[int]:
+    k = struct.unpack("<8I", key)
+    n = struct.unpack("<4I", middle)
+    return [_SIGMA[0], *k[:4], _SIGMA[1], *n, _SIGMA[2], *k[4:], _SIGMA[3]]
+
+
+def _hsalsa20(key: bytes, nonce16: bytes) -> bytes:
+    x = _state(key, nonce16)
+    _salsa_rounds(x)
+    return struct.pack("<8I", *(x[i] for i in (0, 5, 10, 15, 6, 7, 8, 9)))
+
+
+def _salsa20_stream(key: bytes, nonce8: bytes, n: int) -> bytes:
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        x0 = _state(key, nonce8 + struct.pack("<Q", counter))
+        x = list(x0)
+        _salsa_rounds(x)
+        out += struct.pack("<16I", *((a + b) & _M for a, b in zip(x, x0, strict=True)))
+        counter += 1
+    return bytes(out[:n])
+
+
+def _secretbox_stream(key: bytes, nonce: bytes, n: int) -> bytes:
+    return _salsa20_stream(_hsalsa20(key, nonce[:16]), nonce[16:], n + 32)
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    n = len(data)
+    return (int.from_bytes(data, "little") ^ int.from_bytes(stream[:n], "little")).to_bytes(n, "little")
+
+
+def secretbox_seal(key: bytes, nonce: bytes, message: bytes) -> bytes:
+    """NaCl ``crypto_secretbox`` as golang.org/x/crypto/nacl/secretbox.Seal lays it out: tag, then ciphertext."""
+    from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+    stream = _secretbox_stream(key, nonce, len(message))
+    ct = _xor(message, stream[32:])
+    return Poly1305.generate_tag(stream[:32], ct) + ct
+
+
+def secretbox_open(key: bytes, nonce: bytes, box: bytes) -> bytes | None:
+    """The message of a sealed box, or None when the tag does not match (wrong key or altered box)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+    if len(box) < 16 or len(key) != 32 or len(nonce) != 24:
+        return None
+    tag, ct = box[:16], box[16:]
+    stream = _secretbox_stream(key, nonce, len(ct))
+    try:
+        Poly1305.verify_tag(stream[:32], ct, tag)
+    except InvalidSignature:
+        return None
+    return _xor(ct, stream[32:])
+
+
+def _scrypt(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(password, salt=salt, n=n, r=r, p=p, dklen=32, maxmem=2**28)
+
+
+def encrypt_cosign(plaintext: bytes, password: bytes) -> bytes:
+    """go-securesystemslib ``encrypted.Encrypt``: scrypt key, secretbox, as the JSON cosign puts in its PEM."""
+    salt, nonce = secrets.token_bytes(32), secrets.token_bytes(24)
+    n, r, p = SCRYPT_NEW
+    box = secretbox_seal(_scrypt(password, salt, n, r, p), nonce, plaintext)
+    doc = {
+        "kdf": {"name": "scrypt", "params": {"N": n, "r": r, "p": p}, "salt": base64.b64encode(salt).decode()},
+        "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
+        "ciphertext": base64.b64encode(box).decode(),
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decrypt_cosign(data: bytes, password: bytes, where: str) -> bytes:
+    """The inverse of :func:`encrypt_cosign`; SigningKeyError for a malformed document or a wrong password."""
+    try:
+        doc = json.loads(data)
+        kdf, cipher = doc["kdf"], doc["cipher"]
+        params = kdf["params"]
+        n, r, p = int(params["N"]), int(params["r"]), int(params["p"])
+        salt = base64.b64decode(kdf["salt"], validate=True)
+        nonce = base64.b64decode(cipher["nonce"], validate=True)
+        box = base64.b64decode(doc["ciphertext"], validate=True)
+    except (ValueError, KeyError, TypeError, binascii.Error) as e:
+        raise SigningKeyError(f"{where} is not a readable cosign private key ({type(e).__name__})") from e
+    if kdf.get("name") != "scrypt" or cipher.get("name") != "nacl/secretbox":
+        raise SigningKeyError(
+            f"{where} uses kdf {kdf.get('name')!r} / cipher {cipher.get('name')!r}: cosign keys use "
+            "scrypt and nacl/secretbox"
+        )
+    if (n, r, p) not in SCRYPT_PARAMS:
+        raise SigningKeyError(f"{where} has unsupported scrypt parameters N={n} r={r} p={p}")
+    plain = secretbox_open(_scrypt(password, salt, n, r, p), nonce, box)
+    if plain is None:
+        raise SigningKeyError(
+            f"wrong password for {where}",
+            "set TOOLCHAIN_SIGNING_PASSWORD (or COSIGN_PASSWORD) to the key's password",
+        )
+    return plain
+
+
+# --- keys --------------------------------------------------------------------------------------------
+
+
+def _pem_blocks(text: str) -> list[tuple[str, bytes]]:
+    out = []
+    for m in re.finditer(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", text, re.S):
+        try:
+            out.append((m.group(1), base64.b64decode("".join(m.group(2).split()), validate=True)))
+        except (ValueError, binascii.Error):
+            continue
+    return out
+
+
+def _read_key_file(path: Path, what: str) -> str:
+    try:
+        st = path.stat()
+        if st.st_size > MAX_KEY_FILE:
+            raise SigningKeyError(f"{path} is {st.st_size:,} bytes: not a {what} file")
+        return path.read_text(encoding="ascii")
+    except FileNotFoundError as e:
+        raise SigningKeyError(f"{what} {path} does not exist", "give the path of a PEM key file") from e
+    except IsADirectoryError as e:
+        raise SigningKeyError(f"{what} {path} is a directory", "give the path of a PEM key file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise SigningKeyError(f"cannot read {what} {path} ({type(e).__name__})", "give a PEM key file") from e
+
+
+def _p256_or_refuse(key: Any, path: Path, what: str) -> Any:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ok = isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) and isinstance(
+        key.curve, ec.SECP256R1
+    )
+    if not ok:
+        kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__.lstrip("_")
+        raise SigningKeyError(
+            f"{what} {path} is a {kind} key; the toolchain signs with ECDSA P-256 (cosign's default) only",
+            "make one with `toolchain cache keygen DIR` or `cosign generate-key-pair`",
+        )
+    return key
+
+
+def password() -> bytes:
+    return (settings.signing_password() or "").encode()
+
+
+def load_signer(path: Path | str) -> Signer:
+    """A private key: cosign's encrypted PEM, or PEM PKCS #8 / SEC 1 (encrypted ones need the password)."""
+    from toolchain._deps import require
+
+    require("cryptography", "sign")
+    from cryptography.hazmat.primitives import serialization
+
+    path = Path(path)
+    text = _read_key_file(path, "signing key")
+    blocks = _pem_blocks(text)
+    if not blocks:
+        raise SigningKeyError(f"signing key {path} holds no PEM block", "give cosign.key or a PEM private key")
+    kind, der = blocks[0]
+    if kind in PEM_TYPES_COSIGN:
+        pkcs8 = decrypt_cosign(der, password(), str(path))
+        try:
+            key = serialization.load_der_private_key(pkcs8, None)
+        except ValueError as e:
+            raise SigningKeyError(f"{path}: the decrypted key is not PKCS #8 ({e})") from e
+        return Signer(_p256_or_refuse(key, path, "signing key"), str(path))
+    if kind == "PUBLIC KEY":
+        raise SigningKeyError(f"{path} is a public key", "sign with the private key (cosign.key), verify with the .pub")
+    if kind not in ("PRIVATE KEY", "ENCRYPTED PRIVATE KEY", "EC PRIVATE KEY"):
+        raise SigningKeyError(f"signing key {path} is a PEM {kind!r}, not a private key")
+    pw = password() if kind == "ENCRYPTED PRIVATE KEY" else None
+    if kind == "ENCRYPTED PRIVATE KEY" and not pw:
+        raise SigningKeyError(f"{path} is encrypted and no password is set", "set TOOLCHAIN_SIGNING_PASSWORD")
+    try:
+        key = serialization.load_pem_private_key(text.encode(), pw)
+    except (ValueError, TypeError) as e:
+        if kind == "ENCRYPTED PRIVATE KEY":
+            raise SigningKeyError(
+                f"wrong password for {path} (or the key is damaged)", "set TOOLCHAIN_SIGNING_PASSWORD to its password"
+            ) from e
+        raise SigningKeyError(f"signing key {path} is malformed ({str(e).splitlines()[0][:120]})") from e
+    return Signer(_p256_or_refuse(key, path, "signing key"), str(path))
+
+
+def load_verifier(path: Path | str) -> Verifier:
+    """A PEM ``PUBLIC KEY`` (PKIX; ``cosign.pub`` is one), P-256 only."""
+    from toolchain._deps import require
+
+    require("cryptography", "sign")
+    from cryptography.hazmat.primitives import serialization
+
+    path = Path(path)
+    text = _read_key_file(path, "public key")
+    blocks = _pem_blocks(text)
+    if not blocks or blocks[0][0] != "PUBLIC KEY":
+        found = f"a PEM {blocks[0][0]!r}" if blocks else "no PEM block"
+        hint = "give the .pub file (cosign.pub), not the private key" if blocks and "PRIVATE" in blocks[0][0] else None
+        raise SigningKeyError(f"public key {path} holds {found}, not a PEM 'PUBLIC KEY'", hint)
+    try:
+        key = serialization.load_der_public_key(blocks[0][1])
+    except ValueError as e:
+        raise SigningKeyError(f"public key {path} is malformed ({str(e).splitlines()[0][:120]})") from e
+    return Verifier(_p256_or_refuse(key, path, "public key"), str(path))
+
+
+def keygen(out: Path) -> tuple[Path, Path]:
+    """Write ``cosign.key`` (cosign's encrypted format, password from TOOLCHAIN_SIGNING_PASSWORD/COSIGN_PASSWORD)
+    and ``cosign.pub`` into ``out``; refuses to overwrite either."""
+    from toolchain._deps import require
+
+    require("cryptography", "sign")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    out = Path(out)
+    priv_path, pub_path = out / "cosign.key", out / "cosign.pub"
+    for p in (priv_path, pub_path):
+        if p.exists():
+            raise SigningKeyError(f"{p} already exists", "choose another directory, or move the old key pair away")
+    out.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    pkcs8 = key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    body = base64.encodebytes(encrypt_cosign(pkcs8, password())).decode().replace("\n", "")
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    kind = PEM_TYPES_COSIGN[0]
+    pem = f"-----BEGIN {kind}-----\n" + "\n".join(lines) + f"\n-----END {kind}-----\n"
+    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(pem)
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pub_path.write_bytes(pub)
+    return priv_path, pub_path
+
+
+def signer_for(path: Path | str | None) -> Signer | None:
+    """The signing key named by ``--sign``, else by TOOLCHAIN_SIGNING_KEY; None when neither is set."""
+    chosen = path or settings.signing_key()
+    return load_signer(chosen) if chosen else None
+
+
+def verifier_for(path: Path | str | None, *, require: bool) -> Verifier | None:
+    """The public key named by the flag, else by TOOLCHAIN_VERIFY_KEY; ``require`` without either is a mistake."""
+    chosen = path or settings.verify_key()
+    if not chosen:
+        if require:
+            raise SigningKeyError(
+                "--require-signature needs the public key to check the signature with",
+                "pass --public-key cosign.pub, or set TOOLCHAIN_VERIFY_KEY",
+            )
+        return None
+    return load_verifier(chosen)
+
+
+# --- payloads ----------------------------------------------------------------------------------------
+
+
+def payload(subject: str, reference: str, key: str, record: str) -> bytes:
+    """cosign's simple-signing payload naming ``subject`` (``critical.image.docker-manifest-digest``)."""
+    doc = {
+        "critical": {
+            "identity": {"docker-reference": reference},
+            "image": {"docker-manifest-digest": subject},
+            "type": COSIGN_TYPE,
+        },
+        "optional": {CLAIM_KEY: key, CLAIM_RECORD: record},
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _named(raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """(the digest a payload names, its optional claims); (None, {}) for a payload that is not cosign's."""
+    try:
+        doc = json.loads(raw)
+        crit = doc["critical"]
+        if crit.get("type") != COSIGN_TYPE:
+            return None, {}
+        image = crit["image"]
+        # Go's JSON decoding matches keys without case; cosign writes docker-manifest-digest
+        digest = next((v for k, v in image.items() if k.lower() == "docker-manifest-digest"), None)
+        optional = doc.get("optional") or {}
+        return (str(digest) if digest else None), (optional if isinstance(optional, dict) else {})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, {}
+
+
+def sign_payload(signer: Signer, data: bytes) -> str:
+    """Base64 ASN.1 DER ECDSA-P256-SHA256 signature over ``data`` (what cosign stores in its annotation)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return base64.b64encode(signer.key.sign(data, ec.ECDSA(hashes.SHA256()))).decode()
+
+
+def _verifies(verifier: Verifier, data: bytes, sig_b64: str) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        sig = base64.b64decode(sig_b64, validate=True)
+        verifier.key.verify(sig, data, ec.ECDSA(hashes.SHA256()))
+        return True
+    except (InvalidSignature, ValueError, binascii.Error, TypeError):
+        return False
+
+
+# --- where signatures live ---------------------------------------------------------------------------
+
+
+def signature_path(key: str) -> str:
+    return f"manifests/{key}.sig"
+
+
+def _subject(reg: Registry, key: str) -> tuple[bytes, str]:
+    """(the record's bytes, the digest a signature of this entry names), read in one go from the registry."""
+    of = getattr(reg.backend, "signed_subject", None)
+    if of is not None:
+        raw, digest = of(key)
+        return bytes(raw), str(digest)
+    from toolchain.registry.store import manifest_path
+
+    try:
+        raw = reg.backend.read_bytes(manifest_path(key))
+    except FileNotFoundError as e:
+        raise ArtifactNotFoundError(key, reg.url) from e
+    return raw, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _reference(reg: Registry) -> str:
+    return reg.url.removeprefix("oci://")
+
+
+def _read_signatures(reg: Registry, key: str, subject: str) -> list[tuple[bytes, str]]:
+    """Every (payload, base64 signature) stored for the entry; [] when it is unsigned."""
+    of = getattr(reg.backend, "read_signatures", None)
+    if of is not None:
+        return list(of(subject))[:MAX_SIGNATURES]
+    try:
+        raw = reg.backend.read_bytes(signature_path(key))
+    except FileNotFoundError:
+        return []
+    try:
+        doc = json.loads(raw)
+        out = []
+        for s in doc["signatures"][:MAX_SIGNATURES]:
+            if s.get("mediaType", SIMPLE_SIGNING_MT) == SIMPLE_SIGNING_MT:
+                out.append((base64.b64decode(s["payload"], validate=True), str(s["signature"])))
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+        raise SignatureError(
+            f"the signature file {signature_path(key)} in {reg.url} is not readable",
+            "sign the entry again (`toolchain cache sign REF --sign cosign.key`)",
+        ) from e
+
+
+def _write_signature(
+    reg: Registry, key: str, subject: str, data: bytes, sig: str, keep: list[tuple[bytes, str]] | None = None
+) -> None:
+    """Store a signature of the entry; ``keep``: the other signers' signatures, kept beside it (on OCI the
+    signature manifest's other layers are kept by the backend itself)."""
+    of = getattr(reg.backend, "write_signature", None)
+    if of is not None:
+        of(subject, data, sig)
+        return
+    sigs = [*(keep or []), (data, sig)]
+    doc = {
+        "signatures": [
+            {"mediaType": SIMPLE_SIGNING_MT, "payload": base64.b64encode(d).decode(), "signature": s}
+            for d, s in sigs[-MAX_SIGNATURES:]
+        ]
+    }
+    reg.backend.write_bytes(signature_path(key), json.dumps(doc, indent=2).encode())
+
+
+# --- sign and verify an entry ------------------------------------------------------------------------
+
+
+def sign_entry(reg: Registry, ref: str, signer: Signer) -> str:
+    """Sign the entry as the registry holds it now; returns the digest the signature names."""
+    key = reg.resolve(ref)
+    raw, subject = _subject(reg, key)
+    parse_manifest(raw, f"{reg.url}/manifests/{key}.json")  # never sign a record that would be refused
+    record = "sha256:" + hashlib.sha256(raw).hexdigest()
+    data = payload(subject, _reference(reg), key, record)
+    mine = Verifier(signer.key.public_key(), signer.path)
+    try:
+        existing = _read_signatures(reg, key, subject)
+    except SignatureError:
+        existing = []  # an unreadable signature file is replaced
+    if any(d == data and _verifies(mine, d, s) for d, s in existing):
+        return subject  # already signed by this key: signing again would only add a copy
+    others = [(d, s) for d, s in existing if not _verifies(mine, d, s)]  # other signers' are kept
+    _write_signature(reg, key, subject, data, sign_payload(signer, data), others)
+    return subject
+
+
+def verified_entry(reg: Registry, ref: str, verifier: Verifier) -> EntryManifest:
+    """The entry's record, parsed from the very bytes whose signature was checked; SignatureError (exit 6)
+    when it is unsigned, signed with another key, or its signature names another digest."""
+    key = reg.resolve(ref)
+    raw, subject = _subject(reg, key)
+    where = f"entry {key[:16]} in {reg.url}"
+    m = parse_manifest(raw, f"{reg.url}/manifests/{key}.json")
+    if m.key != key:
+        from toolchain.errors import ManifestError
+
+        raise ManifestError(f"manifest {key} names key {m.key}")
+    check_signatures(_read_signatures(reg, key, subject), subject, key, verifier, where)
+    return m
+
+
+def check_signatures(sigs: list[tuple[bytes, str]], subject: str, key: str, verifier: Verifier, where: str) -> None:
+    if not sigs:
+        raise SignatureError(
+            f"{where} carries no signature of {subject[:23]} (it is unsigned, or it changed after it was "
+            "signed), and a signature is required",
+            "sign it (`toolchain cache sign REF --sign cosign.key`), or pull an entry that is signed",
+        )
+    others: list[str] = []
+    for data, sig in sigs:
+        if not _verifies(verifier, data, sig):
+            continue
+        named, claims = _named(data)
+        if named == subject and claims.get(CLAIM_KEY, key) == key:
+            return
+        others.append(str(named or "no digest"))
+    if others:
+        raise SignatureError(
+            f"the signature of {where} is of {others[0][:23]}, not of the entry's {subject[:23]}: it was copied "
+            "from another entry, or the entry changed after it was signed",
+            "do not use this entry; push and sign it again from a trusted copy",
+        )
+    raise SignatureError(
+        f"no signature of {where} verifies with {verifier.path} (signed with another key, or altered)",
+        "check --public-key / TOOLCHAIN_VERIFY_KEY names the signer's public key",
+    )
+
+
+def verify_signatures(reg: Registry, verifier: Verifier) -> dict[str, str]:
+    """Check every entry's signature: key -> why it fails (an empty dict: every entry is signed and valid)."""
+    from toolchain.errors import RegistryError
+
+    bad: dict[str, str] = {}
+    entries = reg.keys()
+    for key in entries:
+        try:
+            verified_entry(reg, key, verifier)
+        except RegistryError as e:  # unsigned, another key or digest, or a record that is refused
+            bad[key] = e.message
+    return bad
