@@ -203,7 +203,7 @@ def _deploy_dynamo(
     if dry_run:
         from toolchain.dynamo.pipeline import plan_spec
 
-        planned = plan_spec(spec, cell)
+        planned = plan_spec(spec, cell, estimator="auto")  # as `toolchain dynamo deploy` sizes by default
         if json_out:
             print_json({"spec": planned.cell.spec.name, "cell": planned.cell.id, "plan": planned.plan.to_json()})
             return
@@ -224,6 +224,7 @@ def _deploy_dynamo(
         registry=registry,
         registry_secret=registry_secret,
         toolchain_image=image,
+        estimator="auto",  # as `toolchain dynamo deploy` sizes by default
         force=force,
     )
     for w in res.warnings:
