@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolchain.bench.result import build_document
 from toolchain.bench.run import run_bench, save
 from toolchain.bench.setup import make_config
 from toolchain.errors import UserInputError
@@ -74,7 +75,7 @@ def run_benchmark(
             cfg.slo = targets.per_request()
         result = run_bench(cfg, progress=progress)
     if cell is not None:
-        result["planner"] = planner_floor(cell)
+        result = build_document({**result, "planner": planner_floor(cell)})
     if save_to is not None:
         save(result, save_to)
     return result
