@@ -237,7 +237,7 @@ def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path
     assert {r.max_tokens for r in plain.requests} == {32} and {r.prompt_tokens for r in plain.requests} == {64}
 
 
-@pytest.mark.parametrize("body", [b"\x00\xff garbage", b"[1, 2]", b"{" * 5000])
+@pytest.mark.parametrize("body", [b"\x00\xff garbage", b"[1, 2]", b"{" * 5000, b'{"cell": 5}'])
 def test_bench_refuses_a_damaged_repository_marker_in_one_line(cli: Cli, tmp_path: Path, body: bytes) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -239,6 +239,12 @@ def _repo_provenance(marker: Path) -> dict[str, Any]:
     meta = _repo_meta(marker)
     prov = {k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)}
     prov["reference"] = meta.get("reference_note")
+    for k, v in prov.items():  # the result's provenance holds them as text (toolchain.bench.result.Provenance)
+        if v is not None and not isinstance(v, str):
+            raise UserInputError(
+                f"{marker}: {'reference_note' if k == 'reference' else k} is not text",
+                "point --repo at a repository written by `toolchain triton emit`, or emit it again",
+            )
     return prov
 
 
