@@ -52,8 +52,8 @@ def _written_results_match_the_published_schema(
 ) -> Iterator[None]:
     import toolchain.bench.run as bench_run
     import toolchain.pipeline.bench as pipeline_bench
+    from toolchain.bench.result import build_document as real
 
-    real = bench_run.build_document
     problems: list[str] = []
 
     def checked(doc: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,9 @@ def test_bad_new_flags_are_one_line_errors(
     assert "Traceback" not in r.output
 
 
-def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_ctrl_c_with_workers_keeps_every_worker_s_results(
+    tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     import os
     import signal
     import subprocess
@@ -219,6 +222,7 @@ def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path,
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     saved = json.loads(out.read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     s = saved["runs"][0]["summary"]
     assert saved["stop"] == "interrupted" and s["completed"] >= 2 and s["cancelled"] >= 1, s
     assert len(saved["runs"][0]["client"]["workers"]) == 2  # both workers' requests came back
