@@ -116,6 +116,9 @@ class WorkerShare(_Part):
     requests: int
     cpu_s: float
     wall_s: float
+    clock_offset_ms: float | None = Field(None, description="the worker's clock minus the parent's, measured")
+    clock_rtt_ms: float | None = Field(None, description="round trip of that clock measurement")
+    clock_shifted_ms: float | None = Field(None, description="how far the worker's timestamps were shifted")
 
 
 class ClientSide(_Part):
