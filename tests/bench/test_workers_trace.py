@@ -16,6 +16,7 @@ from tests.bench.sse_server import sse_server_process
 from tests.bench.workloads import bench_args, bench_cmd
 from tests.conftest import Cli
 from toolchain.bench.loadgen import Load
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchConfig, run_bench
 from toolchain.bench.workers import split
 from toolchain.bench.workload import Request
@@ -92,16 +93,18 @@ def test_trace_replays_on_time_with_shared_prefixes(
     trace = _trace(tmp_path / "t.jsonl", TRACE)
     with sse_server_process(first_s=0.005, gap_s=0.001) as (url, stats, _):
         res = run_benchmark(
-            **bench_args(
-                url=url,
-                protocol="openai",
-                model="m",
-                tokenizer=tiny_checkpoint,
-                warmup=1,
-                trace=trace,
-                trace_speed=speed,
-                trace_block_tokens=8,
-                workers=workers,
+            BenchOptions(
+                **bench_args(
+                    url=url,
+                    protocol="openai",
+                    model="m",
+                    tokenizer=tiny_checkpoint,
+                    warmup=1,
+                    trace=trace,
+                    trace_speed=speed,
+                    trace_block_tokens=8,
+                    workers=workers,
+                )
             )
         )
         seen = stats()

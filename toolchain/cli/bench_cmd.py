@@ -133,17 +133,13 @@ def bench(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from toolchain.bench.options import BenchOptions
     from toolchain.bench.run import assess, without_records
     from toolchain.cli.render import Stages, err, print_json
-    from toolchain.errors import UserInputError
     from toolchain.pipeline.bench import run_benchmark
 
-    if not url:
-        raise UserInputError("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC")
-    result = run_benchmark(
-        save_to=save,
-        progress=Stages(quiet=json_out),
-        url=url,
+    opts = BenchOptions(
+        url=url or "",
         protocol=protocol.value,
         model=model,
         concurrency=concurrency,
@@ -170,15 +166,16 @@ def bench(
         trace=trace,
         trace_speed=trace_speed,
         trace_block_tokens=trace_block_tokens,
-        search={
-            "mode": slo_search,
-            "start": slo_start,
-            "limit": slo_max,
-            "tolerance": slo_tolerance,
-            "max_probes": slo_max_probes,
-        },
-        slo={"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "goodput": slo_goodput},
+        slo_search=slo_search,
+        slo_start=slo_start,
+        slo_max=slo_max,
+        slo_tolerance=slo_tolerance,
+        slo_max_probes=slo_max_probes,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        slo_goodput=slo_goodput,
     )
+    result = run_benchmark(opts, save_to=save, progress=Stages(quiet=json_out))
     if json_out:
         print_json(without_records(result))
     else:
