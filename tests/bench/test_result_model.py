@@ -225,3 +225,43 @@ def test_no_number_in_a_result_is_nan_or_infinite() -> None:
     with pytest.raises(UserInputError, match=r"runs\[0\]\.summary\.wall_s is not a finite number"):
         parse_result(doc, "r.json")
     assert isinstance(BenchResult.model_validate(_written()), BenchResult)
+
+
+TRITON_METRICS = """\
+nv_inference_request_success{model="m"} N
+nv_inference_request_failure{model="m"} 0
+nv_inference_queue_duration_us{model="m"} Q
+nv_inference_compute_infer_duration_us{model="m"} Q
+nv_inference_queue_summary_us{model="m",quantile="0.99"} 900
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"} 0.4
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused"} N
+nv_gpu_utilization{gpu_uuid="GPU-0"} 0.7
+"""
+DYNAMO_METRICS = """\
+dynamo_frontend_requests_total{status="success"} N
+dynamo_component_requests_total{dynamo_component="prefill",dynamo_endpoint="generate"} N
+dynamo_component_requests_total{dynamo_component="backend",dynamo_endpoint="generate"} N
+dynamo_frontend_time_to_first_token_seconds_count N
+dynamo_frontend_time_to_first_token_seconds_sum Q
+dynamo_frontend_inter_token_latency_seconds_count N
+dynamo_frontend_inter_token_latency_seconds_sum Q
+dynamo_frontend_cached_tokens_sum Q
+dynamo_frontend_model_kv_cache_block_size 16
+dynamo_frontend_queued_requests 1
+trtllm:kv_cache_usage_perc 0.3
+trtllm:num_requests_waiting 2
+trtllm:num_preemptions_total N
+"""
+
+
+@pytest.mark.parametrize("page", [TRITON_METRICS, DYNAMO_METRICS], ids=["triton", "dynamo"])
+def test_every_server_figure_is_declared(page: str, valid_result: Any) -> None:
+    """Each figure prom.server_side (Triton) and dynamo_metrics.server_side (Dynamo) record is a field of the model
+    and the schema, so the closed schema holds the server window too."""
+    before = prom.parse(page.replace(" N\n", " 0\n").replace(" Q\n", " 0\n"))
+    after = prom.parse(page.replace(" N\n", " 8\n").replace(" Q\n", " 4000\n"))
+    window = prom.server_side(before, after, [after, after], "m")
+    assert len(window) >= 10, window  # every figure above was measured
+    doc = json.loads(json.dumps(_written(server=window)))
+    valid_result(doc)
+    assert parse_result(doc, "r.json").runs[0].server is not None
