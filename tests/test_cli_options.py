@@ -95,8 +95,8 @@ def test_an_unknown_protocol_is_refused(cli: Any) -> None:
 
 def test_the_library_refuses_an_unknown_protocol_too() -> None:
     from tests.bench.workloads import bench_args
-    from toolchain.bench.setup import make_config
+    from toolchain.bench.options import BenchOptions
     from toolchain.errors import UserInputError
 
     with pytest.raises(UserInputError, match="unknown protocol 'grpc'"):
-        make_config(**bench_args(protocol="grpc", requests=1, timeout=1.0))
+        BenchOptions(**bench_args(protocol="grpc", requests=1, timeout=1.0))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def test_all_failed_run_exits_1_and_keeps_the_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_all_failed_run_exits_1_and_keeps_the_result(
+    tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     with sse_server(mode="503") as (url, _):
         p = subprocess.run(
             bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "3"),
@@ -125,10 +128,13 @@ def test_all_failed_run_exits_1_and_keeps_the_result(tiny_checkpoint: Path, tmp_
     assert "Error: the benchmark did not measure what was asked: all 3 requests" in p.stderr
     assert "Traceback" not in p.stderr
     saved = json.loads((tmp_path / "r.json").read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     assert saved["runs"][0]["summary"]["error_kinds"] == {"server": 3}
 
 
-def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(
+    tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     # each request streams for ~1 s; interrupt while two are in flight
     with sse_server(first_s=0.05, gap_s=0.2) as (url, _):
         proc = subprocess.Popen(
@@ -147,6 +153,7 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(tiny_checkpoint
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     saved = json.loads((tmp_path / "r.json").read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     assert saved["stop"] == "interrupted"
     s = saved["runs"][0]["summary"]
     assert s["completed"] >= 1 and s["cancelled"] >= 1 and s["errors"] == 0, s
@@ -166,7 +173,9 @@ def test_infer_streams_the_answer_to_stdout(cli: Cli) -> None:
     assert r.exit_code == 1 and "Error: the request failed (server): HTTP 503" in r.stderr
 
 
-def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(
+    tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     with sse_server(first_s=0.02, gap_s=0.03) as (url, _):
         proc = subprocess.Popen(
             bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "60"),
@@ -185,6 +194,7 @@ def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(tiny_check
     assert proc.returncode == 1, stderr
     assert "Error: the benchmark did not measure what was asked: server unreachable during the run" in stderr
     saved = json.loads((tmp_path / "r.json").read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     assert saved["stop"] == "server-gone"
     s = saved["runs"][0]["summary"]
     assert s["completed"] >= 1 and s["error_kinds"].get("connection", 0) >= 3 and s["requests"] < 60

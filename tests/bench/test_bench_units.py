@@ -213,9 +213,10 @@ def test_tokenizer_of_a_relocatable_repository(tmp_path: Path) -> None:
 
 
 def _make(spec: Path | None, tok: Path, **over: object) -> Any:
+    from toolchain.bench.options import BenchOptions
     from toolchain.bench.setup import make_config
 
-    return make_config(**bench_args(spec=spec, tokenizer=tok, **over))[0]
+    return make_config(BenchOptions(**bench_args(spec=spec, tokenizer=tok, **over)))[0]
 
 
 def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -237,7 +238,7 @@ def test_bench_spec_uses_the_specs_traffic_shape(tiny_checkpoint: Path, tmp_path
     assert {r.max_tokens for r in plain.requests} == {32} and {r.prompt_tokens for r in plain.requests} == {64}
 
 
-@pytest.mark.parametrize("body", [b"\x00\xff garbage", b"[1, 2]", b"{" * 5000])
+@pytest.mark.parametrize("body", [b"\x00\xff garbage", b"[1, 2]", b"{" * 5000, b'{"cell": 5}'])
 def test_bench_refuses_a_damaged_repository_marker_in_one_line(cli: Cli, tmp_path: Path, body: bytes) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -258,10 +259,10 @@ def test_bench_refuses_a_negative_warmup_in_one_line(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize(("over", "said"), [({"warmup": -2}, "--warmup"), ({"timeout": float("nan")}, "--timeout")])
-def test_make_config_refuses_what_the_cli_would(over: dict[str, Any], said: str) -> None:
+def test_bench_options_refuse_what_the_cli_would(over: dict[str, Any], said: str) -> None:
     from tests.bench.workloads import bench_args
-    from toolchain.bench.setup import make_config
+    from toolchain.bench.options import BenchOptions
     from toolchain.errors import UserInputError
 
     with pytest.raises(UserInputError, match=said):
-        make_config(**bench_args(concurrency="1", **over))
+        BenchOptions(**bench_args(concurrency="1", **over))

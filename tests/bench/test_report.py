@@ -14,6 +14,7 @@ import pytest
 
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.bench.report import load_results, parse_labelled, render
+from toolchain.errors import UserInputError
 
 SLO: dict[str, float | None] = {"ttft_ms": 400.0, "tpot_ms": 40.0}
 
@@ -229,7 +230,9 @@ def test_slo_search_is_redrawn_from_the_cached_probes(tmp_path: Path) -> None:
     assert "slo_search.png" in files["html"].read_text()
     doc["search"]["curve"][0]["load"] = "x"
     path.write_text(json.dumps(doc))
-    with pytest.raises(Exception, match="has no load and verdict"):
+    with pytest.raises(
+        UserInputError, match=r"s\.json is a damaged toolchain bench result: search\.probes\[0\]\.load is not a number"
+    ):
         load_results([path])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,9 @@ def test_slo_still_met_at_the_bound_says_the_knee_is_higher(tmp_path: Path) -> N
     assert assess(back) == (0, None)
 
 
-def test_the_loop_from_a_measured_knee_to_a_fleet_size(cli: Cli, tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_the_loop_from_a_measured_knee_to_a_fleet_size(
+    cli: Cli, tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     """bench --spec --slo-search → result → bench report redraws it → plan --measured sizes the fleet from it."""
     from tests.conftest import write_tiny_spec
 
@@ -184,6 +187,7 @@ def test_the_loop_from_a_measured_knee_to_a_fleet_size(cli: Cli, tiny_checkpoint
     assert r.exit_code == 0, r.output
     assert "SLO search: knee at concurrency 2" in r.stderr
     saved = json.loads(out.read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     assert saved["search"]["knee"]["load"] == 2 and saved["provenance"]["cell"]
     r = cli("bench", "report", out, "--out", tmp_path / "rep")
     assert r.exit_code == 0 and (tmp_path / "rep" / "slo_search.png").is_file()

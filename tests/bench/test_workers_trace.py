@@ -6,6 +6,7 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tests.bench.sse_server import sse_server_process
 from tests.bench.workloads import bench_args, bench_cmd
 from tests.conftest import Cli
 from toolchain.bench.loadgen import Load
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchConfig, run_bench
 from toolchain.bench.workers import split
 from toolchain.bench.workload import Request
@@ -91,16 +93,18 @@ def test_trace_replays_on_time_with_shared_prefixes(
     trace = _trace(tmp_path / "t.jsonl", TRACE)
     with sse_server_process(first_s=0.005, gap_s=0.001) as (url, stats, _):
         res = run_benchmark(
-            **bench_args(
-                url=url,
-                protocol="openai",
-                model="m",
-                tokenizer=tiny_checkpoint,
-                warmup=1,
-                trace=trace,
-                trace_speed=speed,
-                trace_block_tokens=8,
-                workers=workers,
+            BenchOptions(
+                **bench_args(
+                    url=url,
+                    protocol="openai",
+                    model="m",
+                    tokenizer=tiny_checkpoint,
+                    warmup=1,
+                    trace=trace,
+                    trace_speed=speed,
+                    trace_block_tokens=8,
+                    workers=workers,
+                )
             )
         )
         seen = stats()
@@ -198,7 +202,9 @@ def test_bad_new_flags_are_one_line_errors(
     assert "Traceback" not in r.output
 
 
-def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_ctrl_c_with_workers_keeps_every_worker_s_results(
+    tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
+) -> None:
     import os
     import signal
     import subprocess
@@ -219,6 +225,7 @@ def test_ctrl_c_with_workers_keeps_every_worker_s_results(tiny_checkpoint: Path,
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     saved = json.loads(out.read_text())
+    valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)
     s = saved["runs"][0]["summary"]
     assert saved["stop"] == "interrupted" and s["completed"] >= 2 and s["cancelled"] >= 1, s
     assert len(saved["runs"][0]["client"]["workers"]) == 2  # both workers' requests came back

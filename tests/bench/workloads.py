@@ -1,4 +1,4 @@
-"""Keyword arguments of ``toolchain.bench.setup.make_config`` as the CLI passes them, for tests to override."""
+"""Keyword arguments of ``toolchain.bench.options.BenchOptions`` as the CLI passes them, for tests to override."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 
 def bench_args(**over: Any) -> dict[str, Any]:
-    """Every ``make_config`` argument at the CLI's defaults (4 requests, no spec, Triton gRPC), updated by ``over``."""
+    """Every ``BenchOptions`` field at the CLI's defaults (4 requests, no spec, Triton gRPC), updated by ``over``."""
     args: dict[str, Any] = dict(
         url="127.0.0.1:1",
         protocol="triton",

@@ -120,6 +120,7 @@ def test_bls_drafts_and_verifies_to_the_targets_greedy_text(served: S.Server, ti
 
 
 def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, draft_repo: Path) -> None:
+    from toolchain.bench.options import BenchOptions
     from toolchain.bench.run import run_bench
     from toolchain.bench.setup import make_config
 
@@ -146,7 +147,7 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
         "stop_on_error": True,
         "timeout": 120.0,
     }
-    cfg, _ = make_config(model="tensorrt_llm_bls", num_draft_tokens=3, **common)
+    cfg, _ = make_config(BenchOptions(model="tensorrt_llm_bls", num_draft_tokens=3, **common))
     sp = run_bench(cfg)["runs"][0]["speculative"]
     assert sp is not None and sp["requests"] == 3 and sp["draft_tokens"] > 0
     assert 0.0 < sp["acceptance_rate"] < 1.0
@@ -155,6 +156,6 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
     # the ensemble has no draft path: asking for drafts there is a one-line user error
     from toolchain.errors import BenchError
 
-    cfg2, _ = make_config(model="ensemble", num_draft_tokens=3, **common)
+    cfg2, _ = make_config(BenchOptions(model="ensemble", num_draft_tokens=3, **common))
     with pytest.raises(BenchError, match="takes no num_draft_tokens"):
         run_bench(cfg2)

@@ -9,134 +9,26 @@ CDFs; inter-chunk latency per load; throughput against latency.
 from __future__ import annotations
 
 import csv
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
 from toolchain.bench.metrics import AIPERF_NAMES, DEFINITIONS
-from toolchain.errors import UserInputError
+from toolchain.bench.result import read_result
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dict[str, Any]]:
-    """Read result files; each gets ``label`` (given, else the file name without .json)."""
+    """Read result files through the result model (toolchain.bench.result: a damaged or newer file is a one-line
+    UserInputError naming it and its first bad field); each document gets ``label`` (given, else the file name
+    without .json)."""
     out = []
     for i, p in enumerate(paths):
-        hint = "pass files written by `toolchain bench --save`"
-        try:
-            d = json.loads(p.read_bytes())
-        except OSError as e:
-            raise UserInputError(f"cannot read bench result {p}: {e.strerror or e}", hint) from e
-        except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or absurdly nested
-            raise UserInputError(f"{p} is not JSON, so not a toolchain bench result", hint) from e
-        if not isinstance(d, dict) or d.get("kind") != "toolchain.bench-result":
-            raise UserInputError(f"{p} is not a toolchain bench result", hint)
-        problem = _result_problem(d)
-        if problem is not None:
-            raise UserInputError(f"{p} is a damaged toolchain bench result: {problem}", hint)
+        d = read_result(p).document()
         d["label"] = labels[i] if labels and i < len(labels) and labels[i] else p.name.removesuffix(".json")
         out.append(d)
     return out
-
-
-RESULT_SCHEMA = 1  # the newest bench-result schema this toolchain reads (bench/run.py writes it)
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _result_problem(d: dict[str, Any]) -> str | None:
-    """What makes a bench result unusable by the reports and diagnose (None when it is whole)."""
-    version = d.get("schema")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version > RESULT_SCHEMA):
-        return f"schema {version!r} is not one this toolchain reads (up to {RESULT_SCHEMA}); upgrade toolchain"
-    if not isinstance(d.get("provenance"), dict):
-        return "provenance is not an object"
-    runs = d.get("runs")
-    if not isinstance(runs, list) or not runs:
-        return "runs is not a non-empty list"
-    for i, run in enumerate(runs):
-        if not isinstance(run, dict) or not isinstance(run.get("label"), str):
-            return f"runs[{i}] has no label"
-        s = run.get("summary")
-        if not isinstance(s, dict):
-            return f"runs[{i}].summary is missing"
-        for k in (
-            "requests",
-            "completed",
-            "errors",
-            "request_throughput_rps",
-            "output_token_throughput_tps",
-            "goodput_rps",
-        ):
-            if not _number(s.get(k)):
-                return f"runs[{i}].summary.{k} is not a number"
-        if s.get("cancelled") is not None and not _number(s["cancelled"]):
-            return f"runs[{i}].summary.cancelled is not a number"
-        kinds = s.get("error_kinds")
-        if kinds is not None and (not isinstance(kinds, dict) or not all(_number(n) for n in kinds.values())):
-            return f"runs[{i}].summary.error_kinds is not a table of counts"
-        for part in ("client", "prefix"):
-            if run.get(part) is not None and not isinstance(run[part], dict):
-                return f"runs[{i}].{part} is not an object"
-        ts = s.get("token_source")
-        if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
-            return f"runs[{i}].summary.token_source is not a list of names"
-        slo = s.get("slo")
-        if slo is not None and (not isinstance(slo, dict) or not all(v is None or _number(v) for v in slo.values())):
-            return f"runs[{i}].summary.slo is not a table of numbers"
-        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "icl_ms", "e2e_ms"):
-            m = s.get(metric)
-            if m is not None and (not isinstance(m, dict) or not all(v is None or _number(v) for v in m.values())):
-                return f"runs[{i}].summary.{metric} is not a table of numbers"
-        if not isinstance(run.get("load") or {}, dict):
-            return f"runs[{i}].load is not an object"
-        srv = run.get("server")
-        if srv is not None and (
-            not isinstance(srv, dict)
-            or any(k not in ("model", "source") and v is not None and not _number(v) for k, v in srv.items())
-        ):
-            return f"runs[{i}].server is not a table of numbers"
-        records = run.get("records", [])
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            return f"runs[{i}].records is not a list of objects"
-        for r in records:
-            if any(r.get(k) is not None and not _number(r.get(k)) for k in ("ttft_ms", "tpot_ms")):
-                return f"runs[{i}].records holds a latency that is not a number"
-    return _search_problem(d.get("search"))
-
-
-SEARCH_FIGURES = ("ttft_ms_p99", "tpot_ms_p99", "goodput_fraction", "output_token_throughput_tps")
-
-
-def _search_problem(search: Any) -> str | None:
-    """What makes an SLO-search section unusable by the report (None when absent or whole)."""
-    if search is None:
-        return None
-    if not isinstance(search, dict) or search.get("mode") not in ("concurrency", "rate"):
-        return "search is not an SLO-search section"
-    for key in ("probes", "curve"):
-        probes = search.get(key)
-        if not isinstance(probes, list):
-            return f"search.{key} is not a list"
-        for j, p in enumerate(probes):
-            if not isinstance(p, dict) or not _number(p.get("load")) or not isinstance(p.get("passed"), bool):
-                return f"search.{key}[{j}] has no load and verdict"
-            if not isinstance(p.get("label"), str) or not isinstance(p.get("reasons", []), list):
-                return f"search.{key}[{j}] has no label and reasons"
-            if any(p.get(k) is not None and not _number(p.get(k)) for k in SEARCH_FIGURES):
-                return f"search.{key}[{j}] holds a figure that is not a number"
-    knee = search.get("knee")
-    if knee is not None and (not isinstance(knee, dict) or not _number(knee.get("load"))):
-        return "search.knee has no load"
-    slo = search.get("slo")
-    if slo is not None and (not isinstance(slo, dict) or any(v is not None and not _number(v) for v in slo.values())):
-        return "search.slo is not a table of numbers"
-    return None
 
 
 def parse_labelled(args: list[str]) -> tuple[list[Path], list[str]]:
@@ -167,7 +59,7 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s = run["summary"]
 
             def p(metric: str, q: str, s: dict[str, Any] = s) -> float | None:
-                if metric == "icl_ms" and "icl_ms" not in s:
+                if metric == "icl_ms" and s.get("icl_ms") is None:
                     metric = "itl_ms"  # schema-1 results called the chunk gaps itl_ms
                 return (s.get(metric) or {}).get(q)
 
@@ -507,7 +399,7 @@ def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], color
             knee = s.get("knee")
             if knee is not None:
                 ax.axvline(knee["load"], color=c, linestyle=":", linewidth=1)
-                if key == "output_token_throughput_tps" and _number(knee.get(key)):
+                if key == "output_token_throughput_tps" and knee.get(key) is not None:
                     ax.annotate(
                         knee_caption(s.get("status"), knee["load"], knee[key]),
                         (knee["load"], knee[key]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import threading
@@ -16,6 +17,7 @@ from toolchain import __version__
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import Load, RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
+from toolchain.bench.result import RESULT_SCHEMA, build_document
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
@@ -137,9 +139,11 @@ def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[p
         return None
     try:
         after = prom.scrape(cfg.metrics_url)
-        return prom.server_side(before, after, [*snaps, after], cfg.llm_model)
+        window = prom.server_side(before, after, [*snaps, after], cfg.llm_model)
     except Exception as e:  # the server may be gone; keep the client side
         return {"error": str(e)}
+    # a summary quantile with no observation reads NaN: that figure was not measured, so it is left out
+    return {k: v for k, v in window.items() if not (isinstance(v, float) and not math.isfinite(v))}
 
 
 def _load_point(
@@ -173,12 +177,17 @@ def _load_point(
 
 
 def _result_document(
-    cfg: BenchConfig, runs: list[dict[str, Any]], interrupted: str | None, stop: str | None
+    cfg: BenchConfig,
+    runs: list[dict[str, Any]],
+    interrupted: str | None,
+    stop: str | None,
+    search: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The saved bench result: provenance of the run, its load points, and why it stopped early (if it did)."""
-    return {
+    """The saved bench result: provenance of the run, its load points, why it stopped early (if it did) and the
+    SLO search (if one ran), built through the result model (toolchain.bench.result)."""
+    doc: dict[str, Any] = {
         "kind": "toolchain.bench-result",
-        "schema": 1,
+        "schema": RESULT_SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "provenance": {
             **cfg.provenance,
@@ -194,6 +203,9 @@ def _result_document(
         "interrupted": interrupted,
         "stop": stop,
     }
+    if search is not None:
+        doc["search"] = search
+    return build_document(doc)
 
 
 LATE_SEND_S = 0.05  # a send this late is the client's fault, not the server's
@@ -295,4 +307,5 @@ def without_records(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def save(result: dict[str, Any], path: Path) -> None:
-    atomic_write_text(path, json.dumps(result, indent=1, default=str))
+    """Write the result, checked against the result model first (a writer's mistake never reaches a file)."""
+    atomic_write_text(path, json.dumps(build_document(result), indent=1))

@@ -222,9 +222,7 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
             break
         x = mid
     search = _section(plan, slo, probes, lo, hi, status)
-    result = _result_document(cfg, runs, interrupted, stop)
-    result["search"] = search
-    return result
+    return _result_document(cfg, runs, interrupted, stop, search)
 
 
 def _section(

@@ -1,4 +1,5 @@
-"""Turn CLI choices into a BenchConfig: tokenizer, workload, loads, SLOs and provenance."""
+"""Turn the bench options (toolchain.bench.options.BenchOptions) into a BenchConfig: tokenizer, workload, SLOs and
+provenance."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolchain.artifacts.cell import CellArtifacts, for_cell
-from toolchain.bench.loadgen import Load
+from toolchain.bench.options import PROTOCOLS as PROTOCOLS
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchConfig
 from toolchain.bench.workload import Dist, Request, dataset, shared_prefix, synthetic
 from toolchain.errors import UserInputError
@@ -26,21 +28,6 @@ def dist_text(d: Any) -> str:
     if d.dist == "normal":
         return f"normal:{d.mean}:{d.std:g}"
     return f"uniform:{d.min}:{d.max}"
-
-
-PROTOCOLS = ("triton", "openai", "openai-chat")
-
-
-def parse_list(text: str | None, kind: type) -> list[Any]:
-    if not text:
-        return []
-    try:
-        vals = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise UserInputError(f"cannot read the list {text!r}", "use comma-separated numbers, e.g. 1,4,16") from exc
-    if any(v <= 0 for v in vals):
-        raise UserInputError(f"values in {text!r} must be positive")
-    return vals
 
 
 def _repo_meta(path: Path) -> dict[str, Any]:
@@ -74,152 +61,78 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts
     )
 
 
-def make_config(
-    *,
-    url: str,
-    protocol: str,
-    model: str,
-    concurrency: str | None,
-    rate: str | None,
-    poisson: bool,
-    requests: int,
-    duration: float | None,
-    warmup: int,
-    input_tokens: str | None,
-    output_tokens: str | None,
-    shared: str | None,
-    dataset_path: Path | None,
-    tokenizer: Path | None,
-    repo: Path | None,
-    spec: Path | None,
-    cell_id: str | None,
-    metrics_url: str | None,
-    stream: bool,
-    seed: int,
-    stop_on_error: bool,
-    timeout: float,
-    num_draft_tokens: int | None = None,
-    workers: int = 1,
-    trace: Path | None = None,
-    trace_speed: str | None = None,
-    trace_block_tokens: int = 512,
-) -> tuple[BenchConfig, Any]:
-    """The BenchConfig the bench flags describe, and the spec's cell (None without ``spec``)."""
+def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
+    """The BenchConfig ``opts`` describe (their flags were checked when they were made), and the spec's cell (None
+    without ``opts.spec``): reads the trace, the spec, the repository marker, the tokenizer and the prompts."""
     from transformers import AutoTokenizer
 
-    if protocol not in PROTOCOLS:
-        raise UserInputError(f"unknown protocol {protocol!r}", f"use one of {', '.join(PROTOCOLS)}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise UserInputError(f"--workers must be from 1 to {MAX_WORKERS} processes, not {workers}", "e.g. --workers 4")
     entries = None
-    if trace is not None:
+    if opts.trace is not None:
         from toolchain.bench.trace import read_trace
 
-        _trace_alone(concurrency, rate, dataset_path, shared)
-        speeds = parse_list(trace_speed or "1", float)
-        if trace_block_tokens < 1:
-            raise UserInputError(f"--trace-block-tokens must be at least 1, not {trace_block_tokens}")
-        entries = read_trace(trace)
-        loads = [Load(trace=trace.name, speed=sp, duration_s=duration) for sp in speeds]
-    elif trace_speed is not None:
-        raise UserInputError("--trace-speed scales a --trace", "pass --trace FILE too, or drop --trace-speed")
-    else:
-        loads = _loads(concurrency, rate, poisson, duration)
-    if requests < 1:
-        raise UserInputError("--requests must be at least 1")
-    if warmup < 0:
-        raise UserInputError(f"--warmup must be 0 or more, not {warmup}", "pass --warmup 0 to measure every request")
-    if not timeout > 0:  # also NaN
-        raise UserInputError(f"--timeout must be a positive number of seconds, not {timeout}")
+        entries = read_trace(opts.trace)
     cell = None
     art: CellArtifacts | None = None
     prov: dict[str, Any] = {}
     slo: dict[str, float | None] = {}
-    if spec:
-        cell, art, slo, traffic = _from_spec(spec, cell_id)
+    input_tokens, output_tokens = opts.input_tokens, opts.output_tokens
+    if opts.spec:
+        cell, art, slo, traffic = _from_spec(opts.spec, opts.cell_id)
         prov.update(art.identity(), gpu=cell.gpu.name)
         if traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
             input_tokens = input_tokens or dist_text(traffic.input_tokens)
             output_tokens = output_tokens or dist_text(traffic.output_tokens)
     input_tokens, output_tokens = input_tokens or DEFAULT_INPUT, output_tokens or DEFAULT_OUTPUT
+    repo = opts.repo
     if repo and (repo / "toolchain-repo.json").is_file():
         prov.update(_repo_provenance(repo / "toolchain-repo.json"))
-    tok = AutoTokenizer.from_pretrained(find_tokenizer(tokenizer, repo, art))
+    tok = AutoTokenizer.from_pretrained(find_tokenizer(opts.tokenizer, repo, art))
     prov["workload"] = {
-        "input_tokens": "dataset" if dataset_path else input_tokens,
+        "input_tokens": "dataset" if opts.dataset_path else input_tokens,
         "output_tokens": output_tokens,
-        "shared_prefix": shared,
+        "shared_prefix": opts.shared,
     }
     if entries is not None:
         from toolchain.bench.trace import trace_requests
 
-        replay = trace_requests(tok, entries, seed, trace_block_tokens)
-        reqs = [replace(r, at=None) for r in replay[:warmup]] + replay  # warm-up: copies of the first requests
+        replay = trace_requests(tok, entries, opts.seed, opts.trace_block_tokens)
+        warm = opts.warmup
+        reqs = [replace(r, at=None) for r in replay[:warm]] + replay  # warm-up: copies of the first requests
         prov["workload"] = {
-            "trace": str(trace),
+            "trace": str(opts.trace),
             "trace_requests": len(replay),
             "trace_span_s": replay[-1].at - (replay[0].at or 0.0) if replay[-1].at is not None else 0.0,
-            "trace_block_tokens": trace_block_tokens,
+            "trace_block_tokens": opts.trace_block_tokens,
             "input_tokens": f"trace mean {sum(r.prompt_tokens for r in replay) / len(replay):.0f}",
             "output_tokens": f"trace mean {sum(r.max_tokens for r in replay) / len(replay):.0f}",
         }
     else:
-        reqs = _workload(tok, dataset_path, shared, input_tokens, output_tokens, seed, requests + warmup)
-    if num_draft_tokens is not None:
-        if num_draft_tokens < 1:
-            raise UserInputError("--num-draft-tokens must be at least 1")
-        reqs = [replace(r, num_draft_tokens=num_draft_tokens) for r in reqs]
-        prov["workload"]["num_draft_tokens"] = num_draft_tokens
+        reqs = _workload(
+            tok, opts.dataset_path, opts.shared, input_tokens, output_tokens, opts.seed, opts.requests + opts.warmup
+        )
+    if opts.num_draft_tokens is not None:
+        reqs = [replace(r, num_draft_tokens=opts.num_draft_tokens) for r in reqs]
+        prov["workload"]["num_draft_tokens"] = opts.num_draft_tokens
     cfg = BenchConfig(
-        protocol=protocol.split("-")[0],
-        url=url,
-        model=model,
-        loads=loads,
+        protocol=opts.protocol.split("-")[0],
+        url=opts.url,
+        model=opts.model,
+        loads=list(opts.loads),
         requests=reqs,
-        stream=stream,
-        warmup=warmup,
-        seed=seed,
-        metrics_url=metrics_url,
+        stream=opts.stream,
+        warmup=opts.warmup,
+        seed=opts.seed,
+        metrics_url=opts.metrics_url,
         slo=slo,
-        chat=protocol == "openai-chat",
-        stop_on_error=stop_on_error,
-        timeout=timeout,
+        chat=opts.protocol == "openai-chat",
+        stop_on_error=opts.stop_on_error,
+        timeout=opts.timeout,
         provenance=prov,
-        workers=workers,
+        workers=opts.workers,
     )
-    if workers > 1:
-        prov["workers"] = workers
+    if opts.workers > 1:
+        prov["workers"] = opts.workers
     return cfg, cell
-
-
-MAX_WORKERS = 256
-
-
-def _trace_alone(concurrency: str | None, rate: str | None, dataset_path: Path | None, shared: str | None) -> None:
-    """A trace brings its own arrival times and prompts: the other load and workload flags cannot apply."""
-    for flag, value in (
-        ("--concurrency", concurrency),
-        ("--rate", rate),
-        ("--dataset", dataset_path),
-        ("--shared-prefix", shared),
-    ):
-        if value:
-            raise UserInputError(
-                f"--trace brings its own arrival times and prompts; {flag} cannot be combined with it",
-                f"drop {flag}, or drop --trace",
-            )
-
-
-def _loads(concurrency: str | None, rate: str | None, poisson: bool, duration: float | None) -> list[Load]:
-    """The load points of --concurrency or --rate (one client at a time when neither is given)."""
-    conc, rates = parse_list(concurrency, int), parse_list(rate, float)
-    if conc and rates:
-        raise UserInputError("choose --concurrency or --rate, not both")
-    return (
-        [Load(concurrency=c, duration_s=duration) for c in conc]
-        or [Load(rate=r, poisson=poisson, duration_s=duration) for r in rates]
-        or [Load(concurrency=1, duration_s=duration)]
-    )
 
 
 def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, dict[str, float | None], Any]:
@@ -239,6 +152,12 @@ def _repo_provenance(marker: Path) -> dict[str, Any]:
     meta = _repo_meta(marker)
     prov = {k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)}
     prov["reference"] = meta.get("reference_note")
+    for k, v in prov.items():  # the result's provenance holds them as text (toolchain.bench.result.Provenance)
+        if v is not None and not isinstance(v, str):
+            raise UserInputError(
+                f"{marker}: {'reference_note' if k == 'reference' else k} is not text",
+                "point --repo at a repository written by `toolchain triton emit`, or emit it again",
+            )
     return prov
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,9 @@ from toolchain.cli.options import (
     out_dir_opt,
     timeout_opt,
 )
+
+if TYPE_CHECKING:
+    from toolchain.bench.result import Search
 
 app = typer.Typer(
     help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
@@ -130,17 +133,13 @@ def bench(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from toolchain.bench.options import BenchOptions
     from toolchain.bench.run import assess, without_records
     from toolchain.cli.render import Stages, err, print_json
-    from toolchain.errors import UserInputError
     from toolchain.pipeline.bench import run_benchmark
 
-    if not url:
-        raise UserInputError("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC")
-    result = run_benchmark(
-        save_to=save,
-        progress=Stages(quiet=json_out),
-        url=url,
+    opts = BenchOptions(
+        url=url or "",
         protocol=protocol.value,
         model=model,
         concurrency=concurrency,
@@ -167,21 +166,20 @@ def bench(
         trace=trace,
         trace_speed=trace_speed,
         trace_block_tokens=trace_block_tokens,
-        search={
-            "mode": slo_search,
-            "start": slo_start,
-            "limit": slo_max,
-            "tolerance": slo_tolerance,
-            "max_probes": slo_max_probes,
-        },
-        slo={"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "goodput": slo_goodput},
+        slo_search=slo_search,
+        slo_start=slo_start,
+        slo_max=slo_max,
+        slo_tolerance=slo_tolerance,
+        slo_max_probes=slo_max_probes,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        slo_goodput=slo_goodput,
     )
+    result = run_benchmark(opts, save_to=save, progress=Stages(quiet=json_out))
     if json_out:
         print_json(without_records(result))
     else:
         print_table(result)
-        if result.get("search"):
-            print_search(result["search"])
         if save:
             err.print(f"result: {save}", highlight=False)
     code, reason = assess(result)
@@ -196,10 +194,12 @@ def print_table(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     from toolchain.bench.report import STAT_COLUMNS, _f, metric_rows, table_rows
+    from toolchain.bench.result import BenchResult
     from toolchain.cli.render import Stages, err, fmt_ms, out
 
     Stages.settle_all()  # the measurement ended: no bar redraws into the table
-    where = f"{result['provenance']['model']} @ {result['provenance']['url']}"
+    res = BenchResult.model_validate(result)
+    where = f"{res.provenance.model} @ {res.provenance.url}"
     for r in table_rows([result]):
         t = Table(
             title=f"bench {where}: {r['load']}", caption=f"tokens counted by {r['tokens']}" if r["tokens"] else None
@@ -209,61 +209,73 @@ def print_table(result: dict[str, Any]) -> None:
         for cells in metric_rows(r):
             t.add_row(*cells)
         out.print(t)
-    for run in result["runs"]:
-        for w in run["client"].get("warnings", []):
-            err.print(f"warning ({run['label']}): {w}", highlight=False, markup=False)
-        s = run["summary"]
-        if s.get("cancelled"):
-            err.print(f"{run['label']}: {s['cancelled']} request(s) in flight were cancelled", highlight=False)
-        if run.get("prefix"):
-            p = run["prefix"]
+    for run in res.runs:
+        for w in run.client.warnings:
+            err.print(f"warning ({run.label}): {w}", highlight=False, markup=False)
+        if run.summary.cancelled:
+            err.print(f"{run.label}: {run.summary.cancelled} request(s) in flight were cancelled", highlight=False)
+        if run.prefix:
+            p = run.prefix
             err.print(
-                f"prefix cache ({run['label']}): shared-prefix TTFT p50 {_f(p['shared_ttft_ms_p50'])} ms, "
-                f"reused blocks {p['shared_reused_blocks_mean']}; unique TTFT p50 {_f(p['unique_ttft_ms_p50'])} "
-                f"ms, reused {p['unique_reused_blocks_mean']}",
+                f"prefix cache ({run.label}): shared-prefix TTFT p50 {_f(p.shared_ttft_ms_p50)} ms, "
+                f"reused blocks {p.shared_reused_blocks_mean}; unique TTFT p50 {_f(p.unique_ttft_ms_p50)} "
+                f"ms, reused {p.unique_reused_blocks_mean}",
                 highlight=False,
                 markup=False,
             )
-        if run.get("speculative"):
-            sp = run["speculative"]
-            per_step = f"{sp['tokens_per_step']:.2f}" if sp["tokens_per_step"] else "-"
+        if run.speculative:
+            sp = run.speculative
+            per_step = f"{sp.tokens_per_step:.2f}" if sp.tokens_per_step else "-"
             err.print(
-                f"speculative ({run['label']}): acceptance {sp['acceptance_rate']:.1%} "
-                f"({sp['accepted_draft_tokens']}/{sp['draft_tokens']} draft tokens), {per_step} tokens per step",
+                f"speculative ({run.label}): acceptance {sp.acceptance_rate:.1%} "
+                f"({sp.accepted_draft_tokens}/{sp.draft_tokens} draft tokens), {per_step} tokens per step",
                 highlight=False,
                 markup=False,
             )
-    if result.get("planner"):
-        err.print(
-            f"planner TPOT floor on {result['planner']['gpu']}: {fmt_ms(result['planner']['tpot_floor_b1_ms'])}",
-            highlight=False,
-        )
+    if res.planner:
+        err.print(f"planner TPOT floor on {res.planner.gpu}: {fmt_ms(res.planner.tpot_floor_b1_ms)}", highlight=False)
+    if res.search:
+        print_search(res.search)
 
 
-def print_search(search: dict[str, Any]) -> None:
+def print_search(search: Search) -> None:
     """The SLO search's probes in the order measured, and how it ended."""
     from rich.table import Table
 
     from toolchain.bench.report import _f
     from toolchain.cli.render import err, out
 
-    t = Table(title=f"SLO search ({search['mode']}): {search['slo_text']}")
+    t = Table(title=f"SLO search ({search.mode}): {search.slo_text}")
     for c in ("probe", "load", "phase", "P99 TTFT", "P99 TPOT", "goodput", "tok/s", "SLOs"):
         t.add_column(c)
-    for i, p in enumerate(search["probes"], 1):
-        verdict = "met" if p["passed"] else "missed: " + "; ".join(p["reasons"])
+    for i, p in enumerate(search.probes, 1):
+        verdict = "met" if p.passed else "missed: " + "; ".join(p.reasons)
         t.add_row(
             str(i),
-            p["label"],
-            p["phase"],
-            _f(p["ttft_ms_p99"]),
-            _f(p["tpot_ms_p99"]),
-            f"{p['goodput_fraction']:.1%}",
-            f"{p['output_token_throughput_tps']:.1f}",
+            p.label,
+            p.phase or "",
+            _f(p.ttft_ms_p99),
+            _f(p.tpot_ms_p99),
+            f"{p.goodput_fraction or 0:.1%}",
+            f"{p.output_token_throughput_tps or 0:.1f}",
             verdict,
         )
     out.print(t)
-    err.print(f"SLO search: {search['message']}", highlight=False, markup=False)
+    err.print(f"SLO search: {search.message}", highlight=False, markup=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the result file `toolchain bench --save` writes (docs/bench-result.md).
+
+    Examples:
+      toolchain bench schema > bench-result.schema.json
+      check-jsonschema --schemafile bench-result.schema.json run.json
+    """
+    from toolchain.bench.result import json_schema
+    from toolchain.cli.render import print_json
+
+    print_json(json_schema())
 
 
 @app.command()

@@ -161,33 +161,43 @@ EVALUATORS: dict[str, Callable[[Observations], Finding | None]] = {
 }
 
 
+def _peak(result: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The busiest load point with a completed request, and every such point.
+
+    ``result`` is a bench result document as toolchain.bench.result validates it (the readers load files through
+    that model; the diagnose stage cannot import bench, so it reads the checked document): every run has a
+    summary with its counts and throughputs."""
+    runs = [r for r in (result or {"runs": []})["runs"] if r["summary"]["completed"]]
+    if not runs:
+        return None, []
+    return max(runs, key=lambda r: r["summary"]["output_token_throughput_tps"]), runs
+
+
+def _window(run: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A load point's server metrics, unless there are none or the closing scrape failed."""
+    server = (run or {}).get("server")
+    return server if server and server.get("error") is None else None
+
+
 def bench_window(result: dict[str, Any] | None) -> dict[str, Any] | None:
     """The server metrics a bench result recorded during its busiest load point, if it has them."""
-    runs = [r for r in (result or {}).get("runs", []) if r.get("summary", {}).get("completed")]
-    if not runs:
-        return None
-    peak = max(runs, key=lambda r: r["summary"]["output_token_throughput_tps"])
-    server = peak.get("server")
-    return server if server and "error" not in server else None
+    return _window(_peak(result)[0])
 
 
 def observations_from(
     result: dict[str, Any] | None, server: dict[str, Any] | None, prefix_configured: bool | None
 ) -> Observations:
     o = Observations(prefix_caching_configured=prefix_configured)
-    if result:
-        runs = [r for r in result.get("runs", []) if r.get("summary", {}).get("completed")]
-        if runs:
-            peak = max(runs, key=lambda r: r["summary"]["output_token_throughput_tps"])
-            s = peak["summary"]
-            o.ttft_p50_ms = (s.get("ttft_ms") or {}).get("p50")
-            o.ttft_p99_ms = (s.get("ttft_ms") or {}).get("p99")
-            o.tpot_p50_ms = (s.get("tpot_ms") or {}).get("p50")
-            o.tpot_p99_ms = (s.get("tpot_ms") or {}).get("p99")
-            window = peak.get("server")
-            if window and "error" not in window:
-                server = window  # sampled during the bench, not now on a possibly idle server
-            o.shared_prefix_requests = sum((r.get("prefix") or {}).get("shared_requests", 0) for r in runs)
+    peak, runs = _peak(result)
+    if peak is not None:
+        s = peak["summary"]
+        o.ttft_p50_ms = (s.get("ttft_ms") or {}).get("p50")
+        o.ttft_p99_ms = (s.get("ttft_ms") or {}).get("p99")
+        o.tpot_p50_ms = (s.get("tpot_ms") or {}).get("p50")
+        o.tpot_p99_ms = (s.get("tpot_ms") or {}).get("p99")
+        # sampled during the bench, not now on a possibly idle server
+        server = _window(peak) or server
+        o.shared_prefix_requests = sum((r.get("prefix") or {}).get("shared_requests", 0) for r in runs)
     if server:
         o.queue_p99_ms = server.get("queue_ms_p99")
         o.queue_mean_ms = server.get("queue_ms_mean")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolchain.bench.result import BenchResult, Knee, Provenance, Search, read_result
 from toolchain.errors import PlanError, UserInputError
 from toolchain.planning.perf import ceil_clean
 from toolchain.planning.plan import CellPlan
@@ -31,27 +32,24 @@ class MeasurementRefused(PlanError):
     """A measured result that cannot size this spec's fleet (another engine, or the CPU stand-in)."""
 
 
-def load_measurement(path: Path) -> dict[str, Any]:
-    """A bench result with an SLO-search knee (each problem a one-line UserInputError)."""
-    from toolchain.bench.report import load_results
-
-    res = load_results([path])[0]
-    search = res.get("search")
-    if not search:
+def load_measurement(path: Path) -> tuple[BenchResult, Search, Knee]:
+    """A bench result with an SLO-search knee, its search and its knee (each problem a one-line UserInputError)."""
+    res = read_result(path)
+    search = res.search
+    if search is None:
         raise UserInputError(
             f"{path} holds fixed load points, not an SLO search, so it has no measured capacity at the SLO",
             "run `toolchain bench ... --slo-search concurrency --save R.json` and pass that file",
         )
-    if not search.get("knee"):
+    if search.knee is None:
         raise UserInputError(
-            f"{path}: the SLO search found no load that met the SLOs ({search.get('message')})",
+            f"{path}: the SLO search found no load that met the SLOs ({search.message})",
             "fix the deployment or the SLOs and search again",
         )
-    knee = search["knee"]
-    tps = knee.get("output_token_throughput_tps")
-    if not isinstance(tps, int | float) or isinstance(tps, bool) or not tps > 0:
+    tps = search.knee.output_token_throughput_tps
+    if tps is None or not tps > 0:
         raise UserInputError(f"{path}: the knee has no positive output-token throughput", HINT)
-    return res
+    return res, search, search.knee
 
 
 def _fleet(
@@ -71,19 +69,19 @@ def _fleet(
     }
 
 
-def _identity_problems(prov: dict[str, Any], spec: EngineSpec, plan: CellPlan, engine_key: str | None) -> list[str]:
+def _identity_problems(prov: Provenance, spec: EngineSpec, plan: CellPlan, engine_key: str | None) -> list[str]:
     """Why the result is not a measurement of this cell's engine (empty when it is)."""
     problems = []
-    if prov.get("spec") not in (None, spec.name):
-        problems.append(f"it measured spec {prov.get('spec')!r}, not {spec.name!r}")
-    if not prov.get("cell"):
+    if prov.spec not in (None, spec.name):
+        problems.append(f"it measured spec {prov.spec!r}, not {spec.name!r}")
+    if not prov.cell:
         problems.append("it does not say which cell it measured (bench ran without --spec or --repo)")
-    elif prov["cell"] != plan.cell_id:
-        problems.append(f"it measured cell {prov['cell']!r}, not {plan.cell_id!r}")
-    if prov.get("gpu") not in (None, plan.gpu):
-        problems.append(f"it measured on {prov['gpu']}, the cell runs on {plan.gpu}")
-    if engine_key is not None and prov.get("engine_key") and prov["engine_key"] != engine_key:
-        problems.append(f"its engine key {str(prov['engine_key'])[:12]} is not this cell's {engine_key[:12]}")
+    elif prov.cell != plan.cell_id:
+        problems.append(f"it measured cell {prov.cell!r}, not {plan.cell_id!r}")
+    if prov.gpu not in (None, plan.gpu):
+        problems.append(f"it measured on {prov.gpu}, the cell runs on {plan.gpu}")
+    if engine_key is not None and prov.engine_key and prov.engine_key != engine_key:
+        problems.append(f"its engine key {prov.engine_key[:12]} is not this cell's {engine_key[:12]}")
     return problems
 
 
@@ -92,18 +90,25 @@ def plan_measured(spec_path: Path, result_path: Path, cell_id: str | None = None
     from toolchain.planning.spec_plan import plan_spec
     from toolchain.specs.loader import load_spec
 
-    res = load_measurement(result_path)
+    res, _, _ = load_measurement(result_path)
     spec = load_spec(spec_path)
-    return measured_plan(spec, plan_spec(spec).plans, res, cell_id)
+    return measured_plan(spec, plan_spec(spec).plans, res, cell_id, label=result_path.name.removesuffix(".json"))
 
 
-def measured_plan(spec: EngineSpec, plans: list[CellPlan], res: dict[str, Any], cell_id: str | None) -> dict[str, Any]:
-    """The fleet the measured knee implies for the cell it measured, beside the roofline's, with their ratio."""
+def measured_plan(
+    spec: EngineSpec, plans: list[CellPlan], res: BenchResult, cell_id: str | None, *, label: str | None = None
+) -> dict[str, Any]:
+    """The fleet the measured knee implies for the cell it measured, beside the roofline's, with their ratio.
+
+    ``res`` holds an SLO search with a knee (load_measurement checks that)."""
     from toolchain.artifacts.cell import for_cell
     from toolchain.specs.matrix import find_cell
 
-    prov = res.get("provenance") or {}
-    want = cell_id or prov.get("cell")
+    search, knee = res.search, res.search.knee if res.search else None
+    if search is None or knee is None or knee.output_token_throughput_tps is None:
+        raise UserInputError("the bench result has no SLO-search knee to size a fleet from", HINT)
+    prov = res.provenance
+    want = cell_id or prov.cell
     plan = next((p for p in plans if p.cell_id == want), None)
     if plan is None:
         ids = ", ".join(p.cell_id for p in plans)
@@ -117,8 +122,7 @@ def measured_plan(spec: EngineSpec, plans: list[CellPlan], res: dict[str, Any], 
         raise UserInputError(f"spec {spec.name} has no traffic section, so there is no fleet to size", "add traffic")
     art = for_cell(find_cell(spec, plan.cell_id))
     key = art.engine_key
-    search, knee = res["search"], res["search"]["knee"]
-    measured = float(knee["output_token_throughput_tps"])
+    measured = knee.output_token_throughput_tps
     traffic = spec.traffic
     peak = traffic.peak_rps * traffic.output_tokens.mean
     gpi = plan.tp * plan.pp
@@ -127,32 +131,32 @@ def measured_plan(spec: EngineSpec, plans: list[CellPlan], res: dict[str, Any], 
     out: dict[str, Any] = {
         "cell": plan.cell_id,
         "gpu": plan.gpu,
-        "result": res.get("label"),
-        "search": {"mode": search["mode"], "slo": search.get("slo_text"), "status": search.get("status")},
+        "result": label,
+        "search": {"mode": search.mode, "slo": search.slo_text, "status": search.status},
         "knee": {
-            "load": knee["load"],
-            "label": knee.get("label"),
+            "load": knee.load,
+            "label": knee.label,
             "output_token_throughput_tps": measured,
-            "request_throughput_rps": knee.get("request_throughput_rps"),
-            "ttft_ms_p99": knee.get("ttft_ms_p99"),
-            "tpot_ms_p99": knee.get("tpot_ms_p99"),
+            "request_throughput_rps": knee.request_throughput_rps,
+            "ttft_ms_p99": knee.ttft_ms_p99,
+            "tpot_ms_p99": knee.tpot_ms_p99,
         },
         "measured_fleet": fleet,
         "roofline_fleet": roof,
         "ratio_tok_s_per_instance": (measured / roof["tok_s_per_instance"]) if roof else None,
         "ratio_gpus": (fleet["total_gpus"] / roof["total_gpus"]) if roof and roof["total_gpus"] else None,
         "engine_key_checked": key is not None,
-        "notes": _notes(spec, res, key, art.pending),
+        "notes": _notes(spec, prov, search, key, art.pending),
     }
     problems = _identity_problems(prov, spec, plan, key)
-    reference = prov.get("reference")
+    reference = prov.reference
     if reference:
         problems.insert(0, f"it was served by the {reference}")
     if problems:
         n = fleet["total_gpus"]
         would = (
             f"it would size {n} GPU{'' if n == 1 else 's'} from {measured:,.1f} tok/s per instance at "
-            f"{knee.get('label')}" + (f" (roofline: {roof['total_gpus']})" if roof else "")
+            f"{knee.label}" + (f" (roofline: {roof['total_gpus']})" if roof else "")
         )
         raise MeasurementRefused(
             f"the measurement cannot size the {plan.gpu} fleet of cell {plan.cell_id}: {'; '.join(problems)}; "
@@ -162,28 +166,26 @@ def measured_plan(spec: EngineSpec, plans: list[CellPlan], res: dict[str, Any], 
     return out
 
 
-def _notes(spec: EngineSpec, res: dict[str, Any], key: str | None, pending: str | None) -> list[str]:
+def _notes(spec: EngineSpec, prov: Provenance, s: Search, key: str | None, pending: str | None) -> list[str]:
     """What the reader should know: an unchecked engine key, another workload, other SLOs, the search bound."""
     notes = []
-    prov = res.get("provenance") or {}
     if key is None:
         notes.append(f"engine key not checked ({pending}); the cell and GPU match")
-    elif not prov.get("engine_key"):
+    elif not prov.engine_key:
         notes.append("the result names no engine key; the cell and GPU match")
-    work = prov.get("workload") or {}
+    work = prov.workload
     traffic = spec.traffic
-    if traffic is not None and work:
+    if traffic is not None and work.model_fields_set:
         from toolchain.bench.setup import dist_text
 
         want = (dist_text(traffic.input_tokens), dist_text(traffic.output_tokens))
-        got = (work.get("input_tokens"), work.get("output_tokens"))
+        got = (work.input_tokens, work.output_tokens)
         if got != want:
             notes.append(
                 f"measured with input/output tokens {got[0]}/{got[1]}, the spec's traffic is {want[0]}/{want[1]}: "
                 "the capacity holds for the measured shape"
             )
-    s = res["search"]
-    slo = s.get("slo") or {}
+    slo = s.slo.model_dump() if s.slo else {}
     spec_slo = {
         "ttft_ms": spec.slo.ttft_ms.p99 or spec.slo.ttft_ms.p50,
         "tpot_ms": spec.slo.tpot_ms.p99 or spec.slo.tpot_ms.p50,
@@ -191,11 +193,11 @@ def _notes(spec: EngineSpec, res: dict[str, Any], key: str | None, pending: str 
     for k, v in spec_slo.items():
         if v is not None and slo.get(k) is not None and slo[k] > v:
             notes.append(f"the search allowed {k} {slo[k]:g}, looser than the spec's {v:g}: the fleet may be too small")
-    if s.get("status") == "bound":
+    if s.status == "bound":
         notes.append(
             "no knee within the bounds: the SLOs held up to the search bound, the knee is higher, so this fleet "
             "is an upper bound (raise --slo-max and measure again)"
         )
-    if s.get("status") == "probe-limit":
+    if s.status == "probe-limit":
         notes.append("the search stopped at its probe limit: the knee lies between the measured bracket")
     return notes
