@@ -12,6 +12,10 @@ Layers, bottom to top (a module may import its own package and any lower layer, 
     6  cli        the Typer layer (nothing else imports typer)
 
 Every import counts, including those inside functions (lazy imports) and relative ones.
+
+Inside a package there are no circles either: a module that imports another module of its package (lazily or not)
+is never imported back by it, directly or through others. Imports under ``if TYPE_CHECKING:`` do not run and do
+not count there; a circle that only type annotations close is no circle at run time.
 """
 
 from __future__ import annotations
@@ -124,3 +128,89 @@ def test_the_checker_sees_lazy_relative_and_upward_imports(tmp_path: Path) -> No
         assert violations([fine]) == []
     finally:
         PACKAGE = saved
+
+
+def _runtime_edges(path: Path, modules: set[str]) -> set[str]:
+    """The package's own modules this file imports when it runs (lazy ones included, TYPE_CHECKING ones not)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            for a in node.names:  # `from pkg import mod` names a module; `from mod import f` the module itself
+                out.add(f"{name}.{a.name}" if f"{name}.{a.name}" in modules else name)
+    return {m for m in out if m in modules and m != module}
+
+
+def circles(files: list[Path]) -> list[list[str]]:
+    """Import circles among modules of one package (Tarjan's strongly connected components, size > 1)."""
+    names = {_module_name(p): p for p in files}
+    graph = {m: {e for e in _runtime_edges(p, set(names)) if _unit(e) == _unit(m)} for m, p in names.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_inside_a_package() -> None:
+    assert circles(sorted(PACKAGE.rglob("*.py"))) == []
+
+
+def test_the_circle_checker_sees_lazy_circles_and_ignores_typing_only_ones(tmp_path: Path) -> None:
+    fake = tmp_path / "toolchain"
+    (fake / "specs").mkdir(parents=True)
+    (fake / "specs" / "a.py").write_text("from toolchain.specs.b import x\n")
+    (fake / "specs" / "b.py").write_text("def f():\n    from toolchain.specs import a\n")  # lazy: still a circle
+    (fake / "specs" / "c.py").write_text("from toolchain.specs.d import y\n")
+    (fake / "specs" / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toolchain.specs.c import z\n"
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, fake
+    try:
+        found = circles(sorted(fake.rglob("*.py")))
+    finally:
+        PACKAGE = saved
+    assert found == [["toolchain.specs.a", "toolchain.specs.b"]]

@@ -12,10 +12,11 @@ import pytest
 
 from tests.bench.sse_server import sse_server, sse_server_process
 from tests.conftest import Cli
-from toolchain.bench.run import BenchConfig, assess
+from toolchain.bench.run import BenchConfig
 from toolchain.bench.search import SloTargets, make_plan, make_targets, run_search, verdict
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError, UserInputError
+from toolchain.pipeline.bench import assess
 
 # Each request holds a slot for ~20 ms + 9 × 50 ms; one that waits for a slot starts ~470 ms late. A TTFT
 # SLO of 250 ms sits between the two with >200 ms to spare either side (the test box is shared and busy), so

@@ -255,12 +255,9 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
 
     130 for Ctrl-C, 1 when the server went away, the run stopped on an error, or a load point has no
     successful request (every request failed, or the answers were unusable). An SLO search is judged by
-    its own rule (toolchain.bench.search.assess_search): a probe that fails is an answer, not an error.
+    its own rule (toolchain.bench.search.assess_search, chosen by toolchain.pipeline.bench.assess): a probe
+    that fails is an answer, not an error.
     """
-    if result.get("search"):
-        from toolchain.bench.search import assess_search
-
-        return assess_search(result)
     if result.get("stop") == "interrupted":
         return 130, "interrupted by Ctrl-C"
     if result.get("stop") is not None:

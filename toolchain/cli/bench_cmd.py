@@ -134,9 +134,9 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     from toolchain.bench.options import BenchOptions
-    from toolchain.bench.run import assess, without_records
+    from toolchain.bench.run import without_records
     from toolchain.cli.render import Stages, err, print_json
-    from toolchain.pipeline.bench import run_benchmark
+    from toolchain.pipeline.bench import assess, run_benchmark
 
     opts = BenchOptions(
         url=url or "",

@@ -7,7 +7,9 @@ from typing import Any
 
 from toolchain.bench.options import BenchOptions
 from toolchain.bench.result import build_document
+from toolchain.bench.run import assess as assess_run
 from toolchain.bench.run import run_bench, save
+from toolchain.bench.search import assess_search
 from toolchain.bench.setup import make_config
 from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.progress import Heartbeat, Progress, silent
@@ -51,3 +53,9 @@ def run_benchmark(opts: BenchOptions, *, save_to: Path | None = None, progress: 
     if save_to is not None:
         save(result, save_to)
     return result
+
+
+def assess(result: dict[str, Any]) -> tuple[int, str | None]:
+    """Exit code and reason of a bench result: an SLO search by its own rule (a probe that fails is an answer),
+    any other run by ``toolchain.bench.run.assess``."""
+    return assess_search(result) if result.get("search") else assess_run(result)

@@ -21,6 +21,17 @@ PATH_MAX = 4096
 MAX_FILES = 100_000
 
 
+def blob_path(digest: str) -> str:
+    """Where a blob lives in a registry: ``blobs/<algo>/<hh>/<hex>``."""
+    algo, hexd = digest.split(":", 1)
+    return f"blobs/{algo}/{hexd[:2]}/{hexd}"
+
+
+def manifest_path(key: str) -> str:
+    """Where an entry's manifest (its record) lives in a registry."""
+    return f"manifests/{key}.json"
+
+
 def safe_relpath(p: str) -> str:
     """Refuse absolute paths, '..', empty parts, backslashes, control characters and over-long names."""
     shown = repr(p[:80] + ("..." if len(p) > 80 else ""))

@@ -423,7 +423,7 @@ def _subject(reg: Registry, key: str) -> tuple[bytes, str]:
     if of is not None:
         raw, digest = of(key)
         return bytes(raw), str(digest)
-    from toolchain.registry.store import manifest_path
+    from toolchain.registry.manifest import manifest_path
 
     try:
         raw = reg.backend.read_bytes(manifest_path(key))

@@ -34,21 +34,21 @@ from toolchain.errors import (
 from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend
 from toolchain.registry.connect import open_backend
-from toolchain.registry.manifest import KEY_RE, TAG_RE, EntryManifest, FileEntry, parse_manifest, safe_relpath
+from toolchain.registry.manifest import (
+    KEY_RE,
+    TAG_RE,
+    EntryManifest,
+    FileEntry,
+    blob_path,
+    manifest_path,
+    parse_manifest,
+    safe_relpath,
+)
 
 if TYPE_CHECKING:
     from toolchain.registry.signing import Signer, Verifier
 
 FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing the store
-
-
-def blob_path(digest: str) -> str:
-    algo, hexd = digest.split(":", 1)
-    return f"blobs/{algo}/{hexd[:2]}/{hexd}"
-
-
-def manifest_path(key: str) -> str:
-    return f"manifests/{key}.json"
 
 
 # gc leaves blobs younger than this alone: a push that is still writing (or reusing) them has no
