@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -248,3 +249,22 @@ def test_a_minimal_search_section_renders(tmp_path: Path) -> None:
         files["slo_search"].is_file()
         and "| 2 | c=2 |  | - | - | 0.0% | 0.0 | missed:  |" in files["markdown"].read_text()
     )
+
+
+def test_load_labels_do_not_overlap(tmp_path: Path) -> None:
+    """Concurrency 1, 2, 4 ... 128 on one axis: every tick label stands apart (on a linear axis the low ones ran
+    together as "1248163264128")."""
+    from toolchain.bench.report import _plot_latency_vs_load, _series, table_rows
+
+    runs = [_run(c, 0.01 * c, 0.01) for c in (1, 2, 4, 8, 16, 32, 64, 128)]
+    keep = _KeepFigures()
+    _plot_latency_vs_load(keep, _series(table_rows([{"label": "r", "runs": runs}])), {}, None, "concurrency", ["C0"],
+                          tmp_path / "a.png")  # fmt: skip
+    fig = keep.figures[0]
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text()]
+        assert [t.get_text() for t in labels] == ["1", "2", "4", "8", "16", "32", "64", "128"]
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+        for left, right in itertools.pairwise(boxes):
+            assert left.x1 < right.x0, f"tick labels overlap: {left} {right}"

@@ -413,11 +413,8 @@ def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], color
                 _slo_marker(ax, target, _top([p[key] for p in pts]))
             ax.set_title(name)
             ax.set_xlabel("concurrency" if s["mode"] == "concurrency" else "request rate (req/s)")
-            loads = sorted({p["load"] for p in curve})
-            if s["mode"] == "concurrency" and loads[-1] >= 8:
-                ax.set_xscale("log", base=2)
-            if s["mode"] == "concurrency" and len(loads) <= 12:
-                ax.set_xticks(loads, [f"{x:g}" for x in loads])
+            if s["mode"] == "concurrency":
+                load_axis(ax, sorted({p["load"] for p in curve}))
             ax.grid(True, alpha=0.3)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
@@ -482,6 +479,17 @@ def _top(values: list[float | None]) -> float | None:
     return max(xs) if xs else None
 
 
+def load_axis(ax: Any, loads: list[float]) -> None:
+    """An x axis of load points that stays readable: a log2 scale once they span 8x or more (concurrency doubling
+    1, 2, 4 ... 128 would otherwise crowd its low labels into one "1248163264128"), a tick at each point while
+    there are at most 12 of them, matplotlib's own ticks beyond that."""
+    if loads and loads[0] > 0 and loads[-1] / loads[0] >= 8:
+        ax.set_xscale("log", base=2)
+    if 0 < len(loads) <= 12:
+        ax.set_xticks(loads, [f"{x:g}" for x in loads])
+        ax.minorticks_off()
+
+
 def _plot_latency_vs_load(
     plt: Any,
     series: dict[str, list[dict[str, Any]]],
@@ -515,7 +523,7 @@ def _plot_latency_vs_load(
                 floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
             )
         ax.set_title(f"{name} (ms)")
-        ax.set_xticks(sorted({p["x"] for pts in series.values() for p in pts}))
+        load_axis(ax, sorted({p["x"] for pts in series.values() for p in pts}))
         ax.set_xlabel(xlabel)
         ax.set_ylabel("ms")
         ax.grid(True, alpha=0.3)
