@@ -26,8 +26,9 @@ def _snap(tag: str) -> prom.Snapshot:
 def test_three_requests_each_went_through_prefill_and_decode() -> None:
     before, after = _snap("before"), _snap("after")
     assert dynamo_metrics.is_dynamo(after)
-    out = prom.server_side(before, after, [after], "ignored")
+    out = prom.server_side(before, after, [after], "tensorrt_llm", served="llama-3.3-70b")
     assert out["source"] == "dynamo"
+    assert out["model"] == "llama-3.3-70b"  # the served model, not the Triton backend's name
     assert out["requests_success"] == 3 and out["requests_failure"] == 0
     assert out["prefill_worker_requests"] == 3 and out["decode_worker_requests"] == 3
     assert out["frontend_ttft_ms_mean"] > 0 and out["frontend_itl_ms_mean"] > 0

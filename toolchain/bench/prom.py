@@ -48,11 +48,15 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
     return snap
 
 
-def server_side(before: Snapshot, after: Snapshot, during: list[Snapshot], model: str) -> dict[str, Any]:
-    """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run."""
+def server_side(
+    before: Snapshot, after: Snapshot, during: list[Snapshot], model: str, served: str | None = None
+) -> dict[str, Any]:
+    """Queue and compute time per request, KV usage, reused blocks, GPU utilisation over a run. ``model`` is the
+    Triton model whose metrics count (``tensorrt_llm``); ``served`` the name clients ask for, which is what a
+    Dynamo frontend's block names (its metrics carry no Triton model)."""
 
     if dynamo_metrics.is_dynamo(after):  # a Dynamo frontend (and its workers): its own metric names
-        return dynamo_metrics.server_side(before, after, during, model)
+        return dynamo_metrics.server_side(before, after, during, served or model)
 
     def delta(name: str, **lb: str) -> float:
         return after.total(name, **lb) - before.total(name, **lb)

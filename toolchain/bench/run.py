@@ -139,7 +139,7 @@ def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[p
         return None
     try:
         after = prom.scrape(cfg.metrics_url)
-        window = prom.server_side(before, after, [*snaps, after], cfg.llm_model)
+        window = prom.server_side(before, after, [*snaps, after], cfg.llm_model, served=cfg.model)
     except Exception as e:  # the server may be gone; keep the client side
         return {"error": str(e)}
     # a summary quantile with no observation reads NaN: that figure was not measured, so it is left out
