@@ -214,3 +214,19 @@ def test_the_circle_checker_sees_lazy_circles_and_ignores_typing_only_ones(tmp_p
     finally:
         PACKAGE = saved
     assert found == [["toolchain.specs.a", "toolchain.specs.b"]]
+
+
+def test_only_proc_and_the_watchdog_start_processes() -> None:
+    """Subprocesses go through toolchain/proc.py (deadlines, logs, the watchdog); the watchdog runs on its own."""
+    allowed = {PACKAGE / "proc.py", PACKAGE / "triton" / "watchdog.py"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "subprocess" or n.startswith("subprocess.") for n in names):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert offenders == [], f"import subprocess outside toolchain/proc.py: {offenders}"

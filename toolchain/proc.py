@@ -140,3 +140,69 @@ def _kill_at_deadline(
     stop_group(proc, grace=2.0)
     log.write(f"\n[toolchain] killed after {timeout:g} s timeout\n".encode())
     return RunResult(-9, time.monotonic() - t0, log_path)
+
+
+Popen = subprocess.Popen  # the process handle type, for callers that hold one (no other module imports subprocess)
+PIPE = subprocess.PIPE
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What a short command printed: ``returncode`` None when it could not start or ran past its timeout
+    (``error`` says which)."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def capture(cmd: list[str], *, timeout: float, input: str | None = None, env: dict[str, str] | None = None) -> Captured:
+    """Run a short command (a probe, a credential helper, ``ldd``) to completion with a deadline; its output as
+    text. Never raises for a missing binary or a timeout: the caller decides what that means."""
+    try:
+        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return Captured(None, out, "", f"{shlex.join(cmd[:1])} gave no answer within {timeout:g} s", timed_out=True)
+    except OSError as e:
+        return Captured(None, "", "", f"{shlex.join(cmd[:1])} could not start: {e.strerror or e}")
+    return Captured(r.returncode, r.stdout, r.stderr)
+
+
+def spawn_guarded(
+    cmd: list[str], log_path: Path, env: dict[str, str], *, watchdog_args: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start a long-running ``cmd`` (a server, a worker) under the toolchain's watchdog in a new session, the
+    command line and then its output in ``log_path``. The watchdog ties the child's whole tree to this process:
+    it dies with us even on SIGKILL (toolchain/triton/watchdog.py)."""
+    import sys
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        log.write(("$ " + shlex.join(cmd) + "\n").encode())
+        log.flush()
+        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
+        guarded += [*watchdog_args, "--", *cmd]
+        return subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def spawn_pipes(cmd: list[str], *, cwd: str | None = None) -> subprocess.Popen[str]:
+    """Start a line-protocol worker (stdin and stdout as text pipes, stderr discarded)."""
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd
+    )
+
+
+def finish(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Wait for a process that was asked to end (its stdin closed); killed after ``timeout`` seconds."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 from typing import Any
 
 from toolchain import __version__, settings
+from toolchain.proc import capture
 
 _PROBE = """
 import json
@@ -30,9 +30,9 @@ print(json.dumps(out))
 def installed_versions(python: str | None = None) -> dict[str, str | None]:
     """TensorRT-LLM and TensorRT versions as the build's Python sees them (None when absent)."""
     try:
-        out = subprocess.run([python or sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        out = capture([python or sys.executable, "-c", _PROBE], timeout=120)
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+    except (ValueError, IndexError):
         return {"tensorrt_llm": None, "tensorrt": None}
 
 

@@ -9,12 +9,12 @@ the repository's ``.venv-dynamo/bin/python``, a ``python3`` on ``PATH`` that has
 from __future__ import annotations
 
 import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
 from toolchain import settings
 from toolchain.errors import DynamoMissingError
+from toolchain.proc import capture
 
 DYNAMO_VERSION = "1.6.1"
 REPO = Path(__file__).resolve().parents[2]
@@ -41,11 +41,8 @@ def _probe(python: str) -> str | None:
     """The ai-dynamo version ``python`` has, or None when it cannot run Dynamo's frontend and mocker."""
     if not Path(python).is_file():
         return None
-    try:
-        r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
+    r = capture([python, "-c", _PROBE], timeout=30)
+    return r.stdout.strip() if r.ok else None
 
 
 def dynamo_python() -> str:

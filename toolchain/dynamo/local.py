@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +27,7 @@ from typing import Any
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
 from toolchain.dynamo.timing import WorkerTiming, write_profile
 from toolchain.errors import ServerError, UserInputError
-from toolchain.proc import stop_group, tail
+from toolchain.proc import Popen, spawn_guarded, stop_group, tail
 from toolchain.progress import Heartbeat, Progress, silent
 from toolchain.specs.matrix import Cell
 
@@ -44,7 +42,7 @@ class Proc:
     name: str  # broker | frontend | prefill | decode | workers
     cmd: list[str]
     log: Path
-    popen: subprocess.Popen[bytes]
+    popen: Popen[bytes]
     system_port: int | None = None
 
     @property
@@ -241,12 +239,7 @@ def _launch(name: str, cmd: list[str], logs: Path, env: dict[str, str], system_p
     penv = dict(env)
     if system_port is not None:
         penv["DYN_SYSTEM_PORT"] = str(system_port)  # the worker's /metrics and /health
-    with open(log, "wb") as fh:
-        fh.write(("$ " + " ".join(cmd) + "\n").encode())
-        fh.flush()
-        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid()), "--", *cmd]
-        popen = subprocess.Popen(guarded, stdout=fh, stderr=subprocess.STDOUT, env=penv, start_new_session=True)
-    return Proc(name, cmd, log, popen, system_port)
+    return Proc(name, cmd, log, spawn_guarded(cmd, log, penv), system_port)
 
 
 def _get(url: str, timeout: float = 1.0) -> bytes | None:

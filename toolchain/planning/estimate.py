@@ -19,7 +19,6 @@ import json
 import math
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from toolchain import settings
 from toolchain.errors import EstimateUnavailableError, EstimatorMissingError
 from toolchain.planning.perf import Fleet, ceil_clean, fleet_size, speculative_tokens
 from toolchain.planning.plan import CellPlan, floor_tpot_ms_at
+from toolchain.proc import Popen, finish, spawn_pipes
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
 
@@ -140,7 +140,7 @@ def aic_python() -> str | None:
     return str(local) if local.is_file() else None
 
 
-def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
+def _readline(proc: Popen[str], timeout: float) -> str:
     """One line of the worker's stdout, or "" when it ends or says nothing for ``timeout`` seconds (then killed)."""
     import selectors
 
@@ -164,7 +164,7 @@ def _concise(error: str) -> str:
 class Session:
     """A running worker; ``ask`` answers one query (cached), ``close`` ends it."""
 
-    proc: subprocess.Popen[str]
+    proc: Popen[str]
     model_path: str
     version: str
     tmp: tempfile.TemporaryDirectory[str]
@@ -218,11 +218,7 @@ class Session:
         if self.proc.stdin:
             with contextlib.suppress(BrokenPipeError):
                 self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        finish(self.proc, timeout=10)
         self.tmp.cleanup()
 
 
@@ -240,14 +236,7 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
     (Path(tmp.name) / "config.json").write_text(json.dumps(cfg))
     if progress:
         progress("AIConfigurator: starting")
-    proc = subprocess.Popen(
-        [python, str(WORKER)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=tmp.name,
-    )
+    proc = spawn_pipes([python, str(WORKER)], cwd=tmp.name)
     hello = _readline(proc, QUERY_TIMEOUT_S)
     try:
         ready = json.loads(hello) if hello else {"error": "the worker printed nothing"}

@@ -17,12 +17,12 @@ import base64
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolchain import settings
 from toolchain.errors import RegistryAuthError, RegistryUnavailableError
+from toolchain.proc import capture
 
 DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 DOCKER_HUB_KEY = "https://index.docker.io/v1/"  # the Docker CLI's key for Docker Hub in config.json
@@ -61,15 +61,12 @@ def _run_helper(name: str, host: str, config: str) -> Credentials | None:
             f"install {binary}, or remove it from {config} and set TOOLCHAIN_OCI_USERNAME/TOOLCHAIN_OCI_PASSWORD",
         )
     server = DOCKER_HUB_KEY if host.lower() in DOCKER_HUB_HOSTS else host
-    try:
-        proc = subprocess.run(
-            [binary, "get"], input=server, capture_output=True, text=True, timeout=HELPER_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired as e:
+    proc = capture([binary, "get"], input=server, timeout=HELPER_TIMEOUT_S)
+    if proc.timed_out:
         raise RegistryAuthError(
             f"credential helper {binary} did not answer for {host} within {HELPER_TIMEOUT_S:.0f} s",
             "unlock its keychain (or log in again with `docker login`), then run the command again",
-        ) from e
+        )
     if proc.returncode != 0:
         # "credentials not found in native keychain": no entry for this host; anything else is the helper's failure
         if "not found" in (proc.stdout + proc.stderr).lower():

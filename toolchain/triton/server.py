@@ -18,7 +18,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import sysconfig
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from toolchain.artifacts.layout import cache
 from toolchain.errors import ServerError, UserInputError
-from toolchain.proc import stop_group, tail
+from toolchain.proc import Popen, capture, spawn_guarded, stop_group, tail
 from toolchain.progress import Heartbeat, Progress, silent
 from toolchain.triton.metrics_config import metrics_args
 
@@ -46,7 +45,7 @@ class Ports:
 
 @dataclass
 class Server:
-    proc: subprocess.Popen[bytes]
+    proc: Popen[bytes]
     repo: Path
     host: str
     ports: Ports
@@ -134,7 +133,7 @@ def prepare_backends(ts: Path) -> Path:
             f"the Triton wheel has no Python backend stub for Python {minor}",
             hint="use Python 3.8-3.13 for the serving environment",
         )
-    ldd = subprocess.run(["ldd", str(stub)], capture_output=True, text=True)
+    ldd = capture(["ldd", str(stub)], timeout=30)
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     missing = [ln.split()[0] for ln in ldd.stdout.splitlines() if "not found" in ln]
     if missing and not any(Path(libdir, m).exists() for m in missing):
@@ -284,19 +283,14 @@ def _pytriton_command(repo: Path, net: list[str], shm_prefix: str, world_size: i
     ]
 
 
-def _launch(cmd: list[str], log_path: Path, env: dict[str, str], shm_prefix: str = "") -> subprocess.Popen[bytes]:
-    """Start ``cmd`` under the watchdog in a new session, its output (after the command line) in ``log_path``."""
-    with open(log_path, "wb") as log:
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
-        log.flush()
-        # The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs)
-        # to this process: it dies with us even on SIGKILL, and the stubs die with the server.
-        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
-        guarded += ["--shm-prefix", shm_prefix, "--", *cmd] if shm_prefix else ["--", *cmd]
-        return subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+def _launch(cmd: list[str], log_path: Path, env: dict[str, str], shm_prefix: str = "") -> Popen[bytes]:
+    """Start ``cmd`` under the watchdog in a new session, its output (after the command line) in ``log_path``.
+    The watchdog ties the server's whole tree (tritonserver or mpirun, and the Python-backend stubs) to this
+    process: it dies with us even on SIGKILL, and the stubs die with the server."""
+    return spawn_guarded(cmd, log_path, env, watchdog_args=("--shm-prefix", shm_prefix) if shm_prefix else ())
 
 
-def _raise_if_failed(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+def _raise_if_failed(proc: Popen[bytes], log_path: Path) -> None:
     """Raise with the log tail when tritonserver exited or its Python backend stub could not start."""
     if proc.poll() is not None:
         text = log_path.read_text(errors="replace")
