@@ -98,6 +98,7 @@ def make_config(
     seed: int,
     stop_on_error: bool,
     timeout: float,
+    idle_timeout: float | None = None,
     num_draft_tokens: int | None = None,
     workers: int = 1,
     trace: Path | None = None,
@@ -131,6 +132,8 @@ def make_config(
         raise UserInputError(f"--warmup must be 0 or more, not {warmup}", "pass --warmup 0 to measure every request")
     if not timeout > 0:  # also NaN
         raise UserInputError(f"--timeout must be a positive number of seconds, not {timeout}")
+    if idle_timeout is not None and not 0 < idle_timeout < float("inf"):  # also NaN
+        raise UserInputError(f"--idle-timeout must be a positive number of seconds, not {idle_timeout}")
     cell = None
     art: CellArtifacts | None = None
     prov: dict[str, Any] = {}
@@ -184,6 +187,7 @@ def make_config(
         chat=protocol == "openai-chat",
         stop_on_error=stop_on_error,
         timeout=timeout,
+        idle_timeout=idle_timeout,
         provenance=prov,
         workers=workers,
     )
