@@ -2,7 +2,7 @@
 OpenAI-compatible HTTP SSE; fixed concurrency or constant/Poisson rate; warm-up excluded; bounded
 by count or duration; Ctrl-C or a dead server keeps what was measured.
 
-Every request has two deadlines (docs/bench.md, "Deadlines"): ``timeout`` bounds the whole request, from
+Every request has two deadlines (docs/metrics.md, "Deadlines"): ``timeout`` bounds the whole request, from
 the connection to the last byte (``--timeout``), and ``idle_timeout`` bounds each wait for the server to
 send anything at all: the connection, the first byte, the gap between chunks (``--idle-timeout``). A server
 that trickles a byte every few seconds passes the idle deadline forever; the total one still ends the
