@@ -42,7 +42,14 @@ from toolchain.errors import (
 )
 from toolchain.registry.backends import Backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, check_against_record, parse_manifest
-from toolchain.registry.oci_auth import DOCKER_HUB_HOSTS, Credentials, fetch_token, lookup_credentials, parse_challenge
+from toolchain.registry.oci_auth import (
+    DOCKER_HUB_HOSTS,
+    Credentials,
+    anonymous_refused,
+    fetch_token,
+    lookup_credentials,
+    parse_challenge,
+)
 
 MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_MANIFEST_MT = "application/vnd.docker.distribution.manifest.v2+json"
@@ -272,7 +279,7 @@ class OCIBackend(Backend):
         creds = self._credentials()
         if scheme == "basic":
             if creds is None:
-                raise self._auth_error(401, "no credentials were found", push)
+                raise anonymous_refused(self.host, 401)
             if tried == creds.basic():
                 raise self._auth_error(401, f"the credentials from {creds.source}", push)
             self._auth = creds.basic()
@@ -389,6 +396,8 @@ class OCIBackend(Backend):
         detail = _oci_error(resp)
         if code in (401, 403):
             creds = self._credentials()
+            if code == 401 and creds is None:
+                return anonymous_refused(self.host, code)
             who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
             return self._auth_error(code, who, push)
         if code == 404:
