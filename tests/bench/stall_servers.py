@@ -14,7 +14,8 @@ check passes) and then, for every ``POST``, does what ``mode`` says:
 ``stall_triton(mode)``: a Triton-protocol gRPC server (tritonclient's own service stubs) with a decoupled
 model ``m`` (text_input, max_tokens, stream in; text_output out) whose stream does what ``mode`` says:
 ``silent`` (never answers), ``trickle`` (a text_output every ``TRICKLE_S`` s, never final), ``ok`` (3 pieces
-and a final response); ``stop()`` kills the server mid-run, as a crashed tritonserver would.
+and a final response), ``config-silent`` (live, but never answers the model-config request bench asks
+first); ``stop()`` kills the server mid-run, as a crashed tritonserver would.
 """
 
 from __future__ import annotations
@@ -172,6 +173,9 @@ def stall_triton(mode: str) -> Iterator[Triton]:
             return pb.ServerLiveResponse(live=True)
 
         def ModelConfig(self, request: Any, context: Any) -> Any:
+            if mode == "config-silent":
+                while context.is_active() and not halt.wait(0.1):
+                    pass
             cfg = mc.ModelConfig(name="m", backend="python")
             for name, dt in (("text_input", mc.TYPE_STRING), ("max_tokens", mc.TYPE_INT32), ("stream", mc.TYPE_BOOL)):
                 cfg.input.add(name=name, data_type=dt, dims=[1])

@@ -91,6 +91,14 @@ def test_a_silent_triton_stream_ends_at_the_idle_deadline() -> None:
     _all_timeouts(out, 2, "--idle-timeout")
 
 
+def test_a_triton_that_never_answers_the_model_config_ends_the_check() -> None:
+    from toolchain.errors import BenchError
+
+    with stall_triton("config-silent") as tr, pytest.raises(BenchError) as err:
+        run_load("triton", tr.url, "m", _reqs(1), Load(concurrency=1), warmup=0, timeout=60.0, idle_timeout=1.0)
+    assert "sent no config for model 'm' within 1 s (--idle-timeout)" in err.value.message
+
+
 def test_triton_killed_mid_bench_is_one_classified_line() -> None:
     with stall_triton("ok") as tr:
         threading.Timer(1.0, tr.stop).start()

@@ -171,10 +171,16 @@ class TritonTarget:
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
-            cfg = (await self.client.get_model_config(self.model, as_json=True))["config"]
+            cfg = (await self._model_config(self.model))["config"]
         except Exception as e:
+            if isinstance(e, TimeoutError) or "DEADLINE_EXCEEDED" in str(e):
+                raise BenchError(
+                    f"Triton at {self.url} sent no config for model {self.model!r} within {self.idle_timeout:g} s "
+                    "(--idle-timeout)",
+                    "check the server's health (its log, `toolchain diagnose`), or raise --idle-timeout",
+                ) from e
             raise BenchError(
-                f"model {self.model!r} is not available at {self.url}: {e}",
+                f"model {self.model!r} is not available at {self.url}: {one_line(str(e))}",
                 "check --model (ensemble, tensorrt_llm_bls, ...)",
             ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
@@ -191,13 +197,21 @@ class TritonTarget:
             decoupled = bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
             if cfg.get("platform") == "ensemble":
                 for step in cfg.get("ensemble_scheduling", {}).get("step", []):
-                    sub = (await self.client.get_model_config(step["model_name"], as_json=True))["config"]
+                    sub = (await self._model_config(step["model_name"]))["config"]
                     decoupled |= bool(sub.get("model_transaction_policy", {}).get("decoupled"))
             if not decoupled:
                 raise BenchError(
                     f"model {self.model!r} is not decoupled, so it cannot stream tokens",
                     "serve it with decoupled mode (serving.decoupled: true) or pass --no-stream",
                 )
+
+    async def _model_config(self, name: str) -> Any:
+        """A model's config as JSON, within the idle deadline (gRPC's own deadline, and ours around it)."""
+        call = self.client.get_model_config(name, as_json=True, client_timeout=self.idle_timeout)
+        try:
+            return await asyncio.wait_for(call, self.idle_timeout + 1)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {self.idle_timeout:g} s (--idle-timeout)") from None
 
     def _inputs(self, req: Request) -> list[Any]:
         def inp(name: str, arr: Any, dt: str) -> Any:
