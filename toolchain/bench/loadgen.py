@@ -272,9 +272,9 @@ class TritonTarget:
             if error is not None:
                 rec.error = one_line(str(error))
                 status = str(getattr(error, "status", lambda: "")() or "")
-                rec.error_kind = (
-                    "connection" if "UNAVAILABLE" in status else "timeout" if "DEADLINE" in status else "server"
-                )
+                # an in-band error: the server (or its model, unloading as it shuts down) may be going away
+                gone = "UNAVAILABLE" in status or _gone_text(rec.error)
+                rec.error_kind = "timeout" if "DEADLINE" in status else "connection" if gone else "server"
                 break
             text = result.as_numpy("text_output")
             if text is not None and text.size:
