@@ -142,3 +142,23 @@ def test_bench_cli_ends_on_time_and_reports_the_timeouts(tiny_checkpoint: Path, 
 def test_a_bad_idle_timeout_is_refused(cli: Cli) -> None:
     res = cli("bench", "--url", "http://127.0.0.1:9", "--protocol", "openai", "--idle-timeout", "0")
     assert res.exit_code == 2 and "--idle-timeout" in res.output
+
+
+@pytest.mark.parametrize(
+    ("event", "chat", "said"),
+    [
+        ([1, 2], False, "a JSON list, not an object"),
+        ({"choices": 7}, False, "'choices' is a JSON number, not a list"),
+        ({"choices": ["x"]}, False, "a choice is a JSON string, not an object"),
+        ({"choices": [{"text": 5}]}, False, "the completion text is a JSON number, not a string"),
+        ({"choices": [{"delta": "hi"}]}, True, "'delta' is a JSON string, not an object"),
+        ({"choices": [], "usage": {"completion_tokens": "3"}}, False, "is a JSON string, not an integer"),
+        ({"choices": [], "usage": 3}, False, "'usage' is a JSON number, not an object"),
+    ],
+)
+def test_wrong_shapes_are_said_in_words(event: object, chat: bool, said: str) -> None:
+    from toolchain.bench.loadgen import _wrong_shape
+
+    assert said in (_wrong_shape(event, chat) or "")
+    assert _wrong_shape({"choices": [{"text": "ok"}], "usage": {"completion_tokens": 1}}, False) is None
+    assert _wrong_shape({"choices": [{"delta": {"content": "ok"}}]}, True) is None

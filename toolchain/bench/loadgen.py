@@ -411,7 +411,7 @@ class OpenAITarget:
 def _wrong_shape(obj: Any, chat: bool) -> str | None:
     """What is wrong with one decoded OpenAI stream event, in words; None when the client can read it."""
     if not isinstance(obj, dict):
-        return f"a JSON {type(obj).__name__}, not an object"
+        return f"a JSON {_json_type(obj)}, not an object"
     choices = obj.get("choices")
     if choices is not None and not isinstance(choices, list):
         return f"'choices' is a JSON {_json_type(choices)}, not a list"
