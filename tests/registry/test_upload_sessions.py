@@ -108,3 +108,39 @@ def test_a_finished_push_sends_no_delete(oci_env: RegistryServer, tmp_path: Path
     b.upload_stream(src)
     b.upload_bytes(b"{}", "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
     assert _deletes(b) == [] and _open_sessions(oci_env, repo) == []
+
+
+def test_ctrl_c_during_cache_push_asks_the_registry_to_cancel(oci_env: RegistryServer, tmp_path: Path) -> None:
+    """End to end: `toolchain cache push`, interrupted (SIGINT) while a blob streams, exits 130 in one line
+    and sends ``DELETE`` for its upload session (seen by a proxy in front of the registry)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    src = tmp_path / "engine"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    (src / "rank0.engine").write_bytes(os.urandom(200 * MB))
+    state = ProxyState(upstream=oci_env.host)
+    with proxy(state) as host:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "TOOLCHAIN_OCI_PLAIN_HTTP": "1"}
+        cmd = [sys.executable, "-m", "toolchain.cli.main", "cache", "push", str(src), "--key", "e" * 64]
+        proc = subprocess.Popen(
+            [*cmd, "--registry", f"oci://{host}/{_repo()}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(600):  # until the big blob's upload session is open (bounded: 60 s)
+            with state.lock:
+                if any(m == "POST" and "/blobs/uploads/" in p for m, p, _ in state.log):
+                    break
+            time.sleep(0.1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        with state.lock:
+            deletes = [p for m, p, _ in state.log if m == "DELETE"]
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    assert deletes and all("/blobs/uploads/" in p for p in deletes)
