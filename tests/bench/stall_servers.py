@@ -21,7 +21,6 @@ first); ``stop()`` kills the server mid-run, as a crashed tritonserver would.
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import struct
 import threading
@@ -214,11 +213,3 @@ def stall_triton(mode: str) -> Iterator[Triton]:
     finally:
         stop()
         server.wait_for_termination(5)
-
-
-def events(url: str) -> list[dict[str, Any]]:
-    """Helper for debugging a server by hand: POST one completion, return the decoded events."""
-    import httpx
-
-    with httpx.stream("POST", url + "/v1/completions", json={"prompt": "x"}, timeout=5) as r:
-        return [json.loads(ln[5:]) for ln in r.iter_lines() if ln.startswith("data:") and "[DONE]" not in ln]
