@@ -16,9 +16,11 @@ variable                       default                  meaning
 ``TOOLCHAIN_OCI_USERNAME``     (none)                   user name for ``oci://`` registries (with the password; else
                                                         the Docker config: ``$DOCKER_CONFIG``, ``~/.docker``)
 ``TOOLCHAIN_OCI_PASSWORD``     (none)                   password or access token for ``oci://`` (never printed)
-``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``  ``5``           seconds to connect to a registry (``oci://``) before giving up
-``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``) may send nothing before the
-                                                        request counts as stalled (retried, then one-line error)
+``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``  ``5``           seconds to connect to a registry (``oci://``, ``s3://``,
+                                                        ``hf://``) before giving up
+``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``, ``s3://``, ``hf://``) may send
+                                                        nothing before the request counts as stalled (retried,
+                                                        then one-line error)
 ``TOOLCHAIN_SIGNING_KEY``      (none)                   private key ``cache push`` signs entries with (``--sign``)
 ``TOOLCHAIN_SIGNING_PASSWORD`` ``$COSIGN_PASSWORD``     password of an encrypted signing key (never printed)
 ``TOOLCHAIN_VERIFY_KEY``       (none)                   public key pulls require a valid signature of (``--public-key``)

@@ -35,6 +35,7 @@ class ProxyState:
     cut_patch_once: bool = False
     no_patch: bool = False  # answer 405 to every PATCH (a registry without chunked uploads)
     fail_range_once: bool = False  # answer 503 to the first ranged blob GET (a registry failing on the resume)
+    fail_upload_put: bool = False  # answer 500 to every PUT that closes a blob upload (its session stays open)
     log: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)  # (method, path, headers)
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -77,6 +78,9 @@ class Handler(BaseHTTPRequestHandler):
             if st.status == 401:
                 hdrs["WWW-Authenticate"] = 'Basic realm="fake"'
             self._reply(st.status, b"" if st.status == 404 else payload, hdrs)
+            return
+        if self.command == "PUT" and st.fail_upload_put and "/blobs/uploads/" in self.path:
+            self._reply(500, b'{"errors":[{"code":"UNKNOWN","message":"storage failed"}]}')
             return
         if self.command == "PATCH" and st.no_patch:
             self._reply(405, b'{"errors":[{"code":"UNSUPPORTED","message":"no chunked uploads"}]}')

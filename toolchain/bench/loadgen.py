@@ -1,6 +1,16 @@
 """Asyncio load generator: Triton gRPC bidirectional streaming (tritonclient.grpc.aio) and
 OpenAI-compatible HTTP SSE; fixed concurrency or constant/Poisson rate; warm-up excluded; bounded
-by count or duration; Ctrl-C or a dead server keeps what was measured."""
+by count or duration; Ctrl-C or a dead server keeps what was measured.
+
+Every request has two deadlines (docs/metrics.md, "Deadlines"): ``timeout`` bounds the whole request, from
+the connection to the last byte (``--timeout``), and ``idle_timeout`` bounds each wait for the server to
+send anything at all: the connection, the first byte, the gap between chunks (``--idle-timeout``). A server
+that trickles a byte every few seconds passes the idle deadline forever; the total one still ends the
+request, which is recorded with error kind ``timeout``.
+
+Error kinds (``RequestRecord.error_kind``), each with a one-line reason: ``server`` (it answered with an
+error), ``connection`` (it went away or could not be reached), ``protocol`` (an answer in a shape the
+client cannot use), ``timeout`` (a deadline passed), ``cancelled`` (in flight at Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -85,13 +95,66 @@ class RunOutcome:
 
 INTERRUPTED = "interrupted (Ctrl-C); results so far were kept, requests in flight are marked cancelled"
 
+DEFAULT_TIMEOUT_S = 300.0  # --timeout: the whole request
+DEFAULT_IDLE_TIMEOUT_S = 60.0  # --idle-timeout: the longest silence (connect, first byte, between chunks)
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` as one line of at most ``limit`` characters, cut at a word boundary (never mid-word)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1].rsplit(" ", 1)[0] if " " in flat[: limit - 1] else flat[: limit - 1]
+    return cut.rstrip(" ,;:") + "…"
+
+
+# gRPC status codes that mean the server (or the path to it) went away, not that it refused this request
+GRPC_GONE = {"UNAVAILABLE", "CANCELLED", "UNKNOWN", "ABORTED", "INTERNAL"}
+
+
+def classify(e: BaseException) -> tuple[str, str]:
+    """(error kind, one-line reason) of an exception raised while a request was in flight."""
+    code = getattr(e, "code", None)
+    if callable(code) and hasattr(e, "details"):  # grpc.aio.AioRpcError, grpc.RpcError
+        name = str(getattr(code(), "name", code()))
+        details = one_line(str(e.details() or ""), 160)
+        if name == "DEADLINE_EXCEEDED":
+            return "timeout", f"gRPC DEADLINE_EXCEEDED: {details or 'the request deadline passed'}"
+        if name in GRPC_GONE and (name == "UNAVAILABLE" or _gone_text(details)):
+            return "connection", f"the server went away (gRPC {name}: {details or 'no details'})"
+        return "server", f"gRPC {name}: {details or 'no details'}"
+    if isinstance(e, (TypeError, ValueError, KeyError, IndexError, AttributeError, UnicodeError)):
+        return "protocol", one_line(f"an answer the client could not read ({type(e).__name__}: {e})")
+    if isinstance(e, (ConnectionError, EOFError)):
+        return "connection", one_line(f"the connection failed ({type(e).__name__}: {e})")
+    if isinstance(e, TimeoutError):
+        return "timeout", one_line(f"timed out ({e})" if str(e) else "timed out")
+    return "server", one_line(f"{type(e).__name__}: {e}")
+
+
+def _gone_text(text: str) -> bool:
+    t = text.lower()
+    return any(g in t for g in GONE)
+
+
+async def within(coro: Awaitable[None], rec: RequestRecord, total: float) -> None:
+    """Run one request under its total deadline; past it the request is a ``timeout`` error (the stream is closed)."""
+    try:
+        await asyncio.wait_for(coro, total)
+    except asyncio.TimeoutError:
+        if rec.error is None:
+            got = f" after {len(rec.chunk_times)} chunk(s)" if rec.chunk_times else ""
+            rec.error = f"no complete answer within the request deadline of {total:g} s{got} (--timeout)"
+        rec.error_kind = "timeout"
+
 
 class TritonTarget:
-    def __init__(self, url: str, model: str, stream: bool, timeout: float) -> None:
+    def __init__(self, url: str, model: str, stream: bool, timeout: float, idle_timeout: float | None = None) -> None:
         import tritonclient.grpc.aio as grpcaio
 
         self.g = grpcaio
         self.url, self.model, self.stream, self.timeout = url, model, stream, timeout
+        self.idle_timeout = min(timeout, idle_timeout or DEFAULT_IDLE_TIMEOUT_S)
         self.client = grpcaio.InferenceServerClient(url)
         self.inputs: set[str] = set()
         self.outputs: list[str] = list(PERF_OUT)
@@ -108,10 +171,16 @@ class TritonTarget:
         if not live:
             raise BenchError(f"Triton at {self.url} is not live")
         try:
-            cfg = (await self.client.get_model_config(self.model, as_json=True))["config"]
+            cfg = (await self._model_config(self.model))["config"]
         except Exception as e:
+            if isinstance(e, TimeoutError) or "DEADLINE_EXCEEDED" in str(e):
+                raise BenchError(
+                    f"Triton at {self.url} sent no config for model {self.model!r} within {self.idle_timeout:g} s "
+                    "(--idle-timeout)",
+                    "check the server's health (its log, `toolchain diagnose`), or raise --idle-timeout",
+                ) from e
             raise BenchError(
-                f"model {self.model!r} is not available at {self.url}: {e}",
+                f"model {self.model!r} is not available at {self.url}: {one_line(str(e))}",
                 "check --model (ensemble, tensorrt_llm_bls, ...)",
             ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
@@ -128,13 +197,21 @@ class TritonTarget:
             decoupled = bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
             if cfg.get("platform") == "ensemble":
                 for step in cfg.get("ensemble_scheduling", {}).get("step", []):
-                    sub = (await self.client.get_model_config(step["model_name"], as_json=True))["config"]
+                    sub = (await self._model_config(step["model_name"]))["config"]
                     decoupled |= bool(sub.get("model_transaction_policy", {}).get("decoupled"))
             if not decoupled:
                 raise BenchError(
                     f"model {self.model!r} is not decoupled, so it cannot stream tokens",
                     "serve it with decoupled mode (serving.decoupled: true) or pass --no-stream",
                 )
+
+    async def _model_config(self, name: str) -> Any:
+        """A model's config as JSON, within the idle deadline (gRPC's own deadline, and ours around it)."""
+        call = self.client.get_model_config(name, as_json=True, client_timeout=self.idle_timeout)
+        try:
+            return await asyncio.wait_for(call, self.idle_timeout + 1)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {self.idle_timeout:g} s (--idle-timeout)") from None
 
     def _inputs(self, req: Request) -> list[Any]:
         def inp(name: str, arr: Any, dt: str) -> Any:
@@ -154,6 +231,15 @@ class TritonTarget:
         return out
 
     async def one(self, req: Request, rec: RequestRecord) -> None:
+        """One request under both deadlines; a gRPC failure becomes one classified line."""
+        try:
+            await within(self._one(req, rec), rec, self.timeout)
+        except Exception as e:
+            if not hasattr(e, "details"):
+                raise
+            rec.error_kind, rec.error = classify(e)
+
+    async def _one(self, req: Request, rec: RequestRecord) -> None:
         outputs = [self.g.InferRequestedOutput(n) for n in self.outputs]
         inputs = self._inputs(req)
 
@@ -169,14 +255,26 @@ class TritonTarget:
         rec.sent = time.perf_counter()
         server_tokens = None
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character split over pieces waits for its rest
-        async for result, error in self.client.stream_infer(gen(), stream_timeout=self.timeout):
+        # stream_timeout is gRPC's deadline for the whole call (the server sees it too; a second later than
+        # `within`, so the client's own deadline is the one reported); the idle
+        # deadline bounds each wait for the next response.
+        responses = self.client.stream_infer(gen(), stream_timeout=self.timeout + 1)
+        while True:
+            try:
+                result, error = await asyncio.wait_for(responses.__anext__(), self.idle_timeout)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                responses.cancel()
+                rec.error, rec.error_kind = self._silent(rec), "timeout"
+                break
             now = time.perf_counter()
             if error is not None:
-                rec.error = str(error)
+                rec.error = one_line(str(error))
                 status = str(getattr(error, "status", lambda: "")() or "")
-                rec.error_kind = (
-                    "connection" if "UNAVAILABLE" in status else "timeout" if "DEADLINE" in status else None
-                )
+                # an in-band error: the server (or its model, unloading as it shuts down) may be going away
+                gone = "UNAVAILABLE" in status or _gone_text(rec.error)
+                rec.error_kind = "timeout" if "DEADLINE" in status else "connection" if gone else "server"
                 break
             text = result.as_numpy("text_output")
             if text is not None and text.size:
@@ -202,6 +300,10 @@ class TritonTarget:
         if rec.error is None and not rec.chunk_times:
             rec.error, rec.error_kind = "the responses held no text_output", "protocol"
 
+    def _silent(self, rec: RequestRecord) -> str:
+        what = "the first response" if not rec.chunk_times else "the next response"
+        return f"the server sent nothing for {self.idle_timeout:g} s while waiting for {what} (--idle-timeout)"
+
     async def close(self) -> None:
         await self.client.close()
 
@@ -209,17 +311,21 @@ class TritonTarget:
 class OpenAITarget:
     """/v1/completions or /v1/chat/completions with stream=true; tokens from `usage` when sent."""
 
-    def __init__(self, url: str, model: str, chat: bool, timeout: float) -> None:
+    def __init__(self, url: str, model: str, chat: bool, timeout: float, idle_timeout: float | None = None) -> None:
         import httpx
 
         self.url = url.rstrip("/")
         self.model, self.chat = model, chat
+        self.timeout = timeout
+        self.idle_timeout = min(timeout, idle_timeout or DEFAULT_IDLE_TIMEOUT_S)
         self.httpx = httpx
         self.on_text: Callable[[str], None] | None = None
         # No cap on pooled connections: each in-flight request keeps its own and gives it back at the end
         # of the response, so the next request reuses it instead of paying a TCP handshake.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)
-        self.http = httpx.AsyncClient(timeout=timeout, limits=limits)
+        # httpx's timeouts are per operation (connect, each read, each write): the idle deadline. The total
+        # deadline is `within` around the whole request.
+        self.http = httpx.AsyncClient(timeout=self.idle_timeout, limits=limits)
 
     async def check(self) -> None:
         try:
@@ -243,11 +349,15 @@ class OpenAITarget:
             body["prompt"] = req.prompt
             path = "/v1/completions"
         try:
-            await self._stream(path, body, rec)
+            await within(self._stream(path, body, rec), rec, self.timeout)
         except self.httpx.TimeoutException as e:
-            rec.error, rec.error_kind = f"{type(e).__name__}: {e}", "timeout"
+            what = "a connection" if isinstance(e, self.httpx.ConnectTimeout) else "the first token"
+            if rec.chunk_times:
+                what = "the next chunk"
+            rec.error = f"the server sent nothing for {self.idle_timeout:g} s while waiting for {what} (--idle-timeout)"
+            rec.error_kind = "timeout"
         except (self.httpx.ConnectError, self.httpx.RemoteProtocolError, self.httpx.ReadError) as e:
-            rec.error, rec.error_kind = f"{type(e).__name__}: {e}", "connection"
+            rec.error, rec.error_kind = one_line(f"{type(e).__name__}: {e}"), "connection"
         if rec.error is None and not rec.chunk_times:
             rec.error, rec.error_kind = "the stream held no completion text", "protocol"
 
@@ -276,8 +386,9 @@ class OpenAITarget:
                     rec.error, rec.error_kind = f"not JSON in the event stream: {data[:80]!r}", "protocol"
                     done = True
                     continue
-                if not isinstance(obj, dict):
-                    rec.error, rec.error_kind = f"unexpected event in the stream: {data[:80]!r}", "protocol"
+                wrong = _wrong_shape(obj, self.chat)
+                if wrong:
+                    rec.error, rec.error_kind = f"an event of the wrong shape ({wrong}): {data[:80]!r}", "protocol"
                     done = True
                     continue
                 for ch in obj.get("choices") or []:
@@ -295,6 +406,36 @@ class OpenAITarget:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _wrong_shape(obj: Any, chat: bool) -> str | None:
+    """What is wrong with one decoded OpenAI stream event, in words; None when the client can read it."""
+    if not isinstance(obj, dict):
+        return f"a JSON {_json_type(obj)}, not an object"
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return f"'choices' is a JSON {_json_type(choices)}, not a list"
+    for ch in choices or []:
+        if not isinstance(ch, dict):
+            return f"a choice is a JSON {_json_type(ch)}, not an object"
+        inner = ch.get("delta") if chat else ch
+        if chat and inner is not None and not isinstance(inner, dict):
+            return f"'delta' is a JSON {_json_type(inner)}, not an object"
+        piece = (inner or {}).get("content" if chat else "text")
+        if piece is not None and not isinstance(piece, str):
+            return f"the completion text is a JSON {_json_type(piece)}, not a string"
+    usage = obj.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return f"'usage' is a JSON {_json_type(usage)}, not an object"
+    n = (usage or {}).get("completion_tokens")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        return f"'usage.completion_tokens' is a JSON {_json_type(n)}, not an integer"
+    return None
+
+
+def _json_type(v: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "object"}
+    return "null" if v is None else names.get(type(v), type(v).__name__)
 
 
 GONE = (
@@ -371,7 +512,8 @@ async def _run(
                 rec.error, rec.error_kind = "cancelled", "cancelled"
             raise
         except Exception as e:
-            rec.error = rec.error or f"{type(e).__name__}: {e}"
+            if rec.error is None:
+                rec.error_kind, rec.error = classify(e)
         _tally(rec, consecutive, outcome, stop, stop_on_error, max_conn_errors)
         failed = consecutive["failed"]
         progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)
@@ -426,10 +568,10 @@ def _tally(
             rec.error_kind = "connection"
             consecutive["conn"] += 1
             if consecutive["conn"] >= max_conn_errors:
-                outcome.halt("server-gone", f"server unreachable during the run: {rec.error[:200]}")
+                outcome.halt("server-gone", f"server unreachable during the run: {one_line(rec.error)}")
                 stop.set()
         if stop_on_error:
-            outcome.halt("stop-on-error", f"stopped on error: {rec.error[:200]}")
+            outcome.halt("stop-on-error", f"stopped on error ({rec.error_kind or 'server'}): {one_line(rec.error)}")
             stop.set()
     else:
         consecutive["conn"] = 0
@@ -476,12 +618,23 @@ async def _open_loop(
         tasks.append(asyncio.create_task(fire(i, r, t0 + off)))
 
 
-def make_target(protocol: str, url: str, model: str, *, stream: bool = True, timeout: float = 300.0) -> Any:
-    """A Triton gRPC (``triton``) or OpenAI-compatible (``openai``, ``openai-chat``) streaming client."""
+def make_target(
+    protocol: str,
+    url: str,
+    model: str,
+    *,
+    stream: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    idle_timeout: float | None = None,
+) -> Any:
+    """A Triton gRPC (``triton``) or OpenAI-compatible (``openai``, ``openai-chat``) streaming client.
+
+    ``timeout`` bounds each whole request; ``idle_timeout`` (default 60 s, never above ``timeout``) each silence.
+    """
     if protocol == "triton":
-        return TritonTarget(url, model, stream, timeout)
+        return TritonTarget(url, model, stream, timeout, idle_timeout)
     if protocol in ("openai", "openai-chat"):
-        return OpenAITarget(url, model, protocol == "openai-chat", timeout)
+        return OpenAITarget(url, model, protocol == "openai-chat", timeout, idle_timeout)
     raise BenchError(f"unknown protocol {protocol!r}", "use triton, openai or openai-chat")
 
 
@@ -495,7 +648,8 @@ def run_load(
     stream: bool = True,
     warmup: int = 1,
     seed: int = 0,
-    timeout: float = 300.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    idle_timeout: float | None = None,
     stop_on_error: bool = False,
     chat: bool = False,
     max_conn_errors: int = 3,
@@ -506,9 +660,9 @@ def run_load(
 
     async def main() -> RunOutcome:
         target: Any = (
-            TritonTarget(url, model, stream, timeout)
+            TritonTarget(url, model, stream, timeout, idle_timeout)
             if target_kind == "triton"
-            else OpenAITarget(url, model, chat, timeout)
+            else OpenAITarget(url, model, chat, timeout, idle_timeout)
         )
         try:
             await target.check()

@@ -61,6 +61,7 @@ class BenchOptions:
     seed: int = 0
     stop_on_error: bool = False
     timeout: float = 300.0
+    idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: the load generator's default
     num_draft_tokens: int | None = None
     workers: int = 1
     trace: Path | None = None
@@ -97,6 +98,8 @@ class BenchOptions:
             )
         if not self.timeout > 0:  # also NaN
             raise UserInputError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+        if self.idle_timeout is not None and not 0 < self.idle_timeout < float("inf"):  # also NaN
+            raise UserInputError(f"--idle-timeout must be a positive number of seconds, not {self.idle_timeout}")
         if self.num_draft_tokens is not None and self.num_draft_tokens < 1:
             raise UserInputError("--num-draft-tokens must be at least 1")
         object.__setattr__(self, "loads", tuple(loads))

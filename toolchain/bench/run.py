@@ -39,7 +39,8 @@ class BenchConfig:
     slo: dict[str, float | None] = field(default_factory=dict)
     chat: bool = False
     stop_on_error: bool = False
-    timeout: float = 300.0
+    timeout: float = 300.0  # the whole request (--timeout)
+    idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: loadgen's default
     provenance: dict[str, Any] = field(default_factory=dict)
     workers: int = 1  # load-generator processes
 
@@ -127,6 +128,7 @@ def _run_load(cfg: BenchConfig, load: Load, progress: Progress) -> RunOutcome:
         warmup=cfg.warmup,
         seed=cfg.seed,
         timeout=cfg.timeout,
+        idle_timeout=cfg.idle_timeout,
         stop_on_error=cfg.stop_on_error,
         chat=cfg.chat,
         progress=progress,

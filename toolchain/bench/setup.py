@@ -127,6 +127,7 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
         chat=opts.protocol == "openai-chat",
         stop_on_error=opts.stop_on_error,
         timeout=opts.timeout,
+        idle_timeout=opts.idle_timeout,
         provenance=prov,
         workers=opts.workers,
     )

@@ -70,6 +70,14 @@ def bench(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
     timeout: Annotated[float, timeout_opt("a request")] = 300.0,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(
+            "--idle-timeout",
+            help="Seconds a request may receive nothing (connect, first token, between chunks) [never above --timeout]",
+            min=0.001,
+        ),
+    ] = 60.0,
     num_draft_tokens: Annotated[
         int | None,
         typer.Option(
@@ -161,6 +169,7 @@ def bench(
         seed=seed,
         stop_on_error=stop_on_error,
         timeout=timeout,
+        idle_timeout=idle_timeout,
         num_draft_tokens=num_draft_tokens,
         workers=workers,
         trace=trace,

@@ -9,6 +9,7 @@ One option name has one meaning in every command that takes it:
 - ``--dataset`` a file of prompts to send (``bench``); calibration data is ``--calib-dataset``
 - ``--samples`` how many times a live server's metrics are sampled (``diagnose``); calibration is ``--calib-samples``
 - ``--timeout`` seconds before one unit of work is abandoned: a build (``build``), a request (``bench``)
+- ``--idle-timeout`` seconds one request may receive nothing before it is abandoned (``bench``)
 
 Every closed set is an Enum, so an unknown value is refused by the parser with the list of choices. The
 values are the library's own (a test holds each Enum equal to the library's set); they are written out here so

@@ -3,6 +3,12 @@
 All speak the same small object-store interface with '/'-separated paths. Every write is
 visible only when complete: local writes go to a temp name and are renamed; S3 PUTs are atomic
 per object; the Hub commits a whole entry in one commit.
+
+Every network backend waits with deadlines from ``toolchain.settings.http_timeouts``
+(``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``, ``TOOLCHAIN_HTTP_READ_TIMEOUT``; docs/oci-registry.md, "Deadlines"): botocore's
+``connect_timeout``/``read_timeout`` (standard retry mode, 5 tries in all) for S3, the Hub client's
+connect/read timeout and ``etag_timeout`` for the Hub; a Hub file download's reads are bounded by the
+library's own ``HF_HUB_DOWNLOAD_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -26,9 +32,19 @@ from toolchain.errors import (
     CorruptArtifactError,
     RegistryError,
     RegistryUnavailableError,
+    UserInputError,
 )
 
 FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
+S3_ATTEMPTS = 5  # botocore's standard retry mode: the first try and four retries (total_max_attempts)
+
+
+def http_deadlines() -> tuple[float, float]:
+    """(connect, read) seconds for a network backend; a bad setting is the user's to fix (exit 2)."""
+    try:
+        return settings.http_timeouts()
+    except ValueError as e:
+        raise UserInputError(str(e), "set it to seconds, e.g. 30 (or unset it for the default)") from e
 
 
 class Backend:
@@ -349,8 +365,12 @@ class S3Backend(Backend):
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         endpoint = endpoint_url or settings.s3_endpoint_url()
+        self.connect_timeout, self.read_timeout = http_deadlines()
         cfg = Config(
-            retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=3, read_timeout=60, max_pool_connections=16
+            retries={"total_max_attempts": S3_ATTEMPTS, "mode": "standard"},
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            max_pool_connections=16,
         )
         self.s3 = boto3.client("s3", endpoint_url=endpoint, config=cfg)
         from boto3.s3.transfer import TransferConfig
@@ -366,12 +386,27 @@ class S3Backend(Backend):
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
+            ConnectTimeoutError,
             EndpointConnectionError,
             NoCredentialsError,
+            ReadTimeoutError,
         )
 
         try:
             return fn(*args, **kw)
+        except ReadTimeoutError as e:
+            raise RegistryUnavailableError(
+                f"the S3 endpoint for {self.url} stopped answering (nothing for {self.read_timeout:g} s, "
+                f"{S3_ATTEMPTS} tries); raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
+                "check the endpoint's health and the network, then try again",
+            ) from e
+        except ConnectTimeoutError as e:
+            raise RegistryUnavailableError(
+                f"cannot connect to the S3 endpoint for {self.url} (no answer to connect within "
+                f"{self.connect_timeout:g} s, {S3_ATTEMPTS} tries); raise TOOLCHAIN_HTTP_CONNECT_TIMEOUT if the "
+                "network is only slow",
+                "check TOOLCHAIN_S3_ENDPOINT_URL / AWS_ENDPOINT_URL and the network",
+            ) from e
         except EndpointConnectionError as e:
             raise RegistryUnavailableError(
                 f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
@@ -487,6 +522,9 @@ class HFBackend(Backend):
 
             hub = require("huggingface_hub", "hf")
             api = hub.HfApi()  # token from HF_TOKEN / the standard login, never printed
+        self.connect_timeout, self.read_timeout = http_deadlines()
+        if type(api).__module__.startswith("huggingface_hub"):  # not a stand-in a test passed
+            hub_deadlines(self.connect_timeout, self.read_timeout)
         self.api = api
         self.repo_id = repo_id
         self.url = f"hf://{repo_id}"
@@ -496,7 +534,7 @@ class HFBackend(Backend):
 
     def read_bytes(self, path: str) -> bytes:
         try:
-            local = self.api.hf_hub_download(self.repo_id, path)
+            local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 raise FileNotFoundError(path) from e
@@ -535,7 +573,7 @@ class HFBackend(Backend):
         return True
 
     def get_file(self, path: str, dest: Path) -> None:
-        local = self.api.hf_hub_download(self.repo_id, path)
+        local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
         shutil.copyfile(local, dest)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
@@ -557,3 +595,32 @@ class HFBackend(Backend):
         from huggingface_hub import CommitOperationDelete
 
         self._commit([CommitOperationDelete(path_in_repo=path)], f"toolchain: delete {path}")
+
+
+_HUB_DEADLINES: list[tuple[float, float]] = []  # the (connect, read) the Hub's shared client was made with
+
+
+def hub_deadlines(connect: float, read: float) -> None:
+    """Make huggingface_hub's shared HTTP client (httpx, no timeout by default) wait at most ``connect`` to
+    connect and ``read`` for each read, through the library's own ``set_client_factory`` hook.
+
+    The hook is process-wide: it is set once per distinct pair (setting it closes the shared client), and the
+    client is otherwise the library's default one (its request hooks, redirects).
+    """
+    from huggingface_hub.utils import _http as hub_http
+
+    if _HUB_DEADLINES and _HUB_DEADLINES[-1] == (connect, read):
+        return
+    factory = getattr(hub_http, "default_client_factory", None)
+    setter = getattr(hub_http, "set_client_factory", None)
+    if factory is None or setter is None:  # huggingface_hub < 1.0 (requests): nothing to hook
+        return
+    import httpx
+
+    def make() -> Any:
+        client = factory()
+        client.timeout = httpx.Timeout(read, connect=connect)
+        return client
+
+    setter(make)
+    _HUB_DEADLINES.append((connect, read))

@@ -42,7 +42,14 @@ from toolchain.errors import (
 )
 from toolchain.registry.backends import Backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, check_against_record, parse_manifest
-from toolchain.registry.oci_auth import DOCKER_HUB_HOSTS, Credentials, fetch_token, lookup_credentials, parse_challenge
+from toolchain.registry.oci_auth import (
+    DOCKER_HUB_HOSTS,
+    Credentials,
+    anonymous_refused,
+    fetch_token,
+    lookup_credentials,
+    parse_challenge,
+)
 
 MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_MANIFEST_MT = "application/vnd.docker.distribution.manifest.v2+json"
@@ -276,7 +283,7 @@ class OCIBackend(Backend):
         creds = self._credentials()
         if scheme == "basic":
             if creds is None:
-                raise self._auth_error(401, "no credentials were found", push)
+                raise anonymous_refused(self.host, 401)
             if tried == creds.basic():
                 raise self._auth_error(401, f"the credentials from {creds.source}", push)
             self._auth = creds.basic()
@@ -393,6 +400,8 @@ class OCIBackend(Backend):
         detail = _oci_error(resp)
         if code in (401, 403):
             creds = self._credentials()
+            if code == 401 and creds is None:
+                return anonymous_refused(self.host, code)
             who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
             return self._auth_error(code, who, push)
         if code == 404:
@@ -438,11 +447,51 @@ class OCIBackend(Backend):
             return False
         raise self._fail(resp, f"HEAD of blob {digest[:19]}")
 
+    # --- upload sessions: one a push leaves unfinished is cancelled (DELETE <location>) -------
+
+    def _open_uploads(self) -> builtins.list[str]:
+        """This thread's upload sessions not yet closed by their final PUT: [original location, latest]."""
+        tl = self.__dict__.setdefault("_uploads_tl", threading.local())
+        if not hasattr(tl, "open"):
+            tl.open = []
+        sessions: builtins.list[str] = tl.open
+        return sessions
+
+    def _track(self, location: str) -> str:
+        """``location`` is now where this thread's newest upload session stands (a PATCH or status moved it)."""
+        sessions = self._open_uploads()
+        if sessions:
+            sessions[-1] = location
+        return location
+
+    def _cancel_uploads(self) -> None:
+        """``DELETE`` every upload session this thread left open (the distribution spec's "Canceling an
+        upload"); best effort and short: a registry that refuses or cannot be reached drops them itself."""
+        import httpx
+
+        sessions = self._open_uploads()
+        while sessions:
+            location = sessions.pop()
+            ours = httpx.URL(location).netloc == httpx.URL(self.base).netloc
+            headers = {"Authorization": self._auth} if self._auth and ours else {}
+            with contextlib.suppress(Exception):
+                self.client.request("DELETE", location, headers=headers, timeout=min(5.0, self.read_timeout))
+                self.requests.append(("DELETE", httpx.URL(location).path))
+
+    def _cancelling(self, upload: Callable[[], Any]) -> Any:
+        """Run one blob upload; whatever session it leaves open (an error, Ctrl-C) is cancelled."""
+        try:
+            return upload()
+        finally:
+            self._cancel_uploads()
+
     def _start_upload(self) -> tuple[str, int]:
         resp = self._request("POST", "/blobs/uploads/", push=True, headers={"Content-Length": "0"})
         if resp.status_code != 202:
             raise self._fail(resp, f"starting a blob upload to {self.repo}", push=True)
-        return self._location(resp), int(resp.headers.get("OCI-Chunk-Min-Length") or 0)
+        location = self._location(resp)
+        self._open_uploads().append(location)
+        return location, int(resp.headers.get("OCI-Chunk-Min-Length") or 0)
 
     def _finish_upload(self, location: str, digest: str, data: bytes = b"") -> None:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
@@ -457,12 +506,21 @@ class OCIBackend(Backend):
                     "a file changed while it was pushed, or the connection corrupted it: push again",
                 )
             raise self._fail(resp, f"completing the upload of blob {digest[:19]}", push=True)
+        self._open_uploads().pop()  # closed: the blob is in
 
     def upload_bytes(self, data: bytes, digest: str) -> None:
-        location, _ = self._start_upload()
-        self._finish_upload(location, digest, data)
+        def upload() -> None:
+            location, _ = self._start_upload()
+            self._finish_upload(location, digest, data)
+
+        self._cancelling(upload)
 
     def upload_stream(self, src: Path) -> tuple[str, int]:
+        """:meth:`_upload_stream`; an upload session it leaves open (an error, Ctrl-C) is cancelled."""
+        result: tuple[str, int] = self._cancelling(lambda: self._upload_stream(src))
+        return result
+
+    def _upload_stream(self, src: Path) -> tuple[str, int]:
         """Send ``src`` as chunks of one upload session, hashing each byte as it is sent (one read);
         a lost chunk resumes where the registry's upload status says it stopped. A registry that refuses
         chunked uploads (its first ``PATCH`` answered 400/405/501) gets a monolithic ``PUT`` instead: the
@@ -508,7 +566,7 @@ class OCIBackend(Backend):
                 except _Broken:
                     status = 0
                 if status == 202:
-                    location = self._location(resp)
+                    location = self._track(self._location(resp))
                     offset = start + n
                     continue
                 if status in (400, 405, 501) and start == 0 and hashed <= n:
@@ -526,6 +584,7 @@ class OCIBackend(Backend):
                     raise self._fail(resp, f"uploading {src.name}", push=True)
                 time.sleep(0.25 * 2**broken)
                 location, offset = self._upload_status(location)
+                self._track(location)
                 if offset < 0:  # the session cannot go on (distribution: stale state after a partial chunk)
                     location, _ = self._start_upload()  # a new one from byte 0; nothing is hashed twice
                     offset = 0
@@ -565,6 +624,7 @@ class OCIBackend(Backend):
         resp = self._request("PUT", url, push=True, body=body, headers=headers)
         if resp.status_code not in (201, 204):
             raise self._fail(resp, f"uploading {src.name} in one request", push=True)
+        self._open_uploads().pop()  # closed: the blob is in
         return digest, size
 
     def _upload_status(self, location: str) -> tuple[str, int]:

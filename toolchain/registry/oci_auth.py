@@ -145,6 +145,43 @@ def lookup_credentials(host: str) -> Credentials | None:
     return None
 
 
+def half_set() -> tuple[str, str] | None:
+    """(what is set, what is missing) when only one of the two ``TOOLCHAIN_OCI_*`` credential variables is set.
+
+    Then the environment gives no credentials (both are needed), and a refusal should say which one is missing
+    rather than that none were found.
+    """
+    user, password = settings.OCI_USERNAME, settings.OCI_PASSWORD
+    if user.get() and not password.get():
+        return user.name, password.name
+    if password.get() and not user.get():
+        return password.name, user.name
+    return None
+
+
+def anonymous_refused(registry: str, status: int, *, token_service: bool = False) -> RegistryAuthError:
+    """The one-line error for a registry (or its token service) that refused a request sent without credentials."""
+    what = f"the token service of {registry}" if token_service else f"registry {registry}"
+    half = half_set()
+    if half is not None:
+        have, missing = half
+        fix = (
+            f"set {missing} to the password or access token of that user"
+            if missing == settings.OCI_PASSWORD.name
+            else f"set {missing} to the user name the password belongs to"
+        )
+        return RegistryAuthError(
+            f"{what} refused anonymous access ({status}): {have} is set but {missing} is not, "
+            "so no credentials were sent",
+            f"{fix} (or unset {have} to use `docker login {registry}`'s credentials)",
+        )
+    return RegistryAuthError(
+        f"{what} refused anonymous access ({status}): no credentials were found for {registry}",
+        f"log in with `docker login {registry}` (or `oras login`), or set TOOLCHAIN_OCI_USERNAME and "
+        "TOOLCHAIN_OCI_PASSWORD",
+    )
+
+
 _PARAM = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
 
 
@@ -186,6 +223,8 @@ def fetch_token(
             f"cannot reach the token service of {registry} ({realm.split('?')[0]}): {type(e).__name__}",
             "check the network, or that the registry's token realm is reachable from here",
         ) from e
+    if resp.status_code == 401 and creds is None:
+        raise anonymous_refused(registry, resp.status_code, token_service=True)
     if resp.status_code in (401, 403):
         who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
         raise RegistryAuthError(
