@@ -48,3 +48,13 @@ def test_plan_table_fits_80_columns(tmp_path: Path) -> None:
     assert r.returncode == 0, r.describe()
     assert truncated_cells(r.text) == [], r.describe()
     assert "h100-sxm-b256-s8192-i4096-tp1" in r.text and "TPOT" in r.text, r.describe()  # whole cell ids
+
+
+def test_dynamo_plan_table_fits_80_columns(tmp_path: Path) -> None:
+    spec = SPECS / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
+    for estimator in ("floor", "auto"):
+        argv = [sys.executable, "-m", "toolchain.cli.main", "dynamo", "plan", str(spec), "--estimator", estimator]
+        r = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
+        assert r.returncode == 0, r.describe()
+        assert truncated_cells(r.text) == [], r.describe()
+        assert "H100-SXM" in r.text and "prefill ms" in r.text and "req/s/w" in r.text, r.describe()

@@ -54,6 +54,7 @@ def plan(
 
     Examples: toolchain dynamo plan engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --explain
     """
+    from rich import box
     from rich.table import Table
 
     from toolchain.cli.render import err, out, print_json
@@ -65,17 +66,24 @@ def plan(
     if json_out:
         print_json(p.to_json())
         return
-    t = Table(title=f"dynamo plan: {planned.cell.spec.name} (cell {p.cell_id}, {p.mode})")
-    for col in ("pool", "GPU", "TP", "workers", "GPUs", "batch", "step ms", "prefill ms", "req/s per worker"):
-        t.add_column(col)
+    t = Table(
+        title=f"dynamo plan: {planned.cell.spec.name}\ncell {p.cell_id}, {p.mode}",
+        box=box.SIMPLE_HEAVY,  # no vertical rules: eight columns fit 80 (a boxed table cut every header)
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        show_edge=False,
+    )
+    cols = ["pool", "GPU", "workers", "GPUs", "batch", "step ms", "prefill ms", "req/s/w"]
+    for i, col in enumerate(cols):
+        t.add_column(col, justify="left" if i < 2 else "right", no_wrap=True)
     rows = [*p.pools, *([p.aggregated] if p.mode == "disaggregated" else [])]
     for pp in rows:
-        name = "aggregated (same SLOs)" if pp is p.aggregated and p.mode == "disaggregated" else pp.role
+        name = "aggregated*" if pp is p.aggregated and p.mode == "disaggregated" else pp.role
         t.add_row(
             name,
             pp.gpu,
-            str(pp.tp),
-            str(pp.replicas) if pp.replicas else "cannot meet TPOT",
+            f"{pp.replicas} × TP{pp.tp}" if pp.replicas else f"none† TP{pp.tp}",
             str(pp.gpus),
             str(pp.batch) if pp.batch else "-",
             f"{pp.step_ms:.2f}" if pp.step_ms else "-",
@@ -83,6 +91,10 @@ def plan(
             f"{pp.rps_per_worker:.2f}",
         )
     out.print(t)
+    if p.mode == "disaggregated":
+        out.print("* the aggregated fleet at the same SLOs, for comparison", markup=False, highlight=False)
+    if any(not pp.replicas for pp in rows):
+        out.print("† no worker count meets the TPOT SLO", markup=False, highlight=False)
     out.print(
         f"KV per request {p.kv_bytes_per_request / 1e9:.2f} GB; transfer {p.transfer_ms:.2f} ms over {p.link} "
         f"({p.link_gb_s:g} GB/s per GPU); TTFT ≈ {p.ttft_ms:.1f} ms, TPOT P99 ≈ {p.tpot_p99_ms:.2f} ms "
