@@ -228,5 +228,5 @@ def test_only_proc_and_the_watchdog_start_processes() -> None:
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             if any(n == "subprocess" or n.startswith("subprocess.") for n in names):
-                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}")
     assert offenders == [], f"import subprocess outside toolchain/proc.py: {offenders}"

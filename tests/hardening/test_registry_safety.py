@@ -55,9 +55,9 @@ def test_pulled_files_are_independent_copies_with_the_executable_bit(tmp_path: P
     r = open_registry(str(tmp_path / "reg"))
     m = r.put(K1, engine)
     assert m.files["bin/run.sh"].executable and not m.files["config.json"].executable
-    for how in ({}, {"link": True}):
-        out = tmp_path / f"o{len(how)}"
-        r.get(K1, out, **how)
+    for link in (False, True):
+        out = tmp_path / f"o{int(link)}"
+        r.get(K1, out, link=link)
         assert os.access(out / "bin" / "run.sh", os.X_OK)
         assert not (out / "config.json").stat().st_mode & 0o111
     mode = (tmp_path / "o0" / "rank0.engine").stat().st_mode

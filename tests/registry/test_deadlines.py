@@ -122,7 +122,7 @@ def hub_factory() -> Iterator[None]:
 
 def test_the_hub_client_gets_the_configured_deadlines(hub_factory: None, monkeypatch: pytest.MonkeyPatch) -> None:
     import httpx
-    from huggingface_hub.utils import get_session
+    from huggingface_hub.utils._http import get_session
 
     from toolchain.registry.backends import HFBackend
 

@@ -39,10 +39,14 @@ from toolchain.registry.manifest import (
     TAG_RE,
     EntryManifest,
     FileEntry,
-    blob_path,
-    manifest_path,
     parse_manifest,
     safe_relpath,
+)
+from toolchain.registry.manifest import (
+    blob_path as blob_path,  # re-exported: where callers have always found them
+)
+from toolchain.registry.manifest import (
+    manifest_path as manifest_path,
 )
 
 if TYPE_CHECKING:
