@@ -154,3 +154,76 @@ def test_a_search_that_hit_its_bound_is_no_knee(cli: Cli, tiny: tuple[Path, dict
     assert "note: no knee within the bounds" in r.output
     assert knee_caption("bound", 1024, 615.6).startswith("no knee within the bounds")
     assert knee_caption("found", 16, 615.6) == "knee 16: 616 tok/s"
+
+
+def _search_result(path: Path, probes: list[tuple[int, float, float, float, bool]], **prov: Any) -> Path:
+    """A concurrency search's result whose probes are (load, TTFT p99 ms, TPOT p99 ms, tok/s, passed)."""
+    base = json.loads(_result(path, **prov).read_text())
+    rows: list[dict[str, Any]] = [
+        {
+            "load": float(c), "label": f"concurrency={c}", "phase": "grow", "passed": ok, "reasons": [],
+            "ttft_ms_p99": ttft, "tpot_ms_p99": tpot, "completed": 64, "requests": 64,
+            "output_token_throughput_tps": toks, "request_throughput_rps": toks / 256,
+        }
+        for c, ttft, tpot, toks, ok in probes
+    ]  # fmt: skip
+    knee = max((r for r in rows if r["passed"]), key=lambda r: float(r["load"]))
+    base["search"].update(probes=rows, curve=rows, knee={**knee, "first_failing_load": None}, status="found")
+    path.write_text(json.dumps(base))
+    return path
+
+
+def test_calibration_is_the_estimate_over_the_measurement_at_every_probe(cli: Cli, tmp_path: Path) -> None:
+    """The 8B FP8 spec's H100 cell: AIConfigurator's figures at each probe's batch (recorded from its own CLI in
+    tests/reference/aiconfigurator_0.12.0.json at the spec's 1024/256 traffic) over what the probe measured."""
+    from tests.conftest import REPO, SPECS
+
+    ref = json.loads((REPO / "tests" / "reference" / "aiconfigurator_0.12.0.json").read_text())
+
+    def aic(batch: int) -> dict[str, Any]:
+        want = ("llama-3.1-8b", "h100_sxm", "fp8", 1, batch)
+        return next(r for r in ref["estimates"] if (r["model"], r["system"], r["weights"], r["tp"], r["batch"]) == want)
+
+    spec = SPECS / "llama-3.1-8b-fp8.yaml"
+    ident = {"spec": "llama-3.1-8b-instruct-fp8", "cell": "h100-sxm-b64-s4096-i2048-tp1", "gpu": "H100-SXM"}
+    ident["engine_key"] = "0c7673635c300eae76882b1d5ee9d11495300be05ab15595f9224fa0a775d970"
+    measured = {1: (40.0, 6.5, 150.0), 64: (120.0, 14.0, 4000.0)}
+    res = _search_result(tmp_path / "k.json", [(c, *m, True) for c, m in measured.items()], **ident)
+    r = cli("plan", spec, "--measured", res, "--json")
+    assert r.exit_code == 0, r.output
+    cal = json.loads(r.stdout)["calibration"]
+    assert (
+        cal["estimator"] == "aiconfigurator 0.12.0"
+        and cal["system"] == "h100_sxm"
+        and (cal["isl"], cal["osl"])
+        == (
+            1024,
+            256,
+        )
+    )
+    assert [row["load"] for row in cal["rows"]] == [1.0, 64.0]
+    for row in cal["rows"]:
+        want, (ttft, tpot, toks) = aic(int(row["load"])), measured[int(row["load"])]
+        assert math.isclose(row["ttft_ratio"], want["ttft_ms"] / ttft, rel_tol=2e-3)
+        assert math.isclose(row["tpot_ratio"], want["tpot_ms"] / tpot, rel_tol=2e-3)
+        assert math.isclose(
+            row["tok_s_ratio"], want["tok_s_per_gpu"] / toks, rel_tol=2e-3
+        )  # TP1: per GPU = per instance
+    table = cli("plan", spec, "--measured", res)
+    assert table.exit_code == 0 and "estimate ÷ measured per probe" in table.output, table.output
+    floor = cli("plan", spec, "--measured", res, "--estimator", "floor", "--json")
+    assert floor.exit_code == 0 and "calibration" not in json.loads(floor.stdout)
+
+
+def test_a_rate_search_says_why_it_has_no_calibration(cli: Cli, tmp_path: Path) -> None:
+    from tests.conftest import SPECS
+
+    ident = {"spec": "llama-3.1-8b-instruct-fp8", "cell": "h100-sxm-b64-s4096-i2048-tp1", "gpu": "H100-SXM"}
+    ident["engine_key"] = "0c7673635c300eae76882b1d5ee9d11495300be05ab15595f9224fa0a775d970"
+    res = _search_result(tmp_path / "k.json", [(2, 40.0, 6.5, 300.0, True)], **ident)
+    doc = json.loads(res.read_text())
+    doc["search"]["mode"] = "rate"
+    res.write_text(json.dumps(doc))
+    r = cli("plan", SPECS / "llama-3.1-8b-fp8.yaml", "--measured", res, "--json")
+    assert r.exit_code == 0, r.output
+    assert "rate search" in json.loads(r.stdout)["calibration"]["none"]

@@ -79,7 +79,7 @@ def plan(
         from toolchain.cli.render import print_json
         from toolchain.pipeline.measured import plan_measured
 
-        m = plan_measured(spec, measured, cell)
+        m = plan_measured(spec, measured, cell, estimator=estimator.value, progress=_progress)
         if json_out:
             print_json(m)
         else:
@@ -379,6 +379,48 @@ def _print_measured(m: dict[str, Any]) -> None:
     )
     for note in m["notes"]:
         err.print(f"note: {note}", highlight=False, markup=False)
+    cal = m.get("calibration")
+    if cal is not None:
+        _print_calibration(cal)
+
+
+def _print_calibration(cal: dict[str, Any]) -> None:
+    """The silicon estimate ÷ the measurement at every probe: how to read the database's figures for this engine."""
+    from rich import box
+    from rich.table import Table
+
+    from toolchain.cli.render import err, out
+
+    if "none" in cal:
+        err.print(f"note: no calibration of the silicon estimate: {cal['none']}", highlight=False, markup=False)
+        return
+
+    def cell(est: float | None, meas: float | None, ratio: float | None, fmt: str) -> str:
+        if est is None or meas is None or ratio is None:
+            return "-"
+        return f"{est:{fmt}} / {meas:{fmt}} = {ratio:.2f}"
+
+    t = Table(
+        title=f"estimate ÷ measured per probe ({cal['estimator']}, {cal['database']} on {cal['system']})",
+        box=box.SIMPLE_HEAVY,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("load", "TTFT ms est / p99", "TPOT ms est / p99", "tok/s est / measured"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in cal["rows"]:
+        if "none" in r:
+            t.add_row(f"{r['load']:g}", "no estimate", "", "")
+            continue
+        e, mm = r["estimate"], r["measured"]
+        t.add_row(
+            f"{r['load']:g}",
+            cell(e["ttft_ms"], mm["ttft_ms_p99"], r["ttft_ratio"], ".1f"),
+            cell(e["tpot_ms"], mm["tpot_ms_p99"], r["tpot_ratio"], ".2f"),
+            cell(e["tok_s"], mm["tok_s"], r["tok_s_ratio"], ",.0f"),
+        )
+    out.print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,17 +12,24 @@ A measurement sizes only the engine it measured: the result must name the spec's
 (written by `bench --spec` or `bench --repo` from the repository's marker), and it must not have been
 served by the CPU reference model — such a result is refused, with what it would have given, so that no CPU
 number is mistaken for an H100's.
+
+With the silicon estimate (`--estimator auto`, the default, or `aic`), the plan also says how far NVIDIA
+AIConfigurator's estimate is from this measurement at every probe of a concurrency search (estimate ÷ measured
+TTFT and TPOT P99, and output tokens/s): the factor to read the database's figures for this engine with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolchain.bench.result import BenchResult, Knee, Provenance, Search, read_result
 from toolchain.errors import PlanError, UserInputError
+from toolchain.planning.estimate import Estimator
 from toolchain.planning.perf import ceil_clean
 from toolchain.planning.plan import CellPlan
+from toolchain.specs.arch import ModelArch
 from toolchain.specs.models import EngineSpec
 
 HINT = "measure the spec's own engine: `toolchain bench --spec SPEC --cell ID --slo-search concurrency --save R.json`"
@@ -85,14 +92,96 @@ def _identity_problems(prov: Provenance, spec: EngineSpec, plan: CellPlan, engin
     return problems
 
 
-def plan_measured(spec_path: Path, result_path: Path, cell_id: str | None = None) -> dict[str, Any]:
-    """Load the spec and the result, plan the spec's cells, and size the measured cell's fleet from its knee."""
+def plan_measured(
+    spec_path: Path,
+    result_path: Path,
+    cell_id: str | None = None,
+    *,
+    estimator: Estimator = "floor",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Load the spec and the result, plan the spec's cells, and size the measured cell's fleet from its knee; with
+    ``estimator`` "auto"/"aic", also the silicon estimate ÷ the measurement at every probe of the search (the
+    estimate's calibration on this engine)."""
     from toolchain.planning.spec_plan import plan_spec
     from toolchain.specs.loader import load_spec
 
     res, _, _ = load_measurement(result_path)
     spec = load_spec(spec_path)
-    return measured_plan(spec, plan_spec(spec).plans, res, cell_id, label=result_path.name.removesuffix(".json"))
+    sp = plan_spec(spec)
+    out = measured_plan(spec, sp.plans, res, cell_id, label=result_path.name.removesuffix(".json"))
+    if estimator != "floor":
+        out["calibration"] = calibration(spec, sp.arch, out["cell"], res, estimator, progress)
+    return out
+
+
+def calibration(
+    spec: EngineSpec,
+    arch: ModelArch,
+    cell_id: str,
+    res: BenchResult,
+    estimator: Estimator,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """NVIDIA AIConfigurator's estimate ÷ the measurement at every probe of a concurrency search: TTFT and TPOT (the
+    estimate's figure against the measured P99) and output tokens/s. ``{"none": why}`` where there is nothing to
+    compare (a rate search, a cell the database lacks, AIConfigurator not installed)."""
+    from toolchain.errors import EstimatorMissingError
+    from toolchain.planning import estimate as E
+    from toolchain.specs.matrix import find_cell
+
+    search = res.search
+    assert search is not None  # measured_plan checked it
+    if search.mode != "concurrency":
+        return {"none": "a rate search has no batch to estimate at; calibrate with --slo-search concurrency"}
+    cell = find_cell(spec, cell_id)
+    q = cell.spec.quantization
+    why = E.unsupported(cell.gpu.name, q.weights, arch, cell.pp)
+    if why is not None:
+        return {"none": why}
+    local = spec.local_source()
+    session = E.start(arch, local / "config.json" if local else None, progress)
+    if session is None:
+        if estimator == "aic":
+            raise EstimatorMissingError(E.missing_message())
+        return {"none": E.missing_message()}
+    system = E.SYSTEMS[cell.gpu.name]
+    isl, osl = E.lengths(cell)
+    gemm, kv = E.GEMM_MODES[q.weights], E.KV_MODES.get(q.kv_cache, "bfloat16")
+    rows: list[dict[str, Any]] = []
+    database = None
+    try:
+        for probe in sorted({int(p.load): p for p in search.probes}.values(), key=lambda p: p.load):
+            e = session.ask(E.Query(system, max(1, int(probe.load)), cell.tp, cell.pp, isl, osl, gemm, kv))
+            if isinstance(e, str):
+                rows.append({"load": probe.load, "label": probe.label, "none": e})
+                continue
+            database = e.database
+            rows.append(
+                {
+                    "load": probe.load,
+                    "label": probe.label,
+                    "estimate": {"ttft_ms": e.ttft_ms, "tpot_ms": e.tpot_ms, "tok_s": e.tok_s},
+                    "measured": {
+                        "ttft_ms_p99": probe.ttft_ms_p99,
+                        "tpot_ms_p99": probe.tpot_ms_p99,
+                        "tok_s": probe.output_token_throughput_tps,
+                    },
+                    "ttft_ratio": E.ratio(e.ttft_ms, probe.ttft_ms_p99),
+                    "tpot_ratio": E.ratio(e.tpot_ms, probe.tpot_ms_p99),
+                    "tok_s_ratio": E.ratio(e.tok_s, probe.output_token_throughput_tps),
+                }
+            )
+    finally:
+        session.close()
+    return {
+        "estimator": session.estimator,
+        "database": database,
+        "system": system,
+        "isl": isl,
+        "osl": osl,
+        "rows": rows,
+    }
 
 
 def measured_plan(
