@@ -18,78 +18,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.measure import REPO, child_env, median, pair_ratio, run_measured, verdict
+from benchmarks.measure import child_env, median, pair_ratio, run_measured, verdict
+from tests.generated import make_spec
+from tests.servers import start_moto, stop
 
 TARGET_S3 = 2.0
 TARGET_TABLE = 1.5
-
-
-def make_spec(path: Path, cells: int, source: str | None = None) -> Path:
-    """llama-3.1-8b-fp8.yaml with a matrix of ``cells`` cells (a multiple of 200)."""
-    import yaml
-
-    d: dict[str, Any] = yaml.safe_load((REPO / "engine_specs" / "llama-3.1-8b-fp8.yaml").read_text())
-    batches = max(1, cells // 200)
-    d["name"] = f"matrix-{cells}"
-    d["matrix"] = {
-        "gpu": ["H100-SXM", "H200-SXM"],
-        "max_batch_size": [64 + 8 * i for i in range(batches)],
-        "max_seq_len": [4096 + 1024 * i for i in range(10)],
-        "max_input_len": [256 * (i + 1) for i in range(10)],
-    }
-    if source is not None:
-        d["model"]["source"] = source
-        d["model"].pop("architecture", None)
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/", timeout=1)
-            return proc, url
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start; see {log}") from None
-            time.sleep(0.1)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def side_by_side(a: list[str], b: list[str], runs: int, env: dict[str, str], log: Path) -> tuple[float, float, float]:

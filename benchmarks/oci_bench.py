@@ -29,10 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.matrix_bench import start_moto, stop
 from benchmarks.measure import median, pair_ratio, timed, verdict
-from benchmarks.oci_server import start_registry
 from benchmarks.registry_bench import make_engine, rchar
+from tests.servers import start_moto, start_registry, stop
 
 TARGET_READS = 1.05
 CHUNK = 64 * 2**20

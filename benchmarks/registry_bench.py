@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.matrix_bench import start_moto, stop
 from benchmarks.measure import median, pair_ratio, timed, verdict
+from tests.servers import start_moto, stop
 
 TARGET_HASH = 0.9
 TARGET_READS = 1.05

@@ -230,3 +230,18 @@ def test_only_proc_and_the_watchdog_start_processes() -> None:
             if any(n == "subprocess" or n.startswith("subprocess.") for n in names):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}")
     assert offenders == [], f"import subprocess outside toolchain/proc.py: {offenders}"
+
+
+def test_tests_take_nothing_from_benchmarks() -> None:
+    """Fixtures and helpers live in tests/ (conftest, tests/servers.py, tests/generated.py); benchmarks may use them,
+    never the other way round (a benchmark's change must not move a test)."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(n == "benchmarks" or n.startswith("benchmarks.") for n in names):
+                offenders.append(f"{path.relative_to(tests.parent)}:{getattr(node, 'lineno', 0)}")
+    assert offenders == [], offenders

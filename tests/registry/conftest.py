@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.matrix_bench import start_moto, stop
-from benchmarks.oci_server import RegistryServer, available, start_registry
+from tests.servers import RegistryServer, available, start_moto, start_registry, stop
 
 
 @pytest.fixture(scope="session")

@@ -108,7 +108,7 @@ def test_the_local_registry_script_refuses_a_bad_port_in_one_line(port: str) -> 
 
 
 def test_the_local_registry_script_serves_cache_push_and_ls(cli: Any, tmp_path: Path, engine_dir: Path) -> None:
-    from benchmarks.matrix_bench import free_port
+    from tests.servers import free_port
 
     port = free_port()
     env = {**os.environ, "TOOLCHAIN_CACHE": str(tmp_path / "cache")}

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.oci_server import RegistryServer
 from tests.conftest import REPO
 from tests.registry.oci_proxy import ProxyState, proxy
+from tests.servers import RegistryServer
 from toolchain.errors import CorruptArtifactError, RegistryAuthError, RegistryURLError
 from toolchain.registry import open_registry
 from toolchain.registry.oci import ARTIFACT_TYPE, TITLE, parse_oci_url

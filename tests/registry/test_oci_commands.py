@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmarks.oci_server import RegistryServer
 from tests.conftest import SPECS, write_tiny_spec
+from tests.servers import RegistryServer
 from toolchain.pipeline.matrix import build_matrix
 from toolchain.registry import open_registry
 from toolchain.registry.store import FEW_KEYS

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.oci_server import RegistryServer
+from tests.servers import RegistryServer
 from toolchain.errors import ManifestError
 from toolchain.registry import open_registry
 from toolchain.registry.oci import A_CONTENT, A_RECORD, MANIFEST_MT, TITLE

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.oci_server import RegistryServer
 from tests.registry.oci_proxy import ProxyState, proxy
+from tests.servers import RegistryServer
 from toolchain.errors import RegistryError
 from toolchain.registry.oci import OCIBackend
 

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.matrix_bench import make_spec
 from tests.conftest import Cli
+from tests.generated import make_spec
 
 
 def test_table_has_the_json_rows_and_costs_about_the_same(cli: Cli, tmp_path: Path) -> None:

@@ -1,20 +1,59 @@
-"""Start CNCF distribution (Debian's `docker-registry` package) on 127.0.0.1 for tests and benchmarks.
+"""The servers tests (and the benchmarks) start on 127.0.0.1: a free port, moto's S3, and CNCF distribution
+(Debian's `docker-registry` package) as an OCI registry.
 
-Never the system service: a process of our own on a free port, with its storage in a temp directory and a
-config file written here; bounded start-up; stopped by the caller. ``scripts/setup.sh`` installs the package.
+Never a system service: a process of our own on a free port, with its storage in a temp directory and a
+config file written here; bounded start-up; stopped by the caller. ``scripts/setup.sh`` installs the packages.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.matrix_bench import free_port, stop
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/", timeout=1)
+            return proc, url
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto server did not start; see {log}") from None
+            time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
 
 BINARY = "docker-registry"  # Debian's name for distribution's `registry` binary
 
