@@ -11,7 +11,7 @@ if ! command -v "$PY" >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # NVIDIA Dynamo in its own venv (.venv-dynamo): its pins clash with the toolchain's; checks itself
-PYTHON="$PY" scripts/setup-dynamo.sh || echo "setup: NVIDIA Dynamo could not be installed; the Dynamo commands exit 3 and their tests skip" >&2
+PYTHON="$PY" scripts/setup-dynamo.sh || echo "setup: NVIDIA Dynamo could not be installed; the Dynamo commands exit 3 and their tests fail" >&2
 # NVIDIA AIConfigurator in its own venv (.venv-aic): the silicon estimate of `toolchain plan`; checks itself
 PYTHON="$PY" scripts/setup-aic.sh || echo "setup: NVIDIA AIConfigurator could not be installed; plan falls back to the roofline floor and says so" >&2
 stamp=.venv/.toolchain-setup

@@ -36,9 +36,17 @@ from toolchain.specs.matrix import expand
 
 VENV_PROMTOOL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "promtool"  # where scripts/setup.sh puts it
 PROMTOOL = shutil.which("promtool") or (str(VENV_PROMTOOL) if VENV_PROMTOOL.is_file() else None)
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is not installed (scripts/setup.sh installs it from Debian's prometheus)"
-)
+
+
+@pytest.fixture
+def promtool() -> str:
+    """promtool is a validator like the others: missing, the test fails (CI must not pass without it)."""
+    if PROMTOOL is None:
+        pytest.fail("promtool is not installed — run scripts/setup.sh (it installs it from Debian's prometheus)")
+    return PROMTOOL
+
+
+needs_promtool = pytest.mark.usefixtures("promtool")
 TABLE = RuleTable(RULES, SIGNALS)
 SCOPE = Scope("app", "llm")
 SLOS = [Slo("ttft", 99, 500.0), Slo("tpot", 99, 30.0)]

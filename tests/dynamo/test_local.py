@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, Cli
-from tests.dynamo.conftest import DISAGG, dynamo_python_or_skip
+from tests.dynamo.conftest import DISAGG, dynamo_python_or_fail
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(300)]
 MODEL = "llama-3.3-70b-instruct-fp8-dynamo-disagg"
@@ -149,7 +149,7 @@ def stop_up(up: Up) -> None:
 
 @pytest.fixture(scope="module")
 def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    dynamo_python_or_skip()
+    dynamo_python_or_fail()
     tmp = tmp_path_factory.mktemp("dynamo-disagg")
     up = start_up(_spec(tmp, "disaggregated"), tmp / "run")
     try:
@@ -233,7 +233,7 @@ def _wait(cond: Callable[[], bool], timeout: float) -> bool:
 
 
 def test_aggregated_serves_and_sigkill_of_up_leaves_no_orphan(cli: Cli, tmp_path: Path) -> None:
-    dynamo_python_or_skip()
+    dynamo_python_or_fail()
     up = start_up(_spec(tmp_path, "aggregated"), tmp_path / "run")
     try:
         assert up.info["mode"] == "aggregated"
@@ -254,7 +254,7 @@ def test_aggregated_serves_and_sigkill_of_up_leaves_no_orphan(cli: Cli, tmp_path
 def test_a_worker_that_dies_fails_up_with_its_name(tmp_path: Path) -> None:
     """Supervision: SIGKILL of one mocker process ends `dynamo up` with an error naming that worker and its log;
     nothing of the deployment is left behind."""
-    dynamo_python_or_skip()
+    dynamo_python_or_fail()
     up = start_up(_spec(tmp_path, "disaggregated"), tmp_path / "run")
     try:
         tree = descendants(up.proc.pid)
