@@ -95,7 +95,6 @@ def deploy(
             "--reference": reference,
             "--min-replicas": min_replicas is not None,
             "--max-replicas": max_replicas is not None,
-            "--public-key": public_key is not None,  # the Dynamo pull step does not verify signatures yet
         }
         given = [flag for flag, on in triton_only.items() if on]
         if given:
@@ -104,7 +103,9 @@ def deploy(
                 "pools the Dynamo plan sizes",
                 f"drop {', '.join(given)} (or remove the spec's dynamo block for a Triton deployment)",
             )
-        _deploy_dynamo(spec, cell, out, registry, engine, image, registry_secret, namespace, dry_run, force, json_out)
+        _deploy_dynamo(
+            spec, cell, out, registry, engine, image, registry_secret, namespace, public_key, dry_run, force, json_out
+        )
         return
     pem = None
     if public_key is not None:
@@ -190,6 +191,7 @@ def _deploy_dynamo(
     image: str | None,
     registry_secret: str | None,
     namespace: str | None,
+    public_key: Path | None,
     dry_run: bool,
     force: bool,
     json_out: bool,
@@ -224,6 +226,7 @@ def _deploy_dynamo(
         registry=registry,
         registry_secret=registry_secret,
         toolchain_image=image,
+        public_key=public_key,
         estimator="auto",  # as `toolchain dynamo deploy` sizes by default
         force=force,
     )

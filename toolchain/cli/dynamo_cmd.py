@@ -148,6 +148,13 @@ def deploy(
     toolchain_image: Annotated[
         str | None, typer.Option("--toolchain-image", help="Image with the toolchain, for the pull init container")
     ] = None,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-key",
+            help="The pull step requires the artifact signed by this key (cosign.pub, PEM; docs/signing.md)",
+        ),
+    ] = None,
     estimator: EstimatorOpt = Estimator.auto,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
@@ -171,6 +178,7 @@ def deploy(
         registry=registry,
         registry_secret=registry_secret,
         toolchain_image=toolchain_image,
+        public_key=public_key,
         estimator=estimator.value,
         progress=_narrate,
         force=force,

@@ -34,6 +34,7 @@ TRANSCEIVER = {"default": "DEFAULT", "nixl": "NIXL", "ucx": "UCX"}
 COMPONENT = {"workers": ("worker", "worker"), "prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}
 MODE_FLAG = {"workers": "agg", "prefill": "prefill", "decode": "decode"}
 MODELS = "/models"  # the emptyDir an init container restores the registry artifact into
+KEYS = "/etc/toolchain/keys"  # the public key the pull step verifies signatures with (a ConfigMap)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Artifact:
     registry: str  # s3://..., hf://... or oci://... (the pods cannot read this machine's paths)
     image: str  # an image with the toolchain installed (the one `toolchain deploy` builds)
     secret: str | None = None  # Secret with the registry credentials (AWS_*, HF_TOKEN), as envFrom
+    public_key_pem: bytes | None = None  # the pull requires a valid signature by this key (docs/signing.md)
 
     @property
     def model_path(self) -> str:
@@ -181,13 +183,16 @@ def _pull_container(a: Artifact) -> dict[str, Any]:
         "name": "pull",
         "image": a.image,
         "command": ["python3", "-m", "toolchain.cli.main", "cache", "pull", a.key, f"{MODELS}/{a.key}"],
-        "args": ["--registry", a.registry],
+        "args": ["--registry", a.registry]
+        + (["--require-signature", "--public-key", f"{KEYS}/cosign.pub"] if a.public_key_pem else []),
         "env": _env(),
         "securityContext": sec,
         "volumeMounts": [{"name": "models", "mountPath": MODELS}, {"name": "home", "mountPath": "/home/dynamo"}],
     }
     if a.secret:
         c["envFrom"] = [{"secretRef": {"name": a.secret, "optional": False}}]
+    if a.public_key_pem:
+        c["volumeMounts"].append({"name": "signing-key", "mountPath": KEYS, "readOnly": True})
     return c
 
 
@@ -235,6 +240,8 @@ def dgd(
             if artifact.secret:
                 c["envFrom"] = [{"secretRef": {"name": artifact.secret, "optional": False}}]
             volumes.append({"name": "models", "emptyDir": {}})
+            if artifact.public_key_pem:
+                volumes.append({"name": "signing-key", "configMap": {"name": f"{name}-signing-key"}})
         elif cell.spec.model.is_hf and model == cell.spec.model.hf_repo_revision()[0]:
             # dynamo.trtllm downloads the Hub model itself; a gated one needs HF_TOKEN, which Dynamo's own
             # recipes take from the Secret hf-token-secret (envFrom). Optional: an open model needs none.
@@ -303,6 +310,13 @@ def write_dgd(
             cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name, artifact=artifact
         ),
     }
+    if artifact is not None and artifact.public_key_pem:  # a public key: a ConfigMap is the place for it
+        objs["signing-key.yaml"] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-signing-key", "namespace": namespace},
+            "data": {"cosign.pub": artifact.public_key_pem.decode()},
+        }
     files: dict[str, Path] = {}
     for fname, obj in objs.items():
         (out / fname).write_text(yamlout.dump(obj, sort_keys=False))

@@ -143,6 +143,7 @@ def deploy(
     registry: str | None = None,
     registry_secret: str | None = None,
     toolchain_image: str | None = None,
+    public_key: Path | None = None,
     estimator: Estimator = "floor",
     progress: Progress = silent,
     force: bool = False,
@@ -154,6 +155,17 @@ def deploy(
     from toolchain.dynamo.deploy import Artifact, check_registry, precision_mismatch, write_dgd
 
     artifact = None
+    pem = None
+    if public_key is not None:
+        if not engine:
+            raise UserInputError(
+                "--public-key makes the pull step require a signature, and there is no pull without --engine",
+                "pass --engine KEY of the signed artifact, or drop --public-key",
+            )
+        from toolchain.registry.signing import load_verifier
+
+        load_verifier(public_key)  # a malformed or non-P-256 key is refused here, not at the pod's start
+        pem = public_key.read_bytes()
     if engine:
         reg = registry or settings.registry_url()
         if not reg or not toolchain_image:
@@ -164,7 +176,7 @@ def deploy(
             )
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
-        artifact = Artifact(key, reg, toolchain_image, registry_secret)
+        artifact = Artifact(key, reg, toolchain_image, registry_secret, pem)
     planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
