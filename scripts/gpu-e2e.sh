@@ -129,7 +129,7 @@ stop
 step "runtime pytorch: the LLM-API repository ships its model.py and checkpoint"
 run "$PY" -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); d["runtime"] = "pytorch"; d["name"] += "-pytorch"; yaml.safe_dump(d, open(sys.argv[2], "w"))' "$SPEC" "$OUT/pytorch.yaml"
 run "${TC[@]}" build "$OUT/pytorch.yaml" --cell "$CELL"
-run "${TC[@]}" triton emit "$OUT/pytorch.yaml" --cell "$CELL" --engine reference --out "$OUT/repo-llmapi" --force
+run "${TC[@]}" triton emit "$OUT/pytorch.yaml" --cell "$CELL" --reference --out "$OUT/repo-llmapi" --force
 run "${TC[@]}" triton lint "$OUT/repo-llmapi"
 serve "$OUT/repo-llmapi"
 run curl -sf -X POST http://127.0.0.1:8000/v2/models/tensorrt_llm/generate -d '{"text_input": "Hello", "sampling_param_max_tokens": 8}'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,3 +101,22 @@ def test_the_library_refuses_an_unknown_protocol_too() -> None:
 
     with pytest.raises(UserInputError, match="unknown protocol 'grpc'"):
         BenchOptions(**bench_args(protocol="grpc", requests=1, timeout=1.0))
+
+
+def test_engine_names_an_engine_in_every_command(cli: Any, tmp_path: Path) -> None:
+    """--engine is a registry reference (or, where the engine is local, a directory) everywhere; the CPU reference
+    model is --reference in `triton emit` as in `deploy`, never an --engine value."""
+    from tests.conftest import SPECS
+
+    spec = SPECS / "tiny.yaml"
+    cases = [
+        (["--engine", "reference"], "pass --reference"),
+        ([], "--engine KEY|DIR, or --reference"),
+        (["--engine", "0" * 64, "--reference"], "exactly one"),
+    ]
+    for i, (args, want) in enumerate(cases):
+        r = cli("triton", "emit", spec, "--out", tmp_path / f"r{i}", *args)
+        assert r.exit_code == 2, r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and want in lines[0], r.output
+        assert not (tmp_path / f"r{i}").exists()

@@ -52,7 +52,7 @@ ENTRY_POINTS: list[tuple[str, ...]] = [
     ("quantize", "SPEC"),
     ("build", "SPEC", "--all", "--dry-run"),
     ("plan", "SPEC"),
-    ("triton", "emit", "SPEC", "--engine", "reference", "--out", "OUT"),
+    ("triton", "emit", "SPEC", "--reference", "--out", "OUT"),
     ("up", "SPEC"),
     ("deploy", "SPEC", "--out", "OUT"),
     ("matrix", "SPEC"),
@@ -135,7 +135,7 @@ def test_reference_engine_on_runtime_pytorch_is_refused_up_front(
     reference` is refused at emit (not ignored, then a ModuleNotFoundError in the server log)."""
     spec = _spec(tmp_path, checkpoints[family], "pytorch")
     assert cli("spec", "validate", spec).exit_code == 0
-    res = cli("triton", "emit", spec, "--engine", "reference", "--out", tmp_path / "repo")
+    res = cli("triton", "emit", spec, "--reference", "--out", tmp_path / "repo")
     assert res.exit_code == 2, res.output
     line = _error_line(res.output)
     assert "runtime pytorch" in line and "--engine DIR" in line

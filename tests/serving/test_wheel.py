@@ -201,7 +201,7 @@ def test_every_command_runs_from_the_installed_wheel(venv: Path, tmp_path: Path,
     _toolchain(venv, tmp_path, "deploy", tiny_spec, "--dry-run")
 
     repo = tmp_path / "repo"
-    _toolchain(venv, tmp_path, "triton", "emit", tiny_spec, "--engine", "reference", "--out", repo)
+    _toolchain(venv, tmp_path, "triton", "emit", tiny_spec, "--reference", "--out", repo)
     for model in ("preprocessing", "postprocessing", "tensorrt_llm_bls", "tensorrt_llm"):
         assert (repo / model / "1" / "model.py").is_file(), model
     _toolchain(venv, tmp_path, "triton", "lint", repo)

@@ -15,8 +15,14 @@ app = typer.Typer(help="Emit and lint Triton TensorRT-LLM model repositories.", 
 @app.command()
 def emit(
     spec: SpecArg,
-    engine: Annotated[str, typer.Option("--engine", help="Registry key/tag, an engine directory, or 'reference'")],
     out: Annotated[Path, out_dir_opt("the model repository")],
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="Registry key, tag or digest of the engine to serve, or an engine directory"),
+    ] = None,
+    reference: Annotated[
+        bool, typer.Option("--reference", help="Serve the CPU reference model from the spec's checkpoint (no GPU)")
+    ] = False,
     cell: CellOpt = None,
     registry: RegistryOpt = None,
     force: ForceOpt = False,
@@ -32,7 +38,7 @@ def emit(
 ) -> None:
     """Emit the inflight_batcher_llm repository (or the llmapi layout for runtime pytorch).
 
-    `--engine reference` uses the CPU reference model in place of the tensorrtllm backend (no GPU needed).
+    `--reference` uses the CPU reference model in place of the tensorrtllm backend (no GPU needed).
     The tokenizer (and the reference model) are inside the repository, named relative to it. The engine is
     copied inside too (hard links), but the tensorrtllm backend needs gpt_model_path absolute, so the config
     names this repository's absolute path: after moving or copying it, emit it again (lint says so). With
@@ -40,16 +46,23 @@ def emit(
     output lists what to mount there.
 
     Examples:
-      toolchain triton emit engine_specs/tiny.yaml --engine reference --out ./repo
+      toolchain triton emit engine_specs/tiny.yaml --reference --out ./repo
       toolchain triton emit engine_specs/llama-3.1-8b-fp8.yaml --cell h100-sxm-b64-s4096-i2048-tp1 \\
         --engine 3f2a9c1d --out ./repo --engines-root /engines
     """
     from toolchain.artifacts.cell import for_cell
     from toolchain.cli.render import err, print_json
+    from toolchain.errors import UserInputError
     from toolchain.pipeline.emit import emit_cell
     from toolchain.specs.gate import checked_spec, require_reference_servable
     from toolchain.specs.matrix import expand, find_cell
 
+    if engine == "reference":  # what --engine once also meant
+        raise UserInputError("--engine names an engine (a registry key, tag or digest, or a directory)",
+                             "pass --reference to serve the CPU reference model")  # fmt: skip
+    if (engine is None) == (not reference):
+        raise UserInputError("name what to serve: --engine KEY|DIR, or --reference", "pass exactly one of them")
+    engine = engine or "reference"
     s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     require_reference_servable(s, engine)
     c = find_cell(s, cell) if cell else expand(s)[0]

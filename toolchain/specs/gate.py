@@ -6,7 +6,7 @@ the Dynamo commands call where they read a spec: it parses the file strictly and
 ``spec validate`` does, and raises the same one-line ``CompatibilityError`` (the file, the first problem, how
 many more, and the table's alternative as the hint; exit 2).
 
-``reference_problem`` adds the one rule that only a command choosing ``--engine reference`` meets: the CPU
+``reference_problem`` adds the one rule that only a command choosing ``--reference`` meets: the CPU
 reference model stands in for the ``tensorrtllm`` backend (the ``inflight_batcher_llm`` layout of runtime
 ``tensorrt``); the LLM-API layout of runtime ``pytorch`` runs TensorRT-LLM's Python runtime in the
 ``tensorrt_llm`` Python model, which needs TensorRT-LLM and a GPU, so it is refused before anything is written
@@ -29,7 +29,7 @@ def checked_spec(path: str | Path) -> EngineSpec:
 
 
 def reference_problem(spec: EngineSpec) -> tuple[str, str] | None:
-    """(message, fix) when ``--engine reference`` cannot serve ``spec`` here, else None."""
+    """(message, fix) when ``--reference`` cannot serve ``spec`` here, else None."""
     if spec.runtime != "pytorch":
         return None
     from toolchain.specs import families
@@ -45,7 +45,7 @@ def reference_problem(spec: EngineSpec) -> tuple[str, str] | None:
         f"(runtime tensorrt is refused for {fam.name}: see docs/model-families.md)"
     )
     return (
-        "--engine reference serves the inflight_batcher_llm layout (runtime tensorrt) on the CPU reference "
+        "--reference serves the inflight_batcher_llm layout (runtime tensorrt) on the CPU reference "
         "model; runtime pytorch's LLM-API layout runs TensorRT-LLM's Python runtime, which needs TensorRT-LLM "
         "and a GPU",
         fix,
