@@ -95,3 +95,24 @@ def test_debug_shows_the_hubs_own_error_on_the_offline_hub_path(
     assert "direct cause" in r.output, r.output
     cause = r.output.split("direct cause", 1)[0]
     assert "huggingface_hub" in cause and "hf_hub_download" in cause, cause[-2000:]
+
+
+def test_parser_mistakes_are_one_line_naming_the_help(tmp_path: Path) -> None:
+    """A bad choice, an unknown option and a missing argument: one `Error:` line with the command's --help, exit 2
+    (click printed a usage block, a "Try" line and pydantic's "Value error, " first)."""
+    import subprocess
+    import sys
+
+    cases = [
+        (["plan", str(REPO / "engine_specs" / "tiny.yaml"), "--estimator", "flor"], "'flor' is not one of", "plan"),
+        (["cache", "ls", "--nosuch"], "No such option: --nosuch", "cache ls"),
+        (["plan"], "Missing argument 'spec'", "plan"),
+    ]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args, what, cmd in cases:
+        r = subprocess.run([sys.executable, "-m", "toolchain.cli.main", *args], capture_output=True, text=True,
+                           env=env, timeout=120)  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and what in lines[0], r.stderr
+        assert f"see `toolchain {cmd} --help`" in lines[0] and "Value error" not in lines[0]

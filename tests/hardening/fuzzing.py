@@ -133,8 +133,8 @@ def check(tally: Tally, o: Outcome, *, slow_s: float) -> None:
             tally.problems.append(f"no JSON document on stdout (exit {o.exit_code}): {short!r}: {o.stdout[-200:]!r}")
     if o.exit_code not in (0, None):
         errors = [ln for ln in o.stderr.splitlines() if ln.startswith("Error: ")]
-        if o.exit_code == 2 and "Usage:" in o.stderr:
-            return  # click's own usage errors
+        if "Usage:" in o.stderr:  # click's usage block: a usage error is one line like every other mistake
+            tally.problems.append(f"usage block, not one line (exit {o.exit_code}): {short!r}: {o.stderr[-300:]!r}")
         if len(errors) < 1 or any("Traceback" in ln for ln in o.stderr.splitlines()):
             tally.problems.append(f"no one-line error (exit {o.exit_code}): {short!r}: {o.stderr[-300:]!r}")
 

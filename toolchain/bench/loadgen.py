@@ -210,8 +210,8 @@ class TritonTarget:
         call = self.client.get_model_config(name, as_json=True, client_timeout=self.idle_timeout)
         try:
             return await asyncio.wait_for(call, self.idle_timeout + 1)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within {self.idle_timeout:g} s (--idle-timeout)") from None
+        except asyncio.TimeoutError as e:
+            raise TimeoutError(f"no answer within {self.idle_timeout:g} s (--idle-timeout)") from e
 
     def _inputs(self, req: Request) -> list[Any]:
         def inp(name: str, arr: Any, dt: str) -> Any:

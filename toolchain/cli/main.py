@@ -75,6 +75,12 @@ def _close_progress() -> None:
         render.close_all()
 
 
+def _is_usage_error(e: BaseException) -> bool:
+    """click's UsageError and its kinds (NoSuchOption, BadParameter, MissingParameter), from click or the copy of
+    click that Typer carries (``typer._click``): matched by class name, not by one module's class."""
+    return any(c.__name__ == "UsageError" for c in type(e).__mro__)
+
+
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
@@ -116,8 +122,14 @@ class _Group(TyperGroup):
                 3,
             ) from None
         except Exception as e:
-            # The parser's own usage errors (unknown option, bad value): click prints them on stderr; under
-            # --json the same message is the JSON document on stdout.
+            if _is_usage_error(e):
+                # The parser's own usage errors (unknown option, bad value, missing argument): one line like
+                # every other mistake (click printed its usage block and a "Try" line first), naming the help.
+                sub = getattr(e, "ctx", None)
+                where = sub.command_path if sub is not None else "toolchain"
+                message = str(e.format_message()).replace("Value error, ", "").rstrip(".")  # type: ignore[attr-defined]
+                raise fail(message, f"see `{where} --help`", int(getattr(e, "exit_code", 2))) from None
+            # Other parser exceptions that carry an exit code: under --json the message is the JSON document too.
             code = getattr(e, "exit_code", None)
             if hasattr(e, "format_message") and isinstance(code, int) and code:
                 fail.document(str(e.format_message()), "run the command with --help for its usage", code)
