@@ -391,3 +391,15 @@ def test_the_hub_backend_keeps_the_signature_beside_the_record(tmp_path: Path, k
     with pytest.raises(SignatureError, match="copied from another entry"):
         r.get(KEY_B, tmp_path / "out-b", verifier=verifier)
     _nothing_written(tmp_path / "out-b")
+
+
+def test_the_sign_hint_names_the_registry(cli: Any, tmp_path: Path, engine_dir: Path, monkeypatch: Any) -> None:
+    """Taken literally, the hint must sign the entry where it is, not in the default registry."""
+    monkeypatch.setenv("COSIGN_PASSWORD", "")
+    assert cli("cache", "keygen", tmp_path / "k").exit_code == 0
+    reg = str(tmp_path / "reg")
+    assert cli("cache", "push", engine_dir, "--key", "5" * 64, "--registry", reg).exit_code == 0
+    r = cli("cache", "pull", "5" * 64, tmp_path / "o", "--registry", reg, "--require-signature",
+            "--public-key", tmp_path / "k" / "cosign.pub")  # fmt: skip
+    assert r.exit_code == 6, r.output
+    assert f"toolchain cache sign {'5' * 16} --sign cosign.key --registry {reg}" in r.output

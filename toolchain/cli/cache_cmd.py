@@ -232,7 +232,7 @@ def verify(
     if unsigned:
         raise SignatureError(
             f"{len(unsigned)} of {rep.checked} entries have no valid signature of {verifier.path if verifier else ''}",
-            "sign them (`toolchain cache sign REF --sign cosign.key`) or remove them",
+            f"sign them (`toolchain cache sign REF --sign cosign.key --registry {r.url}`) or remove them",
         )
 
 

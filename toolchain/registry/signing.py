@@ -455,7 +455,7 @@ def _read_signatures(reg: Registry, key: str, subject: str) -> list[tuple[bytes,
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
         raise SignatureError(
             f"the signature file {signature_path(key)} in {reg.url} is not readable",
-            "sign the entry again (`toolchain cache sign REF --sign cosign.key`)",
+            f"sign the entry again (`{sign_command(key, reg.url)}`)",
         ) from e
 
 
@@ -511,16 +511,29 @@ def verified_entry(reg: Registry, ref: str, verifier: Verifier) -> EntryManifest
         from toolchain.errors import ManifestError
 
         raise ManifestError(f"manifest {key} names key {m.key}")
-    check_signatures(_read_signatures(reg, key, subject), subject, key, verifier, where)
+    check_signatures(_read_signatures(reg, key, subject), subject, key, verifier, where, registry=reg.url)
     return m
 
 
-def check_signatures(sigs: list[tuple[bytes, str]], subject: str, key: str, verifier: Verifier, where: str) -> None:
+def sign_command(key: str, registry: str | None) -> str:
+    """The command that signs ``key`` where it is (the registry named, so it is not the default one)."""
+    return f"toolchain cache sign {key[:16]} --sign cosign.key" + (f" --registry {registry}" if registry else "")
+
+
+def check_signatures(
+    sigs: list[tuple[bytes, str]],
+    subject: str,
+    key: str,
+    verifier: Verifier,
+    where: str,
+    *,
+    registry: str | None = None,
+) -> None:
     if not sigs:
         raise SignatureError(
             f"{where} carries no signature of {subject[:23]} (it is unsigned, or it changed after it was "
             "signed), and a signature is required",
-            "sign it (`toolchain cache sign REF --sign cosign.key`), or pull an entry that is signed",
+            f"sign it (`{sign_command(key, registry)}`), or pull an entry that is signed",
         )
     others: list[str] = []
     for data, sig in sigs:
