@@ -270,3 +270,16 @@ def test_a_model_config_it_cannot_parse(cli: Cli, tiny_checkpoint: Path, tmp_pat
 def test_an_unknown_estimator_is_refused_by_the_parser(cli: Cli) -> None:
     r = cli("plan", SPEC_8B, "--estimator", "guess")
     assert r.exit_code == 2 and "'guess' is not one of" in r.output
+
+
+def test_the_databases_reason_is_said_in_words() -> None:
+    """The estimator's internal lookup key (a Rust struct dump) is not the user's business; the head size is."""
+    from toolchain.planning.estimate import _concise
+
+    raw = (
+        "PerfDataNotAvailableError: perf database error: context attention data missing for ContextKey { fmha_quant: "
+        '"bfloat16", kv_quant: "fp8", n_kv_lookup: 2, head_size: 32, window_size: 0 }: tried lane_order ["default"] '
+        "at /venv/lib/python3.11/site-packages/aiconfigurator_core/x.py"
+    )
+    said = _concise(raw)
+    assert said == "context attention data missing for head size 32"

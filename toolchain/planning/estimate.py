@@ -155,9 +155,14 @@ def _readline(proc: Popen[str], timeout: float) -> str:
 
 
 def _concise(error: str) -> str:
-    """The database's reason, without the site-packages path it names (the venv is not the user's business)."""
+    """The database's reason in words: without the site-packages path it names (the venv is not the user's
+    business) and without the estimator's internal lookup keys ("for ContextKey { fmha_quant: ..., head_size: 32,
+    ... }: tried lane_order [...]"), keeping the head size they name, which is what a small model lacks."""
     error = re.sub(r" at /\S+?(?=[;,]|$)", "", error)
-    return error.replace("PerfDataNotAvailableError: perf database error: ", "")
+    error = error.replace("PerfDataNotAvailableError: perf database error: ", "")
+    head = re.search(r"head_size: (\d+)", error)
+    error = re.sub(r"\s*for \w+ \{[^}]*\}", f" for head size {head.group(1)}" if head else "", error)
+    return re.sub(r":?\s*tried lane_order \[[^\]]*\].*$", "", error).strip()
 
 
 @dataclass
