@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SPECS
-from tests.terminal.pty_harness import PtyRun, run_on_pty
+from tests.terminal.pty_harness import PtyRun, run_on_pty, truncated_cells
 
 pytestmark = pytest.mark.slow
 
@@ -59,13 +59,16 @@ def up_run(home: Path) -> PtyRun:
     d["model"]["source"] = str(home / "tiny-llama")
     spec = home / "tiny.yaml"
     spec.write_text(yaml.safe_dump(d))
-    return run_on_pty([TOOLCHAIN, "up", str(spec), "--requests", "3"], env=_env(home), timeout=900)
+    env = _env(home) | {"COLUMNS": "80"}  # the first-hour path at the width of most terminals and CI logs
+    return run_on_pty([TOOLCHAIN, "up", str(spec), "--requests", "3"], env=env, timeout=900, cols=80)
 
 
 def test_up_on_a_terminal_exits_0_and_is_never_silent(up_run: PtyRun) -> None:
     _ok(up_run)
     text = up_run.text
-    assert "toolchain up tiny" in text and "stage: bench" in text  # the summary table was printed
+    assert "toolchain up tiny" in text and "stage: bench" in text  # the summary was printed
+    assert re.search(r"engine key +[0-9a-f]{64}", text), text[-2000:]  # whole, to copy: never cut to "…"
+    assert truncated_cells(text) == [], truncated_cells(text)
     assert "stopping tritonserver" in text  # the unload is narrated, not a silent wait
 
 

@@ -20,7 +20,6 @@ def up(
 
     Examples: toolchain up engine_specs/tiny.yaml
     """
-    from rich.table import Table
 
     from toolchain.cli.bench_cmd import print_table
     from toolchain.cli.render import Stages, err, out, print_json
@@ -45,17 +44,15 @@ def up(
         return
     if res.bench:
         print_table(res.bench)
-    t = Table(title=f"toolchain up {res.spec} / {res.cell}", show_header=False)
-    t.add_column("what")
-    t.add_column("value")
-    t.add_row("engine key", res.engine_key or "-")
-    t.add_row("profile id", res.profile_id or "-")
-    t.add_row("served by", res.served_by)
-    for k, v in res.stages.items():
-        t.add_row(f"stage: {k}", v)
-    for k, v in res.artifacts.items():
-        t.add_row(k, v)
-    out.print(t)
+    # label: value lines, not a table: keys and paths are what a person copies, so a narrow terminal wraps them
+    # (soft_wrap: no newline is inserted) instead of cutting them to "…"
+    rows = [("engine key", res.engine_key or "-"), ("profile id", res.profile_id or "-"), ("served by", res.served_by)]
+    rows += [(f"stage: {k}", v) for k, v in res.stages.items()]
+    rows += list(res.artifacts.items())
+    width = max(len(k) for k, _ in rows)
+    out.print(f"toolchain up {res.spec} / {res.cell}", highlight=False, markup=False)
+    for k, v in rows:
+        out.print(f"  {k.ljust(width)}  {v}", soft_wrap=True, highlight=False, markup=False)
     for f in res.findings:
         err.print(
             f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}",
