@@ -58,3 +58,14 @@ def test_dynamo_plan_table_fits_80_columns(tmp_path: Path) -> None:
         assert r.returncode == 0, r.describe()
         assert truncated_cells(r.text) == [], r.describe()
         assert "H100-SXM" in r.text and "prefill ms" in r.text and "req/s/w" in r.text, r.describe()
+
+
+def test_gpus_table_fits_80_columns(tmp_path: Path) -> None:
+    """Every catalog name whole (what matrix.gpu takes); NVML names and formats under --wide."""
+    from toolchain.hardware.catalog import CATALOG
+
+    r = run_on_pty([sys.executable, "-m", "toolchain.cli.main", "gpus"], env=_env(tmp_path), timeout=120, cols=80)
+    assert r.returncode == 0, r.describe()
+    lines = r.text.splitlines()
+    assert all(any(ln.split()[:1] == [name] for ln in lines) for name in CATALOG), r.describe()
+    assert "…" not in r.text and max(len(ln) for ln in lines) <= 80, r.describe()
