@@ -64,8 +64,6 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts
 def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     """The BenchConfig ``opts`` describe (their flags were checked when they were made), and the spec's cell (None
     without ``opts.spec``): reads the trace, the spec, the repository marker, the tokenizer and the prompts."""
-    from transformers import AutoTokenizer
-
     entries = None
     if opts.trace is not None:
         from toolchain.bench.trace import read_trace
@@ -86,7 +84,10 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     repo = opts.repo
     if repo and (repo / "toolchain-repo.json").is_file():
         prov.update(_repo_provenance(repo / "toolchain-repo.json"))
-    tok = AutoTokenizer.from_pretrained(find_tokenizer(opts.tokenizer, repo, art))
+    tok_dir = find_tokenizer(opts.tokenizer, repo, art)  # a missing file is said before seconds of importing
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
     prov["workload"] = {
         "input_tokens": "dataset" if opts.dataset_path else input_tokens,
         "output_tokens": output_tokens,
