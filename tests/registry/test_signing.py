@@ -372,7 +372,7 @@ def test_the_hub_backend_keeps_the_signature_beside_the_record(tmp_path: Path, k
                 src = op.path_or_fileobj
                 self.files[op.path_in_repo] = src if isinstance(src, bytes) else Path(src).read_bytes()
 
-        def hf_hub_download(self, repo: str, path: str) -> str:
+        def hf_hub_download(self, repo: str, path: str, **kw: Any) -> str:  # etag_timeout: the deadline
             if path not in self.files:
                 raise EntryNotFoundError(path)
             out = tmp_path / "hub-cache" / path
