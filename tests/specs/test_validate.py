@@ -95,3 +95,13 @@ def test_container_tensorrt_version_matches_by_parts_not_by_prefix(
     r = cli("spec", "validate", spec)
     assert (r.exit_code != 0 and "ships TensorRT-LLM 1.1.0 and TensorRT 10.13.3.9" in r.output) == flagged, r.output
     assert (r.exit_code == 0) != flagged
+
+
+def test_validate_json_errors_carry_the_exit_code(cli: Cli) -> None:
+    """Each refused spec in `spec validate --json` says its exit code, like every other --json error document."""
+    good, bad = SPECS / "tiny.yaml", Path(__file__).parent / "bad-typo.yaml"
+    r = cli("spec", "validate", good, bad, "--json")
+    assert r.exit_code == 2
+    docs = json.loads(r.stdout)
+    assert [d["ok"] for d in docs] == [True, False]
+    assert docs[1]["exit"] == 2 and docs[1]["error"] and docs[1]["hint"]

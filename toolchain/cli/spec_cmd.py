@@ -39,7 +39,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
                 for line in said:
                     err.print(f"  note: {line}", highlight=False, markup=False)
         except ToolchainError as e:
-            results.append({"spec": str(path), "ok": False, "error": e.message, "hint": e.hint})
+            results.append({"spec": str(path), "ok": False, "error": e.message, "hint": e.hint, "exit": e.exit_code})
             failures.append((str(path), e))
     if json_out:
         print_json(results)
