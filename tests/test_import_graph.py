@@ -50,6 +50,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from X import ...`` names, relative imports resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in a file, relative ones resolved."""
     module = _module_name(path)
@@ -59,12 +68,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
+            name = _from_module(node, package)
             out.append((node.lineno, name))
             if name == "toolchain":  # from toolchain import settings, pipeline
                 out += [(node.lineno, f"toolchain.{a.name}") for a in node.names if a.name in RANK or a.name in BASE]
@@ -146,12 +150,7 @@ def _runtime_edges(path: Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in modules}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
+            name = _from_module(node, package)
             for a in node.names:  # `from pkg import mod` names a module; `from mod import f` the module itself
                 out.add(f"{name}.{a.name}" if f"{name}.{a.name}" in modules else name)
     return {m for m in out if m in modules and m != module}
@@ -216,19 +215,24 @@ def test_the_circle_checker_sees_lazy_circles_and_ignores_typing_only_ones(tmp_p
     assert found == [["toolchain.specs.a", "toolchain.specs.b"]]
 
 
+def importers_of(top: str, files: list[Path], root: Path) -> list[str]:
+    """``file:line`` of every absolute import of ``top`` or one of its submodules in ``files``."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(n == top or n.startswith(f"{top}.") for n in names):
+                found.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}")
+    return found
+
+
 def test_only_proc_and_the_watchdog_start_processes() -> None:
     """Subprocesses go through toolchain/proc.py (deadlines, logs, the watchdog); the watchdog runs on its own."""
     allowed = {PACKAGE / "proc.py", PACKAGE / "triton" / "watchdog.py"}
-    offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path in allowed:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            if any(n == "subprocess" or n.startswith("subprocess.") for n in names):
-                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}")
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if p not in allowed]
+    offenders = importers_of("subprocess", files, PACKAGE.parent)
     assert offenders == [], f"import subprocess outside toolchain/proc.py: {offenders}"
 
 
@@ -236,12 +240,5 @@ def test_tests_take_nothing_from_benchmarks() -> None:
     """Fixtures and helpers live in tests/ (conftest, tests/servers.py, tests/generated.py); benchmarks may use them,
     never the other way round (a benchmark's change must not move a test)."""
     tests = Path(__file__).resolve().parent
-    offenders = []
-    for path in sorted(tests.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            if any(n == "benchmarks" or n.startswith("benchmarks.") for n in names):
-                offenders.append(f"{path.relative_to(tests.parent)}:{getattr(node, 'lineno', 0)}")
+    offenders = importers_of("benchmarks", sorted(tests.rglob("*.py")), tests.parent)
     assert offenders == [], offenders
