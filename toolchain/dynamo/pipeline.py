@@ -57,14 +57,10 @@ def plan_spec(
 def _silicon_plan(
     cell: Cell, arch: ModelArch, floor: DynamoPlan, estimator: Estimator, progress: Progress
 ) -> DynamoPlan:
-    from toolchain.errors import EstimatorMissingError
     from toolchain.planning import estimate
 
-    local = cell.spec.local_source()
-    session = estimate.start(arch, local / "config.json" if local else None, progress)
+    session = estimate.open_session(cell.spec, arch, estimator, progress)
     if session is None:
-        if estimator == "aic":
-            raise EstimatorMissingError(estimate.missing_message())
         floor.notes.append(
             f"{estimate.missing_message()}: the pools are timed by the roofline floor only (a lower bound; install it: "
             "scripts/setup-aic.sh)"

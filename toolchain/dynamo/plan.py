@@ -245,11 +245,10 @@ class Silicon:
         if why is not None:
             return why
         system = E.SYSTEMS[pc.gpu.name]
-        gemm, kv = E.GEMM_MODES[q.weights], E.KV_MODES.get(q.kv_cache, "bfloat16")
-        isl, osl = E.lengths(pc)
+        _isl, osl = E.lengths(pc)
 
         def ask(mode: str, b: int) -> E.Estimate | str:
-            return self.session.ask(E.Query(system, b, pc.tp, pc.pp, isl, osl, gemm, kv, mode))
+            return self.session.ask(E.query(pc, b, mode))
 
         ctx = ask("static_ctx", 1)
         if isinstance(ctx, str):

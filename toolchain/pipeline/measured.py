@@ -126,7 +126,6 @@ def calibration(
     """NVIDIA AIConfigurator's estimate ÷ the measurement at every probe of a concurrency search: TTFT and TPOT (the
     estimate's figure against the measured P99) and output tokens/s. ``{"none": why}`` where there is nothing to
     compare (a rate search, a cell the database lacks, AIConfigurator not installed)."""
-    from toolchain.errors import EstimatorMissingError
     from toolchain.planning import estimate as E
     from toolchain.specs.matrix import find_cell
 
@@ -139,20 +138,16 @@ def calibration(
     why = E.unsupported(cell.gpu.name, q.weights, arch, cell.pp)
     if why is not None:
         return {"none": why}
-    local = spec.local_source()
-    session = E.start(arch, local / "config.json" if local else None, progress)
+    session = E.open_session(spec, arch, estimator, progress)
     if session is None:
-        if estimator == "aic":
-            raise EstimatorMissingError(E.missing_message())
         return {"none": E.missing_message()}
     system = E.SYSTEMS[cell.gpu.name]
     isl, osl = E.lengths(cell)
-    gemm, kv = E.GEMM_MODES[q.weights], E.KV_MODES.get(q.kv_cache, "bfloat16")
     rows: list[dict[str, Any]] = []
     database = None
     try:
         for probe in sorted({int(p.load): p for p in search.probes}.values(), key=lambda p: p.load):
-            e = session.ask(E.Query(system, max(1, int(probe.load)), cell.tp, cell.pp, isl, osl, gemm, kv))
+            e = session.ask(E.query(cell, max(1, int(probe.load))))
             if isinstance(e, str):
                 rows.append({"load": probe.load, "label": probe.label, "none": e})
                 continue

@@ -255,6 +255,27 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
     return Session(proc, tmp.name, str(ready.get("aiconfigurator")), tmp, progress)
 
 
+def open_session(
+    spec: Any, arch: ModelArch, estimator: Estimator, progress: Callable[[str], None] | None = None
+) -> Session | None:
+    """The worker for ``spec``'s model (its local config.json when it has one): None when AIConfigurator is not
+    installed and ``estimator`` is "auto" (the caller falls back to the floor and says so); with "aic" that is an
+    error (exit 3)."""
+    local = spec.local_source()
+    session = start(arch, local / "config.json" if local else None, progress)
+    if session is None and estimator == "aic":
+        raise EstimatorMissingError(missing_message())
+    return session
+
+
+def query(cell: Cell, batch: int, mode: str = "agg") -> Query:
+    """The database query of ``cell`` at ``batch``: its GPU's system, TP/PP, the traffic's lengths, its formats."""
+    q = cell.spec.quantization
+    isl, osl = lengths(cell)
+    gemm, kv = GEMM_MODES[q.weights], KV_MODES.get(q.kv_cache, "bfloat16")
+    return Query(SYSTEMS[cell.gpu.name], batch, cell.tp, cell.pp, isl, osl, gemm, kv, mode)
+
+
 def missing_message() -> str:
     where = settings.aic_python() or str(REPO / ".venv-aic" / "bin" / "python")
     return f"NVIDIA AIConfigurator {AIC_VERSION} is not installed ({where} not found)"
@@ -329,13 +350,9 @@ def fleet_at(
 def estimate_curve(session: Session, cell: Cell, cap: int) -> tuple[list[Estimate], str | None]:
     """The database's estimates of ``cell`` at every batch of the ladder up to ``cap`` (the first failure ends
     the walk: a larger batch has no more data than a smaller one). Returns (curve, why none) ."""
-    q = cell.spec.quantization
-    isl, osl = lengths(cell)
-    system = SYSTEMS[cell.gpu.name]
-    gemm, kv = GEMM_MODES[q.weights], KV_MODES.get(q.kv_cache, "bfloat16")
     curve: list[Estimate] = []
     for b in ladder(cap):
-        e = session.ask(Query(system, b, cell.tp, cell.pp, isl, osl, gemm, kv))
+        e = session.ask(query(cell, b))
         if isinstance(e, str):
             return curve, (None if curve else e)
         curve.append(e)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import yamlout
-from toolchain.errors import EstimatorMissingError, UserInputError
+from toolchain.errors import UserInputError
 from toolchain.hardware.catalog import CATALOG
 from toolchain.planning import estimate as E
 from toolchain.planning.plan import CellPlan, plan_cell
@@ -270,11 +270,8 @@ def search_spec(
     notes: list[str] = []
     session: E.Session | None = None
     if estimator != "floor":
-        local = spec.local_source()
-        session = E.start(arch, local / "config.json" if local else None, progress)
+        session = E.open_session(spec, arch, estimator, progress)
         if session is None:
-            if estimator == "aic":
-                raise EstimatorMissingError(E.missing_message())
             notes.append(f"{E.missing_message()}: ranked on the roofline floor only (scripts/setup-aic.sh)")
     try:
         out: list[Candidate] = []

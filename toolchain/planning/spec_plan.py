@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolchain.errors import EstimatorMissingError
 from toolchain.planning import estimate
 from toolchain.planning.estimate import Estimator
 from toolchain.planning.plan import CellPlan, plan_cell
@@ -64,11 +63,8 @@ def plan_spec(
 
 def _estimate(sp: SpecPlan, cells: list[Cell], estimator: Estimator, progress: Callable[[str], None] | None) -> None:
     """Add the silicon estimate to every plan, or say on each why there is none."""
-    local = sp.spec.local_source()
-    session = estimate.start(sp.arch, local / "config.json" if local else None, progress)
+    session = estimate.open_session(sp.spec, sp.arch, estimator, progress)
     if session is None:
-        if estimator == "aic":
-            raise EstimatorMissingError(estimate.missing_message())
         for plan in sp.plans:
             plan.no_estimate = estimate.missing_message()
         sp.notes.append(
