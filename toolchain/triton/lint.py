@@ -891,6 +891,22 @@ def _off_template(t: _Tensor) -> str | None:
     return want if want not in (None, T.LOGITS, t.dtype) else None
 
 
+def _meet(
+    files: dict[str, str],
+    file: str,
+    field: str,
+    tensors: dict[str, _Tensor],
+    name: str,
+    mine: _Tensor,
+    out: list[Finding],
+) -> None:
+    """An ensemble tensor met again must agree with where it was first seen; met first, it is recorded."""
+    if name not in tensors:
+        tensors[name] = mine
+    elif (bad := _consistent(files, file, field, name, tensors[name], mine)) is not None:
+        out.append(bad)
+
+
 def _consistent(files: dict[str, str], file: str, field: str, name: str, a: _Tensor, b: _Tensor) -> Finding | None:
     """Triton's ValidateTensorConsistency: one data type, and dims equal up to -1 (with or without the batch).
     The finding goes to the config that departs from the TensorRT-LLM template, when one does."""
@@ -971,12 +987,7 @@ def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any], files: dict[str
                 )
             t = inputs[k]
             mine = _Tensor(step.model_name, f"{step.model_name} input {k}", _dtype(t), _dims(t.dims), mb)
-            if v in tensors:
-                bad = _consistent(files, file, field, v, tensors[v], mine)
-                if bad is not None:
-                    out.append(bad)
-            else:
-                tensors[v] = mine
+            _meet(files, file, field, tensors, v, mine, out)
         for k, t in inputs.items():
             if k not in mapped and not t.optional:
                 out.append(
@@ -995,12 +1006,7 @@ def _lint_ensemble(file: str, ens: Any, configs: dict[str, Any], files: dict[str
                 continue
             t = outputs[k]
             mine = _Tensor(step.model_name, f"{step.model_name} output {k}", _dtype(t), _dims(t.dims), mb)
-            if v in tensors:
-                bad = _consistent(files, file, field, v, tensors[v], mine)
-                if bad is not None:
-                    out.append(bad)
-            else:
-                tensors[v] = mine
+            _meet(files, file, field, tensors, v, mine, out)
             produced.add(v)
     for o in ens.output:
         if o.name not in produced:
