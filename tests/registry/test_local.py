@@ -193,7 +193,7 @@ def test_cache_cli(cli: Cli, tmp_path: Path, engine_dir: Path) -> None:
     r = cli("cache", "gc", "--registry", reg, "--yes")
     assert r.exit_code == 0 and "frees 0 B" in r.output
     r = cli("cache", "verify", "--registry", reg)
-    assert r.exit_code == 0 and "checked 1 entries, 0 corrupt" in r.output
+    assert r.exit_code == 0 and "checked 1 entry, 0 corrupt" in r.output
     r = cli("cache", "ls", "--registry", "ftp://x")
     assert r.exit_code == 2 and "unknown registry scheme" in r.output
 

@@ -69,3 +69,30 @@ def test_gpus_table_fits_80_columns(tmp_path: Path) -> None:
     lines = r.text.splitlines()
     assert all(any(ln.split()[:1] == [name] for ln in lines) for name in CATALOG), r.describe()
     assert "…" not in r.text and max(len(ln) for ln in lines) <= 80, r.describe()
+
+
+def test_spec_expand_fits_80_columns_and_says_why_a_key_is_pending(tmp_path: Path) -> None:
+    """On main the table was 99 columns at 80 and cut the pending reason to "checkpoint not f"."""
+    for spec in ("llama-3.1-8b-fp8.yaml", "tiny.yaml"):
+        argv = [sys.executable, "-m", "toolchain.cli.main", "spec", "expand", str(SPECS / spec)]
+        r = run_on_pty(argv, env=_env(tmp_path), timeout=120, cols=80)
+        assert r.returncode == 0, r.describe()
+        assert truncated_cells(r.text) == [], r.describe()
+    assert "h100-sxm-b8-s256-i128-tp1" in r.text and "keys pending: checkpoint not found at" in r.text, r.describe()
+    assert "1 cell\n" in r.text.replace("\r", ""), r.describe()  # not "1 cells"
+
+
+def test_plan_explain_wraps_at_spaces_at_80_columns(tmp_path: Path) -> None:
+    """On main the terminal broke --explain's long lines mid-figure ("0.8" | "0 raw GPUs")."""
+    argv = [sys.executable, "-m", "toolchain.cli.main", "plan", str(SPECS / "llama-3.1-8b-fp8.yaml")]
+    argv += ["--cell", "h100-sxm-b64-s4096-i2048-tp1", "--explain", "--estimator", "floor"]
+    narrow = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
+    wide = run_on_pty(argv, env=_env(tmp_path) | {"COLUMNS": "400"}, timeout=300, cols=400)
+    assert narrow.returncode == wide.returncode == 0, narrow.describe()
+    lines = narrow.text.replace("\r", "").splitlines()
+    assert max(len(ln) for ln in lines) <= 80, narrow.describe()
+
+    def words(text: str) -> list[str]:
+        return text.split("floor fleet:", 1)[1].split()
+
+    assert words(narrow.text) == words(wide.text), narrow.describe()  # every figure whole, in the same order

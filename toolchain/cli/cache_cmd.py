@@ -39,7 +39,7 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
     """
     from rich.table import Table
 
-    from toolchain.cli.render import err, fmt_bytes, out, print_json
+    from toolchain.cli.render import err, fmt_bytes, out, plural, print_json
     from toolchain.registry import open_registry
     from toolchain.registry.store import entry_summary
 
@@ -55,7 +55,7 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
     for e in rows:
         t.add_row(e["key"][:16], e["kind"], str(e["files"]), fmt_bytes(e["bytes"]), e["created"], ",".join(e["tags"]))
     out.print(t)
-    err.print(f"{len(rows)} entries")
+    err.print(plural(len(rows), "entry", "entries"))
 
 
 @app.command()
@@ -98,7 +98,7 @@ def pull(
       toolchain cache pull 3f2a9c1d ./engine
       toolchain cache pull 3f2a9c1d ./engine --require-signature --public-key cosign.pub
     """
-    from toolchain.cli.render import Stages, err
+    from toolchain.cli.render import Stages, err, plural
     from toolchain.registry import open_registry
     from toolchain.registry.signing import verifier_for
 
@@ -109,7 +109,9 @@ def pull(
     stages.close()
     signed = f", signature verified with {verifier.path}" if verifier is not None else ""
     err.print(
-        f"restored {m.key[:16]} ({len(m.files)} files) from {r.url} to {dest}{signed}", highlight=False, markup=False
+        f"restored {m.key[:16]} ({plural(len(m.files), 'file')}) from {r.url} to {dest}{signed}",
+        highlight=False,
+        markup=False,
     )
 
 
@@ -138,7 +140,7 @@ def push(
       toolchain cache push ./engine --key $(toolchain spec expand SPEC --json | jq -r .cells[0].engine_key)
       toolchain cache push ./engine --sign cosign.key --registry oci://registry.example.com/llm/engines
     """
-    from toolchain.cli.render import Stages, err, out
+    from toolchain.cli.render import Stages, err, out, plural
     from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
     from toolchain.registry.signing import signer_for
@@ -154,7 +156,7 @@ def push(
     stages.close()  # the bars end their line before the key is printed on its own
     out.print(m.key, highlight=False)
     signed = f", signed with {signer.path}" if signer is not None else ""
-    err.print(f"stored {len(m.files)} files in {r.url}{signed}", highlight=False, markup=False)
+    err.print(f"stored {plural(len(m.files), 'file')} in {r.url}{signed}", highlight=False, markup=False)
 
 
 @app.command("sign")
@@ -209,7 +211,7 @@ def verify(
 
     Examples: toolchain cache verify --public-key cosign.pub --registry oci://registry.example.com/llm/engines
     """
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import err, plural, print_json
     from toolchain.errors import CorruptArtifactError, SignatureError
     from toolchain.registry import open_registry
     from toolchain.registry.signing import verifier_for, verify_signatures
@@ -226,7 +228,7 @@ def verify(
     for k, why in unsigned.items():
         err.print(f"signature {k[:16]}: {why}", highlight=False, markup=False)
     tail = f", {len(unsigned)} without a valid signature" if verifier is not None else ""
-    err.print(f"checked {rep.checked} entries, {len(rep.corrupt)} corrupt{tail}", highlight=False)
+    err.print(f"checked {plural(rep.checked, 'entry', 'entries')}, {len(rep.corrupt)} corrupt{tail}", highlight=False)
     if rep.corrupt and not repair:
         raise CorruptArtifactError(f"{len(rep.corrupt)} corrupt entries")
     if unsigned:

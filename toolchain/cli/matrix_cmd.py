@@ -50,7 +50,7 @@ def matrix(
         --image registry.example.com/toolchain-build:1.1.0 --registry-secret engine-registry --queue gpu-builds
       toolchain matrix engine_specs/*.yaml --format kubernetes --check --registry s3://engines/prod
     """
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import err, plural, print_json
     from toolchain.errors import UserInputError
     from toolchain.pipeline.matrix import build_matrix, github, gitlab, gitlab_yaml, load_runner_map
     from toolchain.registry import open_registry
@@ -93,13 +93,13 @@ def matrix(
         print_json(m)
     cached = sum(b["cached"] for b in m["build"])
     err.print(
-        f"{len(m['build'])} cells ({cached} already in the registry, no job for them), "
-        f"{len(m['quantize'])} quantize groups"
+        f"{plural(len(m['build']), 'cell')} ({cached} already in the registry, no job for them), "
+        f"{plural(len(m['quantize']), 'quantize group')}"
     )
 
 
 def _render_cluster(result: dict[str, object], json_out: bool) -> None:
-    from toolchain.cli.render import err, out, print_json
+    from toolchain.cli.render import err, out, plural, print_json
 
     if json_out:
         print_json(result)
@@ -111,7 +111,7 @@ def _render_cluster(result: dict[str, object], json_out: bool) -> None:
     for path in result.get("written", []):  # type: ignore[attr-defined]
         err.print(f"wrote {path}", markup=False, highlight=False)
     err.print(
-        f"{report['built']} cells in the registry, {report['missing']} to build, "
+        f"{plural(report['built'], 'cell')} in the registry, {report['missing']} to build, "
         f"{len(report['quantize_pending'])} quantize groups to run"
         + (f"; apply with: {result['apply']}" if result.get("apply") else ""),
         markup=False,

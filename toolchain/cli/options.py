@@ -108,6 +108,7 @@ class Frontend(str, Enum):
 SpecArg = Annotated[Path, typer.Argument(help="Engine spec YAML (see engine_specs/)", show_default=False)]
 SpecsArg = Annotated[list[Path], typer.Argument(help="One or more engine spec YAML files", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column (the default fits 80 columns)")]
 RegistryOpt = Annotated[
     str | None,
     typer.Option(

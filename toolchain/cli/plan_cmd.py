@@ -89,7 +89,7 @@ def plan(
         _search(spec, estimator.value, gpus, formats, tps, top, price or [], write, plot, json_out)
         return
 
-    from toolchain.cli.render import err, out, print_json
+    from toolchain.cli.render import err, out, print_json, print_wrapped
     from toolchain.errors import PlanError
     from toolchain.planning.estimate import provenance_line
     from toolchain.planning.plan import explain as explain_plan
@@ -118,12 +118,13 @@ def plan(
             highlight=False,
         )
         err.print(
-            "GPUs: the spec's utilization target × burst headroom applied; --explain: every formula",
+            "GPUs: with the spec's utilization target and burst headroom"
+            + ("" if explain else "; every formula: --explain"),
             highlight=False,
         )
         if explain:
             for p in plans:
-                out.print(explain_plan(p, arch), markup=False, highlight=False)
+                print_wrapped(explain_plan(p, arch))
     for p in plans:
         for w in p.warnings:
             err.print(f"warning: cell {p.cell_id}: {w}", markup=False, highlight=False)

@@ -55,6 +55,33 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     sys.stdout.write("\n".join(parts) + "\n")
 
 
+def print_wrapped(text: str) -> None:
+    """Plain text on stdout, each line wrapped at spaces to the terminal's width with a hanging indent, so
+    that the terminal never splits a figure ("0.8" | "0 GPUs"); unwrapped where stdout is not a terminal."""
+    import textwrap
+
+    if not sys.stdout.isatty():
+        sys.stdout.write(text + "\n")
+        return
+    width = max(out.width, 40)
+    lines: list[str] = []
+    for line in text.splitlines():
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        lines += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=lead + "    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 cell``, ``2 cells``; ``many`` where adding "s" is wrong (``entry``/``entries``)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def fmt_bytes(n: float) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= size:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from toolchain.cli.options import JsonOpt, SpecArg, SpecsArg
+from toolchain.cli.options import JsonOpt, SpecArg, SpecsArg, WideOpt
 
 app = typer.Typer(help="Validate engine specs, print their JSON Schema, expand their matrix.", no_args_is_help=True)
 
@@ -17,7 +17,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
 
     Examples: toolchain spec validate engine_specs/*.yaml
     """
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import err, plural, print_json
     from toolchain.errors import ToolchainError
     from toolchain.specs.cuda_graphs import notes
     from toolchain.specs.gate import caveats
@@ -33,7 +33,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
             res = {"spec": str(path), "ok": True, "name": spec.name, "cells": len(cells), "notes": said}
             results.append({**res, "warnings": warned})
             if not json_out:
-                err.print(f"[green]ok[/green] {path} ({spec.name}, {len(cells)} cells)")
+                err.print(f"[green]ok[/green] {path} ({spec.name}, {plural(len(cells), 'cell')})")
                 for line in warned:
                     err.print(f"  warning: {line}", highlight=False, markup=False)
                 for line in said:
@@ -64,35 +64,44 @@ def schema() -> None:
 
 
 @app.command()
-def expand(spec: SpecArg, json_out: JsonOpt = False) -> None:
+def expand(spec: SpecArg, wide: WideOpt = False, json_out: JsonOpt = False) -> None:
     """List every matrix cell of SPEC with its engine key and profile id.
 
-    Examples: toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --json
+    The cell id names its GPU, batch, sequence and input lengths and TP degree; --wide prints them as columns.
+
+    Examples:
+      toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml
+      toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --wide
+      toolchain spec expand engine_specs/llama-3.1-8b-fp8.yaml --json
     """
     from toolchain.artifacts.cell import for_cells
-    from toolchain.cli.render import print_json, print_table
+    from toolchain.cli.render import err, plural, print_json, print_table
     from toolchain.specs.gate import checked_spec
+    from toolchain.specs.matrix import Cell
 
     s = checked_spec(spec)  # the rules `spec validate` applies, with its message (specs.gate)
     ids = for_cells(s)
     if json_out:
         print_json({"spec": s.name, "cells": [i.to_json() for i in ids]})
         return
+    shape = ["gpu", "batch", "seq", "input", "tp"] if wide else []
+
+    def shape_of(c: Cell) -> list[str]:
+        return [c.gpu.name, str(c.max_batch_size), str(c.max_seq_len), str(c.max_input_len), str(c.tp)]
+
     rows = [
         [
             i.cell.id,
-            i.cell.gpu.name,
-            str(i.cell.max_batch_size),
-            str(i.cell.max_seq_len),
-            str(i.cell.max_input_len),
-            str(i.cell.tp),
+            *(shape_of(i.cell) if wide else []),
             (i.engine_key or "pending")[:16],
-            (i.profile_id or i.pending or "")[:16],
+            (i.profile_id or ("pending" if i.pending else ""))[:16],
         ]
         for i in ids
     ]
-    columns = ["cell", "gpu", "batch", "seq", "input", "tp", "engine key", "profile id"]
-    print_table(f"{s.name}: {len(ids)} cells", columns, rows)
+    print_table(f"{s.name}: {plural(len(ids), 'cell')}", ["cell", *shape, "engine key", "profile id"], rows)
+    # why a key is pending, once per reason, in full (a 16-character cell would cut it)
+    for reason in dict.fromkeys(i.pending for i in ids if i.pending):
+        err.print(f"keys pending: {reason}", markup=False, highlight=False)
 
 
 def register(parent: typer.Typer) -> None:
