@@ -63,3 +63,38 @@ def test_one_clock_per_line(tmp_path: Path) -> None:
     for line in text.splitlines():
         if "elapsed" in line or "done in" in line:
             assert not re.search(r"\d:\d\d:\d\d", line), line  # rich's TimeElapsedColumn beside our own clock
+
+
+LONG = textwrap.dedent(
+    """
+    import sys, time
+    from toolchain.cli.render import Stages
+    from toolchain.progress import Heartbeat
+
+    st = Stages()
+    stage = "stopping tritonserver (unloading the models)"
+    st(stage)
+    states = "unloaded ensemble, postprocessing, preprocessing; tensorrt_llm and tensorrt_llm_bls still live"
+    with Heartbeat(st, stage, lambda: states, every=0.2):
+        time.sleep(1.5)
+    time.sleep(4.0)  # silent work after the stage: the ticker may speak, but not of the stage that ended
+    """
+)
+
+
+def test_a_bar_keeps_its_stage_whole_at_80_columns_and_the_ticker_forgets_an_ended_stage(tmp_path: Path) -> None:
+    """On main rich cut the stage's name ("tritonserve…") to make room for a bar and the figures, and the
+    "… still importing torch" ticker went on naming an import that had ended."""
+    script = tmp_path / "long.py"
+    script.write_text(LONG)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "80"}
+    r = run_on_pty([sys.executable, str(script)], env=env, timeout=120, cols=80)
+    assert r.returncode == 0, r.describe()
+    head = "stopping tritonserver (unloading the models): "
+    # each redraw of the bar (frames follow each other on one line, joined by carriage returns)
+    frames = re.findall(re.escape(head) + r"([^━╸╺\n]*)", r.text)
+    assert frames and any("done in" in f for f in frames), r.describe()
+    for info in frames:
+        assert 13 + len(head) + len(info.rstrip()) <= 80, info  # the bar, the stage whole, its figures cut
+    after = r.text.split("done in", 1)[1]
+    assert "still stopping tritonserver" not in after, r.describe()

@@ -153,6 +153,8 @@ def test_serve_then_ctrl_c_on_a_terminal(up_run: PtyRun, home: Path) -> None:
     _ok(r)
     assert "ready: HTTP" in r.text and "stopped" in r.text, r.describe()
     assert "stopping tritonserver" in r.text  # Ctrl-C is answered at once, and the unload narrated
+    stopping = r.text.split("stopping tritonserver", 1)[1]
+    assert ".cc:" not in stopping, r.describe()  # in words (toolchain.triton.server.stop_states), not log lines
 
 
 def test_cache_push_and_pull_of_a_large_file_on_a_terminal(home: Path, tmp_path: Path) -> None:

@@ -77,6 +77,11 @@ def print_wrapped(text: str) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with "…"."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 cell``, ``2 cells``; ``many`` where adding "s" is wrong (``entry``/``entries``)."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
@@ -210,15 +215,18 @@ class Stages:
             self._last_line[stage] = now
             err.print(f"{self._stamp()} " + escape(self.describe(stage, done, total, unit, message)), highlight=False)
 
+    bar_width = 12
+
     def _bar(self, stage: str, done: float, total: float | None, unit: str, message: str | None) -> None:
         from rich.progress import BarColumn, Progress, TextColumn
+        from rich.table import Column
 
         if self._bars is None:
             self._bars = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                # one clock per line: the elapsed time is in ``info`` (describe), never a second column
-                TextColumn("{task.fields[info]}"),
+                BarColumn(bar_width=self.bar_width),
+                # one text per line, cut here to the screen (rich would shorten the stage's name first):
+                # the stage whole, then its figures; one clock per line, the elapsed time in ``describe``
+                TextColumn("{task.fields[line]}", table_column=Column(no_wrap=True)),
                 console=err,
                 transient=False,
                 # never swap sys.stdout/sys.stderr: a bar started inside someone's redirect_stdout would
@@ -227,10 +235,13 @@ class Stages:
                 redirect_stderr=False,
             )
             self._bars.start()
-        info = self.describe(stage, done, total, unit, message).removeprefix(f"{stage}: ")
+        line = escape(fit(self.describe(stage, done, total, unit, message), err.width - self.bar_width - 1))
         if stage not in self._tasks:
-            self._tasks[stage] = self._bars.add_task(escape(stage), total=total, info=escape(info))
-        self._bars.update(self._tasks[stage], completed=done, total=total, info=escape(info))
+            self._tasks[stage] = self._bars.add_task(escape(stage), total=total, line=line)
+        self._bars.update(self._tasks[stage], completed=done, total=total, line=line)
+        if total is not None and done >= total and self._stage is not None and self._stage[0] == stage.strip():
+            # the narrated stage ended: the "still ..." ticker must not go on naming it
+            self._stage = (f"working (after {stage.strip()})", time.monotonic())
         if all(t.finished for t in self._bars.tasks):  # every stage on screen ended: draw it once, stop
             self._close_bars()
 

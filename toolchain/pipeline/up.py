@@ -50,6 +50,7 @@ def _ensure_checkpoint(spec: EngineSpec, progress: Progress) -> str:
 
     progress(f"creating the tiny checkpoint at {src}")
     importing(prefixed(progress, "  "), ("torch", "transformers"), "importing torch and transformers")
+    progress("  writing its random weights and BPE tokenizer")
     make_tiny_checkpoint(src)
     return "created"
 

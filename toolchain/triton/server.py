@@ -70,7 +70,7 @@ class Server:
         (the Python stubs exit one by one), so ``progress`` hears about it every second."""
         if self.proc.poll() is None:
             with Heartbeat(
-                progress, "stopping tritonserver (unloading the models)", lambda: tail(self.log_path, 1) or None
+                progress, "stopping tritonserver (unloading the models)", lambda: stop_states(self.log_path)
             ):
                 stop_group(self.proc, grace)
         else:
@@ -318,6 +318,29 @@ def _is_ready(http_url: str) -> bool:
 _LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
 _LOADED = re.compile(r"\"successfully loaded '([^']+)'")
 _FAILED = re.compile(r"failed to load '([^']+)'")
+
+
+_UNLOADED = re.compile(r"\"successfully unloaded '([^']+)'")
+_LIVE = re.compile(r"Found (\d+) live models")
+_SHUTDOWN = "Waiting for in-flight requests"
+
+
+def stop_states(log_path: Path) -> str | None:
+    """How far tritonserver's shutdown has come, from its own log lines (``server.cc`` counts the live
+    models each second; ``model_lifecycle.cc`` names each one unloaded), e.g. 'unloaded ensemble,
+    postprocessing; 3 models still live' — not a raw log line."""
+    text = tail(log_path, 400)
+    start = text.rfind(_SHUTDOWN)
+    if start < 0:
+        return "waiting for tritonserver to begin its shutdown"
+    text = text[start:]
+    unloaded = list(dict.fromkeys(_UNLOADED.findall(text)))
+    live = _LIVE.findall(text)
+    parts = [f"unloaded {', '.join(unloaded)}"] if unloaded else []
+    if live:
+        n = int(live[-1])
+        parts.append(f"{n} model{'' if n == 1 else 's'} still live" if n else "every model unloaded")
+    return "; ".join(parts) or "waiting for in-flight requests"
 
 
 def model_states(http_url: str, log_path: Path | None = None) -> str | None:
