@@ -15,6 +15,7 @@ from typing import Any
 from toolchain._deps import require
 from toolchain.bench.metrics import AIPERF_NAMES, DEFINITIONS
 from toolchain.bench.result import read_result
+from toolchain.units import fmt_ms
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -520,7 +521,7 @@ def _plot_latency_vs_load(
             _slo_marker(ax, target, top)
         if metric == "tpot" and floor is not None and floor["meaningful"]:
             ax.axhline(
-                floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {floor['ms']:.2f} ms"
+                floor["ms"], color="gray", linestyle="--", linewidth=1, label=f"planner floor {fmt_ms(floor['ms'])}"
             )
         ax.set_title(f"{name} (ms)")
         load_axis(ax, sorted({p["x"] for pts in series.values() for p in pts}))

@@ -12,6 +12,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+# the CLI renders sizes and durations in the one format of toolchain.units (re-exported for its commands)
+from toolchain.units import fmt_bytes as fmt_bytes
+from toolchain.units import fmt_ms as fmt_ms
+
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
 err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 180)
 
@@ -85,26 +89,6 @@ def fit(text: str, width: int) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 cell``, ``2 cells``; ``many`` where adding "s" is wrong (``entry``/``entries``)."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_ms(ms: float) -> str:
-    """A duration given in milliseconds, in the unit its magnitude needs (0.004 ms is "4.0 µs", not "0.00 ms")."""
-    if ms == 0:
-        return "0 ms"
-    if abs(ms) >= 1000:
-        return f"{ms / 1000:.2f} s"
-    if abs(ms) >= 0.1:
-        return f"{ms:.2f} ms"
-    if abs(ms) >= 1e-4:
-        return f"{ms * 1000:.1f} µs"
-    return f"{ms * 1e6:.1f} ns"
 
 
 def _amount(x: float, unit: str) -> str:

@@ -22,6 +22,7 @@ from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import require_compatible
+from toolchain.units import fmt_ms
 
 REFERENCE = "reference"
 
@@ -117,7 +118,7 @@ def _plan(cell: Cell, res: UpResult, progress: Progress) -> CellPlan:
     res.tpot_floor_ms = plan.tpot_floor_b1_ms
     res.stages["plan"] = (
         f"KV budget {plan.kv_budget_bytes / 1e9:.1f} GB, {plan.max_concurrency_at_max_seq} "
-        f"requests at max_seq_len, TPOT floor {plan.tpot_floor_b1_ms:.3f} ms on {cell.gpu.name}"
+        f"requests at max_seq_len, TPOT floor {fmt_ms(plan.tpot_floor_b1_ms)} on {cell.gpu.name}"
     )
     return plan
 
