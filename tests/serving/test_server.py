@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import shutil
 import socket
 import urllib.request
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import Cli
 from toolchain.errors import ServerError, UserInputError
 from toolchain.triton import server as S
 from toolchain.triton.client import stream_generate
@@ -83,6 +85,22 @@ def test_non_streaming_through_bls_matches_transformers(served: S.Server, greedy
     res = stream_generate(served.grpc_url, "tensorrt_llm_bls", PROMPT, 10, stream=False)
     assert res.error is None and len(res.chunks) == 1
     assert res.chunks[0] == tok.decode(want, skip_special_tokens=True)
+
+
+def test_infer_names_the_cpu_stand_in_and_explains_replacement_characters(
+    served: S.Server, greedy: Any, cli: Cli
+) -> None:
+    """On main `toolchain infer` against the CPU reference model printed its text (U+FFFD and all) as if it
+    came from TensorRT-LLM."""
+    tok, run = greedy
+    r = cli("infer", PROMPT, "--url", served.grpc_url, "--max-tokens", "12")
+    assert r.exit_code == 0, r.output
+    assert "served by the CPU reference model (PyTorch + transformers), not TensorRT-LLM" in r.stderr, r.stderr
+    text = tok.decode(run(PROMPT, 12), skip_special_tokens=True)
+    assert r.stdout.rstrip("\n") == text
+    assert ("no UTF-8 character" in r.stderr) == ("\ufffd" in text), r.stderr
+    as_json = json.loads(cli("infer", PROMPT, "--url", served.grpc_url, "--max-tokens", "4", "--json").stdout)
+    assert as_json["stand_in"].startswith("CPU reference model")
 
 
 def test_prefix_cache_is_reused_and_reported(served: S.Server) -> None:

@@ -20,6 +20,7 @@ class InferResult:
     e2e_ms: float | None
     output_tokens: int | None
     token_source: str
+    stand_in: str | None = None  # what served the answer when it was not TensorRT-LLM (the CPU reference model)
 
 
 def infer(
@@ -42,12 +43,15 @@ def infer(
         pieces.append(piece)
         on_text(piece)
 
+    stand_in: list[str | None] = [None]
+
     async def main() -> RequestRecord:
         target = make_target(protocol, url, model, stream=stream, timeout=timeout)
         target.on_text = seen
         rec = RequestRecord(0, 0, max_tokens, 0.0)
         try:
             await target.check()
+            stand_in[0] = target.stand_in
             await target.one(Request(prompt, 0, max_tokens), rec)
         finally:
             with contextlib.suppress(Exception):
@@ -63,4 +67,5 @@ def infer(
         None if rec.e2e is None else rec.e2e * 1000,
         rec.output_tokens,
         rec.token_source,
+        stand_in[0],
     )

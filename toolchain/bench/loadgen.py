@@ -159,6 +159,7 @@ class TritonTarget:
         self.inputs: set[str] = set()
         self.outputs: list[str] = list(PERF_OUT)
         self.on_text: Callable[[str], None] | None = None  # each streamed piece of text (toolchain infer)
+        self.stand_in: str | None = None  # what serves the model when it is not TensorRT-LLM (set by check)
 
     async def check(self) -> None:
         try:
@@ -193,12 +194,15 @@ class TritonTarget:
             )
         if self.stream and "stream" not in self.inputs:
             raise BenchError(f"model {self.model!r} has no 'stream' input", "pass --no-stream or pick another model")
+        steps = [cfg]
+        if cfg.get("platform") == "ensemble":
+            for step in cfg.get("ensemble_scheduling", {}).get("step", []):
+                steps.append((await self._model_config(step["model_name"]))["config"])
+        for c in steps:  # the CPU stand-in's tensorrt_llm model says what it is (triton.emit's REFERENCE_NOTE)
+            note = c.get("parameters", {}).get("toolchain_reference", {}).get("string_value")
+            self.stand_in = self.stand_in or note
         if self.stream:
-            decoupled = bool(cfg.get("model_transaction_policy", {}).get("decoupled"))
-            if cfg.get("platform") == "ensemble":
-                for step in cfg.get("ensemble_scheduling", {}).get("step", []):
-                    sub = (await self._model_config(step["model_name"]))["config"]
-                    decoupled |= bool(sub.get("model_transaction_policy", {}).get("decoupled"))
+            decoupled = any(bool(c.get("model_transaction_policy", {}).get("decoupled")) for c in steps)
             if not decoupled:
                 raise BenchError(
                     f"model {self.model!r} is not decoupled, so it cannot stream tokens",
@@ -320,6 +324,7 @@ class OpenAITarget:
         self.idle_timeout = min(timeout, idle_timeout or DEFAULT_IDLE_TIMEOUT_S)
         self.httpx = httpx
         self.on_text: Callable[[str], None] | None = None
+        self.stand_in: str | None = None
         # No cap on pooled connections: each in-flight request keeps its own and gives it back at the end
         # of the response, so the next request reuses it instead of paying a TCP handshake.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)

@@ -51,6 +51,15 @@ def infer(
     e2e = "-" if res.e2e_ms is None else f"{res.e2e_ms:.1f}"
     tokens = res.output_tokens if res.output_tokens is not None else f"? ({res.token_source})"
     err.print(f"TTFT {ttft} ms, E2E {e2e} ms, {tokens} output tokens", highlight=False, markup=False)
+    if res.stand_in:
+        err.print(f"served by the {res.stand_in}", highlight=False, markup=False)
+    if "\ufffd" in res.text:
+        err.print(
+            "note: � marks tokens whose bytes form no UTF-8 character (what a model with random weights, "
+            "like the tiny spec's, emits)",
+            highlight=False,
+            markup=False,
+        )
 
 
 def register(app: typer.Typer) -> None:
