@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # every script runs for real, seconds to a minute each
+
 QUICK = {
     "cli_help_bench.py": ["ratio"],
     "registry_bench.py": ["push: read 1.0", "hashing", "S3 get"],
@@ -27,9 +29,7 @@ def test_every_script_is_covered() -> None:
     assert scripts == set(QUICK)
 
 
-@pytest.mark.parametrize(
-    "script", [pytest.param(s, marks=pytest.mark.slow) if s == "quantize_bench.py" else s for s in QUICK]
-)
+@pytest.mark.parametrize("script", QUICK)
 def test_quick_mode_runs_and_reports(script: str, tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path))
     r = subprocess.run(

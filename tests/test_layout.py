@@ -12,12 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def readme_test_command() -> str:
-    """The `... -m pytest ...` line of the README's quick start."""
-    lines = [ln.strip() for ln in (REPO / "README.md").read_text().splitlines() if "-m pytest" in ln]
+    """The `... -m pytest ...` line of the README's quick start (not the quick tier's, `-m "not slow"`)."""
+    lines = [
+        ln.strip() for ln in (REPO / "README.md").read_text().splitlines() if "-m pytest" in ln and "not slow" not in ln
+    ]
     assert len(lines) == 1, f"expected one pytest command in README.md, found {lines}"
     return lines[0]
 
@@ -28,6 +32,7 @@ def pytest_args(command: str) -> list[str]:
     return words[words.index("pytest") + 1 :]
 
 
+@pytest.mark.slow
 def test_readme_test_command_collects_every_test_file() -> None:
     args = pytest_args(readme_test_command())
     proc = subprocess.run(
@@ -49,6 +54,29 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     command = readme_test_command()
     assert re.search(r"^\s*" + re.escape(command) + r"\s*$", ci, re.MULTILINE), f".ci/run does not run `{command}`"
+
+
+def test_ci_times_the_quick_tier_before_the_whole_suite() -> None:
+    lines = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    quick = next(i for i, ln in enumerate(lines) if '-m pytest -q -m "not slow"' in ln)
+    assert quick < lines.index(readme_test_command())
+    assert any("quick tier" in ln and ln.startswith("echo") for ln in lines[quick:]), "the quick tier's time is printed"
+
+
+@pytest.mark.slow
+def test_every_server_or_validator_test_is_also_slow() -> None:
+    """`pytest -m "not slow"` is the quick tier: no test in it starts a server or runs an external validator."""
+    for marker in ("server", "validator", "gpu"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", f"{marker} and not slow"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        leaked = [ln for ln in proc.stdout.splitlines() if "::" in ln]
+        assert proc.returncode == 5 and not leaked, f"{marker} tests outside the slow tier: {leaked[:10]}"
 
 
 def test_ci_checks_lint_format_and_types_before_the_tests() -> None:

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from toolchain.proc import run_logged
 
 
@@ -18,6 +20,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_silent_child_killed_at_deadline(tmp_path: Path) -> None:
     t0 = time.monotonic()
     res = run_logged([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log", timeout=1.0)
@@ -29,6 +32,7 @@ def test_silent_child_killed_at_deadline(tmp_path: Path) -> None:
     assert "killed after 1 s timeout" in (tmp_path / "log").read_text()
 
 
+@pytest.mark.slow
 def test_silent_group_killed_even_when_term_is_ignored(tmp_path: Path) -> None:
     pidfile = tmp_path / "grandchild.pid"
     script = (

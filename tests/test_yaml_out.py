@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO
 
 ANCHOR = re.compile(r"(^|[\s:\-\[,])[&*]id\d{3}\b", re.M)
@@ -21,6 +23,7 @@ def test_no_module_writes_yaml_around_the_plain_dumper() -> None:
     assert not offenders, f"write YAML with toolchain.yamlout.dump (no anchors): {offenders}"
 
 
+@pytest.mark.slow
 def test_the_dynamo_graph_deployment_has_no_anchors(cli: Any, tmp_path: Path) -> None:
     spec = REPO / "engine_specs" / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
     r = cli("dynamo", "deploy", spec, "--out", tmp_path / "dgd")

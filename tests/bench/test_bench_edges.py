@@ -28,6 +28,7 @@ def _reqs(n: int, tokens: int = 4) -> list[Request]:
     return [Request(f"p{i}", 2, tokens) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_openai_stream_reuses_connections_and_ttft_matches_the_server() -> None:
     with sse_server(first_s=0.03, gap_s=0.004) as (url, stats):
         out = run_load("openai", url, "m", _reqs(48), Load(concurrency=4), warmup=0)
@@ -113,6 +114,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.slow
 def test_all_failed_run_exits_1_and_keeps_the_result(
     tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
 ) -> None:
@@ -132,6 +134,7 @@ def test_all_failed_run_exits_1_and_keeps_the_result(
     assert saved["runs"][0]["summary"]["error_kinds"] == {"server": 3}
 
 
+@pytest.mark.slow
 def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(
     tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
 ) -> None:
@@ -160,6 +163,7 @@ def test_ctrl_c_marks_in_flight_requests_cancelled_and_exits_130(
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_infer_streams_the_answer_to_stdout(cli: Cli) -> None:
     with sse_server(first_s=0.01, gap_s=0.001) as (url, _):
         r = cli("infer", "hello", "--url", url, "--protocol", "openai", "--model", "m", "--max-tokens", "3")
@@ -173,6 +177,7 @@ def test_infer_streams_the_answer_to_stdout(cli: Cli) -> None:
     assert r.exit_code == 1 and "Error: the request failed (server): HTTP 503" in r.stderr
 
 
+@pytest.mark.slow
 def test_server_killed_mid_bench_exits_1_and_keeps_the_partial_result(
     tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
 ) -> None:

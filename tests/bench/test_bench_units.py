@@ -147,6 +147,7 @@ def test_healthy_metrics_are_silent() -> None:
     assert diagnose(Observations()) == []
 
 
+@pytest.mark.slow
 def test_report_and_diagnose_cli(cli: Cli, tmp_path: Path) -> None:
     recs = [
         RequestRecord(i, 8, 4, sent=0.0, chunk_times=[0.1 + i * 0.01, 0.12 + i * 0.01, 0.2 + i * 0.01], output_tokens=3)

@@ -67,6 +67,7 @@ def two_results(tmp_path: Path) -> list[Path]:
     return [a, b]
 
 
+@pytest.mark.slow
 def test_labelled_comparison_csv_and_plots(two_results: list[Path], tmp_path: Path) -> None:
     paths, labels = parse_labelled([f"fp8={two_results[0]}", f"int4={two_results[1]}"])
     files = render(load_results(paths, labels), tmp_path / "rep")
@@ -95,6 +96,7 @@ def test_all_failed_run_says_so_instead_of_plotting(tmp_path: Path) -> None:
     assert "No request completed" in md and "all 4 requests failed (server: 4)" in md
 
 
+@pytest.mark.slow
 def test_cpu_reference_floor_is_not_meaningful(tmp_path: Path) -> None:
     p = _result(tmp_path / "ref.json", [_run(1, 0.1, 0.01)], reference="the CPU reference model (not TensorRT-LLM)")
     md = render(load_results([p]), tmp_path / "rep")["markdown"].read_text()
@@ -191,6 +193,7 @@ def test_a_far_slo_does_not_flatten_the_data(tmp_path: Path) -> None:
     assert keep.figures[1].axes[0].get_xlim()[1] < 200
 
 
+@pytest.mark.slow
 def test_slo_search_is_redrawn_from_the_cached_probes(tmp_path: Path) -> None:
     def probe(load: float, ok: bool, ttft: float) -> dict[str, Any]:
         return {
@@ -237,6 +240,7 @@ def test_slo_search_is_redrawn_from_the_cached_probes(tmp_path: Path) -> None:
         load_results([path])
 
 
+@pytest.mark.slow
 def test_a_minimal_search_section_renders(tmp_path: Path) -> None:
     """Only what the validator requires (load, verdict, label): the report still draws, never a KeyError."""
     path = _result(tmp_path / "m.json", [_run(1, 0.01, 0.01)])

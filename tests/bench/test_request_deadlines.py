@@ -45,6 +45,7 @@ def _all_timeouts(out: RunOutcome, n: int, flag: str) -> None:
     assert s["requests"] == n and s["errors"] == n and s["error_kinds"] == {"timeout": n}
 
 
+@pytest.mark.slow
 def test_a_trickling_openai_stream_ends_at_the_request_deadline() -> None:
     # a byte every 0.5 s: well inside the 60 s default idle timeout, forever; only the total deadline ends it
     out = _openai("trickle", timeout=2.0)
@@ -52,6 +53,7 @@ def test_a_trickling_openai_stream_ends_at_the_request_deadline() -> None:
     assert "request deadline of 2 s" in (out.records[0].error or "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["silent", "headers", "mid-body"])
 def test_a_silent_openai_server_ends_at_the_idle_deadline(mode: str) -> None:
     # the total deadline (60 s) is far away: the idle one (1 s) is what ends each request
@@ -77,6 +79,7 @@ def test_valid_json_in_the_wrong_shape_is_a_protocol_error_in_words() -> None:
     assert code == 1 and reason and "protocol 3" in reason
 
 
+@pytest.mark.slow
 def test_a_trickling_triton_stream_ends_at_the_request_deadline() -> None:
     with stall_triton("trickle") as tr:
         out = run_load("triton", tr.url, "m", _reqs(2), Load(concurrency=1), warmup=0, timeout=2.0)
@@ -85,12 +88,14 @@ def test_a_trickling_triton_stream_ends_at_the_request_deadline() -> None:
     assert all(r.chunk_times for r in out.records)  # it was sending: an idle timeout would never fire
 
 
+@pytest.mark.slow
 def test_a_silent_triton_stream_ends_at_the_idle_deadline() -> None:
     with stall_triton("silent") as tr:
         out = run_load("triton", tr.url, "m", _reqs(2), Load(concurrency=1), warmup=0, timeout=60.0, idle_timeout=1.0)
     _all_timeouts(out, 2, "--idle-timeout")
 
 
+@pytest.mark.slow
 def test_a_triton_that_never_answers_the_model_config_ends_the_check() -> None:
     from toolchain.errors import BenchError
 
@@ -99,6 +104,7 @@ def test_a_triton_that_never_answers_the_model_config_ends_the_check() -> None:
     assert "sent no config for model 'm' within 1 s (--idle-timeout)" in err.value.message
 
 
+@pytest.mark.slow
 def test_triton_killed_mid_bench_is_one_classified_line() -> None:
     with stall_triton("ok") as tr:
         threading.Timer(1.0, tr.stop).start()
@@ -128,6 +134,7 @@ def test_classify_names_kinds_for_foreign_exceptions() -> None:
     assert classify(RuntimeError("boom")) == ("server", "RuntimeError: boom")
 
 
+@pytest.mark.slow
 def test_bench_cli_ends_on_time_and_reports_the_timeouts(tiny_checkpoint: Path, tmp_path: Path, cli: Cli) -> None:
     """`toolchain bench --timeout 2` against a trickling server: the run ends, each request is a timeout."""
     with stall_http("trickle") as (url, _):

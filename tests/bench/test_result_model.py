@@ -87,6 +87,7 @@ def test_the_committed_schema_is_what_bench_schema_prints(cli: Cli) -> None:
     assert printed["additionalProperties"] is False  # exact: a writer's undeclared key fails the schema
 
 
+@pytest.mark.slow
 def test_check_jsonschema_accepts_the_schema_and_a_saved_result(tmp_path: Path) -> None:
     must_pass([tool("check-jsonschema"), "--check-metaschema", str(SCHEMA)], what="check-jsonschema metaschema")
     path = tmp_path / "r.json"
@@ -124,6 +125,7 @@ def test_a_search_result_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert read_result(tmp_path / "s.json").search is not None
 
 
+@pytest.mark.slow
 def test_a_result_whose_closing_scrape_failed_is_read(cli: Cli, tmp_path: Path) -> None:
     """The server went away before the last scrape: the window says why (before: every reader refused the file,
     'runs[0].server is not a table of numbers')."""

@@ -33,6 +33,7 @@ def _cfg(url: str, n: int = 12) -> BenchConfig:
     return BenchConfig(protocol="openai", url=url, model="m", loads=[], requests=reqs, warmup=0, timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slots", [3, 5])
 def test_concurrency_search_finds_the_slot_count_exactly(slots: int) -> None:
     with sse_server_process(first_s=FIRST_S, gap_s=GAP_S, slots=slots) as (url, stats, _):
@@ -52,6 +53,7 @@ def test_concurrency_search_finds_the_slot_count_exactly(slots: int) -> None:
     assert assess(res) == (0, None)
 
 
+@pytest.mark.slow
 def test_rate_search_brackets_the_service_capacity() -> None:
     # 4 slots ÷ ~0.2 s per request = 20 req/s of capacity. Below it nothing waits; above it the queue grows
     # by (1/20 - 1/rate) s per request, so over 40 requests the SLO's 160 ms of slack is gone by ~22 req/s.
@@ -65,6 +67,7 @@ def test_rate_search_brackets_the_service_capacity() -> None:
     assert 16 <= knee <= 24, _probes(s)  # the capacity, within one search step
 
 
+@pytest.mark.slow
 def test_unmet_at_the_lowest_load_says_so_with_the_figures() -> None:
     with sse_server(first_s=0.3, gap_s=0.001, slots=4) as (url, _):
         res = run_search(_cfg(url, 6), make_plan("concurrency"), SloTargets(ttft_ms=40.0))
@@ -76,6 +79,7 @@ def test_unmet_at_the_lowest_load_says_so_with_the_figures() -> None:
     assert "P99 TTFT" in reason and "> 40 ms" in reason and "6/6 completed" in reason
 
 
+@pytest.mark.slow
 def test_server_dying_mid_search_keeps_the_partial_curve() -> None:
     with sse_server(first_s=FIRST_S, gap_s=GAP_S, slots=8) as (url, stats):
         seen: list[str] = []
@@ -153,6 +157,7 @@ def test_slo_still_met_at_the_bound_says_the_knee_is_higher(tmp_path: Path) -> N
     assert assess(back) == (0, None)
 
 
+@pytest.mark.slow
 def test_the_loop_from_a_measured_knee_to_a_fleet_size(
     cli: Cli, tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
 ) -> None:

@@ -40,6 +40,7 @@ def test_split_keeps_the_single_process_schedule() -> None:
     assert len(split(Load(concurrency=1), todo, 4, 0)) == 1  # never more workers than streams
 
 
+@pytest.mark.slow
 def test_two_workers_merge_every_request_and_keep_ttft_accurate() -> None:
     with sse_server_process(first_s=0.03, gap_s=0.004) as (url, stats, _):
         res = run_bench(_cfg(url, [Load(concurrency=4)], 33, workers=2))
@@ -60,6 +61,7 @@ def test_two_workers_merge_every_request_and_keep_ttft_accurate() -> None:
     assert 0 <= client - server < 25, f"client TTFT {client:.1f} ms vs the server's {server:.1f} ms"
 
 
+@pytest.mark.slow
 def test_two_workers_send_a_rate_on_one_clock() -> None:
     with sse_server_process(first_s=0.005, gap_s=0.001) as (url, stats, _):
         res = run_bench(_cfg(url, [Load(rate=40)], 41, workers=2))
@@ -86,6 +88,7 @@ TRACE: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speed", "workers"), [("1", 1), ("2", 2)])
 def test_trace_replays_on_time_with_shared_prefixes(
     tiny_checkpoint: Path, tmp_path: Path, speed: str, workers: int
@@ -202,6 +205,7 @@ def test_bad_new_flags_are_one_line_errors(
     assert "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_workers_keeps_every_worker_s_results(
     tiny_checkpoint: Path, tmp_path: Path, valid_result: Callable[[Any], None]
 ) -> None:

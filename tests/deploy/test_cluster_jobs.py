@@ -43,6 +43,7 @@ def _mount(configmap: dict[str, Any], where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow
 def test_jobs_for_the_shipped_specs_are_valid_and_map_every_index_to_one_cell(
     cli: Any, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
 ) -> None:
@@ -120,6 +121,7 @@ def test_argo_workflow_validates_against_the_recorded_crd_schema(
         assert "--index" in tmpl["container"]["command"]
 
 
+@pytest.mark.slow
 def test_checkov_passes_the_jobs(cli: Any, tmp_path: Path) -> None:
     from tests.validators import ALWAYS_SKIPPED, checkov
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import SPECS, Cli
@@ -35,6 +36,7 @@ def _dgd(out: Path) -> dict[str, Any]:
     return d
 
 
+@pytest.mark.slow
 def test_any_spec_name_gives_names_kubernetes_accepts(
     cli: Cli, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
 ) -> None:
@@ -53,6 +55,7 @@ def test_any_spec_name_gives_names_kubernetes_accepts(
         assert len(f"{d['metadata']['name']}-{comp['name']}") <= 63
 
 
+@pytest.mark.slow
 def test_an_oci_registry_is_one_the_pods_can_pull_from(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "out"
     reg = "oci://registry.example.com/engines/llama"
@@ -63,6 +66,7 @@ def test_an_oci_registry_is_one_the_pods_can_pull_from(cli: Cli, tmp_path: Path)
         assert init["args"] == ["--registry", reg]
 
 
+@pytest.mark.slow
 def test_pod_security_is_the_deploy_cores(cli: Cli, tmp_path: Path) -> None:
     from toolchain.deploy import core
 
@@ -74,6 +78,7 @@ def test_pod_security_is_the_deploy_cores(cli: Cli, tmp_path: Path) -> None:
         assert spec["containers"][0]["securityContext"] == core.container_security()
 
 
+@pytest.mark.slow
 def test_toolchain_deploy_on_a_dynamo_spec_writes_the_dynamo_deployment(
     cli: Cli, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
 ) -> None:

@@ -15,6 +15,8 @@ import yaml
 from tests.conftest import SPECS, Cli
 from tests.deploy.conftest import render_kustomization
 
+pytestmark = pytest.mark.slow  # each test plans the 70B Dynamo spec with AIConfigurator's database
+
 DISAGG = SPECS / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import SPECS, Cli
@@ -21,6 +22,7 @@ def _workers(out: Path) -> list[dict[str, Any]]:
     return [c["podTemplate"]["spec"]["containers"][0] for c in d["spec"]["components"][1:]]
 
 
+@pytest.mark.slow
 def test_hub_model_for_a_quantized_plan_is_warned_and_gets_the_token_secret(
     cli: Cli, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None]
 ) -> None:
@@ -35,6 +37,7 @@ def test_hub_model_for_a_quantized_plan_is_warned_and_gets_the_token_secret(
         assert c["envFrom"] == [{"secretRef": {"name": "hf-token-secret", "optional": True}}]
 
 
+@pytest.mark.slow
 def test_the_quantized_artifact_is_not_warned_about(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = cli(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import REPO, SPECS, Cli
@@ -38,6 +39,7 @@ def _write(cli: Cli, out: Path, pub: Path, *verb: str) -> dict[str, Any]:
     return d
 
 
+@pytest.mark.slow
 def test_the_pull_step_requires_the_signature(
     cli: Cli, tmp_path: Path, validate_manifest: Callable[[dict[str, Any]], None], monkeypatch: Any
 ) -> None:

@@ -91,6 +91,7 @@ def _hub_spec(tmp_path: Path, architecture: str | None = None) -> Path:
     return p
 
 
+@pytest.mark.slow
 def test_deploy_fetches_only_the_tokenizer_at_the_pinned_revision(
     cli: Cli, tmp_path: Path, fake_hub: tuple[str, list[str]], tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

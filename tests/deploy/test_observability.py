@@ -67,6 +67,7 @@ def _check(path: Path) -> None:
 # ---------------------------------------------------------------- promtool check rules
 
 
+@pytest.mark.slow
 @needs_promtool
 @pytest.mark.parametrize("cell", CELLS, ids=[c.id for c in CELLS])
 def test_every_shipped_cells_rules_pass_promtool_check(cell: Any, tmp_path: Path) -> None:
@@ -300,6 +301,7 @@ def _tests(groups: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any
     return tests
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_each_alert_fires_on_its_symptom_and_only_there(tmp_path: Path) -> None:
     groups = _strip_annotations(rule_groups(TABLE, SCOPE, SLOS, prefix_caching=True))

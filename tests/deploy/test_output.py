@@ -59,6 +59,7 @@ def test_layout(written: Path) -> None:
     assert meta["engine_key"] == json.loads((written / "deploy.json").read_text())["engine_key"]
 
 
+@pytest.mark.slow
 def test_the_image_installs_the_same_package_as_the_wheel(written: Path, tmp_path: Path) -> None:
     """pip builds the image's toolchain from image/src: that build holds every file of the checkout's package
     (before: setup.py and triton_repo/ were not copied, so the image's toolchain had no Triton model sources)."""

@@ -30,6 +30,7 @@ def _pub(tmp_path: Path) -> Path:
     return pub
 
 
+@pytest.mark.slow
 def test_deploy_with_a_public_key_builds_an_image_that_requires_signatures(
     tiny_spec_file: Path, tmp_path: Path, cli: Any
 ) -> None:

@@ -73,6 +73,7 @@ def test_flags_are_ones_dynamo_trtllm_accepts(tmp_path: Path) -> None:
                     assert argv[i + 1] in choices, f"{name}: {a} {argv[i + 1]} not in {choices}"
 
 
+@pytest.mark.slow
 def test_commands_parse_with_dynamos_own_parsers(tmp_path: Path, dynamo_py: str) -> None:
     stub = tmp_path / "stub" / "tensorrt_llm"
     (stub / "llmapi").mkdir(parents=True)

@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import REPO, Cli
 from tests.dynamo.conftest import DISAGG
 
+pytestmark = pytest.mark.slow  # AIConfigurator's database loads for seconds to a minute
+
 REF = json.loads((REPO / "tests" / "reference" / "aiconfigurator_dynamo_0.12.0.json").read_text())
 TPOT_SLO = 40.0  # the shipped spec's slo.tpot_ms p99
 AVG_OUT = 300

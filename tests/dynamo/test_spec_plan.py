@@ -14,6 +14,7 @@ from toolchain.dynamo.pipeline import plan_spec
 from toolchain.errors import PlanError
 
 
+@pytest.mark.slow
 def test_shipped_spec_validates_and_plans(cli: Cli) -> None:
     r = cli("spec", "validate", DISAGG)
     assert r.exit_code == 0, r.output
@@ -40,11 +41,13 @@ def test_kv_bytes_of_a_70b_gqa_prompt_is_0_34_gb_not_2_68(spec_variant: Callable
     assert p.transfer_ms == pytest.approx(335_544_320 / (50e9 * 2) * 1000)
 
 
+@pytest.mark.slow
 def test_explain_shows_the_kv_arithmetic(cli: Cli) -> None:
     r = cli("dynamo", "plan", DISAGG, "--explain")
     assert "2 × 80 layers × 8 KV heads × 128 head dim × 1 B × 2048 tokens = 335,544,320 B = 0.34 GB" in r.output
 
 
+@pytest.mark.slow
 def test_json_plan_has_both_fleets(cli: Cli) -> None:
     r = cli("dynamo", "plan", DISAGG, "--json")
     assert r.exit_code == 0, r.output
@@ -154,6 +157,7 @@ def test_a_link_slower_than_the_ttft_budget(cli: Cli, spec_variant: Callable[...
         plan_spec(spec)
 
 
+@pytest.mark.slow
 def test_dynamo_commands_without_dynamo_exit_3(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from toolchain.dynamo import env
 

@@ -93,6 +93,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "runtime", "weights"), REFUSED)
 def test_every_entry_point_refuses_what_validate_refuses(
     cli: Cli, checkpoints: dict[str, Path], tmp_path: Path, family: str, runtime: str, weights: str
@@ -111,6 +112,7 @@ def test_a_family_the_table_does_not_name_is_refused_everywhere(
     assert "gpt_neox" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("serving", "phrase"),
     [

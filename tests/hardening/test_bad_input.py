@@ -44,6 +44,7 @@ def _one_line_error(r: Any) -> str:
     return str(lines[-1])
 
 
+@pytest.mark.slow
 def test_base_spec_is_valid(cli: Cli, tmp_path: Path) -> None:
     p = _write(tmp_path, BASE)
     for cmd in SPEC_COMMANDS:
@@ -51,6 +52,7 @@ def test_base_spec_is_valid(cli: Cli, tmp_path: Path) -> None:
         assert r.exit_code == 0, (cmd, r.output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "what"),
     [
@@ -99,6 +101,7 @@ NUMERIC_FIELDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", NUMERIC_FIELDS)
 def test_numbers_beyond_what_the_target_accepts_are_refused(cli: Cli, tmp_path: Path, field: str) -> None:
     for value in NUMBERS:
@@ -153,6 +156,7 @@ def test_a_max_seq_len_with_no_room_for_output_is_refused(cli: Cli, tmp_path: Pa
     assert cli("spec", "validate", _write(tmp_path, d)).exit_code == 0  # 1 prompt token + 1 output token
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -500,6 +504,7 @@ def _whole_result() -> dict[str, Any]:
     return {"kind": "toolchain.bench-result", "schema": 1, "provenance": {}, "runs": [run], "interrupted": None}
 
 
+@pytest.mark.slow
 def test_bench_report_of_a_result_without_each_summary_field(cli: Cli, tmp_path: Path) -> None:
     """Each field of a run's summary dropped, or made a string, in turn: the report renders without it or refuses
     the file in one line, never a traceback (before: no summary.requests was `KeyError: 'requests'`)."""

@@ -46,6 +46,7 @@ def _run(code: str) -> int:
     return subprocess.run([sys.executable, "-c", code], env=env, timeout=60, start_new_session=True).returncode
 
 
+@pytest.mark.slow
 def test_a_server_collected_by_the_reaper_keeps_its_exit_code() -> None:
     assert _run(RACE) == 3
 
@@ -128,6 +129,7 @@ def _kill_parent_and_time_the_tree(tmp_path: Path, shm_prefix: str = "") -> floa
 FULL_GRACE_S = 10.0
 
 
+@pytest.mark.slow
 def test_the_tree_is_gone_before_the_full_stop_grace_after_the_parents_sigkill(tmp_path: Path) -> None:
     """Measured before: the watchdog gave a server that ignores SIGTERM its full 10 s stop grace (with the real
     tritonserver, 4.8 to 10.7 s) although nobody was left to wait for a graceful exit."""
@@ -135,6 +137,7 @@ def test_the_tree_is_gone_before_the_full_stop_grace_after_the_parents_sigkill(t
     assert took < FULL_GRACE_S, f"the server tree outlived its parent by {took:.2f} s"
 
 
+@pytest.mark.slow
 def test_the_shared_memory_regions_go_with_the_tree(tmp_path: Path) -> None:
     """The Python backend's regions (tritonserver's shm-region-prefix-name) of a server killed before its own
     cleanup are removed by the watchdog; another prefix's are left alone."""

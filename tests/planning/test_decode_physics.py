@@ -7,11 +7,14 @@ import json
 import re
 from dataclasses import replace
 
+import pytest
+
 from tests.conftest import SPECS, Cli
 from toolchain.planning import bytes as B
 from toolchain.specs.arch import CATALOG
 
 
+@pytest.mark.slow
 def test_llama_3_1_8b_fp8_h100_floor_is_2_4_ms_not_2_74(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.1-8b-fp8.yaml", "--json")
     assert r.exit_code == 0, r.output
@@ -33,6 +36,7 @@ def test_untied_table_is_read_row_by_row_tied_table_in_full() -> None:
     assert B.decode_weight_bytes(tied, "fp8", batch=64) == B.weight_bytes(tied, "fp8")
 
 
+@pytest.mark.slow
 def test_explain_fleet_line_gives_instances_and_gpus(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.3-70b-fp8-h100.yaml", "--explain")
     assert r.exit_code == 0, r.output

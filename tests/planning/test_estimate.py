@@ -22,6 +22,8 @@ from toolchain.planning.plan import CellPlan
 from toolchain.planning.spec_plan import SpecPlan, plan_spec
 from toolchain.specs.loader import load_spec
 
+pytestmark = pytest.mark.slow  # AIConfigurator's database loads for seconds to a minute
+
 REF = json.loads((REPO / "tests" / "reference" / "aiconfigurator_0.12.0.json").read_text())
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "b200_sxm": "B200"}
 SPEC_8B = SPECS / "llama-3.1-8b-fp8.yaml"

@@ -73,6 +73,7 @@ def tiny(tiny_checkpoint: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     return spec, {"spec": "tiny", "cell": cell.id, "engine_key": art.engine_key, "gpu": cell.gpu.name}
 
 
+@pytest.mark.slow
 def test_fleet_from_the_knee_beside_the_roofline(cli: Cli, tiny: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     spec, ident = tiny
     r = cli("plan", spec, "--measured", _result(tmp_path / "r.json", **ident), "--json")
@@ -138,6 +139,7 @@ def test_a_result_without_a_search_or_knee_is_refused(
     assert r.exit_code == 2 and "cannot read bench result" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_search_that_hit_its_bound_is_no_knee(cli: Cli, tiny: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """The SLOs held at the bound: the table, the notes and the plot say there is no knee within the bounds."""
     from toolchain.bench.report import knee_caption
@@ -173,6 +175,7 @@ def _search_result(path: Path, probes: list[tuple[int, float, float, float, bool
     return path
 
 
+@pytest.mark.slow
 def test_calibration_is_the_estimate_over_the_measurement_at_every_probe(cli: Cli, tmp_path: Path) -> None:
     """The 8B FP8 spec's H100 cell: AIConfigurator's figures at each probe's batch (recorded from its own CLI in
     tests/reference/aiconfigurator_0.12.0.json at the spec's 1024/256 traffic) over what the probe measured."""

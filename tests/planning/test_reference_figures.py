@@ -86,6 +86,7 @@ def test_safetensors_param_count_reads_headers_only(tmp_path: Path) -> None:
     assert arch.params == 12 and arch.params_source == "safetensors headers"
 
 
+@pytest.mark.slow
 def test_plan_cli_70b_json_and_explain(cli: Cli) -> None:
     r = cli("plan", SPECS / "llama-3.3-70b-fp8-h100.yaml", "--json")
     assert r.exit_code == 0, r.output
@@ -125,6 +126,7 @@ def _local_spec(tmp_path: Path, config_text: str) -> Path:
     return tmp_path / "c.yaml"
 
 
+@pytest.mark.slow
 def test_slo_below_floor_is_one_line_exit_2(cli: Cli, tmp_path: Path) -> None:
     p = _spec_with(tmp_path, slo={"tpot_ms": {"p99": 5}})
     r = cli("plan", p)
@@ -132,6 +134,7 @@ def test_slo_below_floor_is_one_line_exit_2(cli: Cli, tmp_path: Path) -> None:
     assert "TPOT SLO 5 ms is below the" in r.output and "ms floor of this GPU" in r.output
 
 
+@pytest.mark.slow
 def test_cell_that_cannot_fit(cli: Cli, tmp_path: Path) -> None:
     import yaml
 

@@ -14,6 +14,8 @@ import yaml
 from tests.conftest import REPO, SPECS, Cli
 from toolchain.planning.search import pareto_front
 
+pytestmark = pytest.mark.slow  # AIConfigurator's database loads for seconds to a minute
+
 REF = json.loads((REPO / "tests" / "reference" / "aiconfigurator_0.12.0.json").read_text())
 SPEC_8B = SPECS / "llama-3.1-8b-fp8.yaml"
 

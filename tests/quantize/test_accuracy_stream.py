@@ -53,6 +53,7 @@ def whole_model_logits(src: Path, state: dict[str, Any] | None, batch: Any) -> A
         return model(**batch).logits.float()
 
 
+@pytest.mark.slow
 def test_streamed_logits_equal_the_whole_model(tiny_checkpoint: Path, tmp_path: Path) -> None:
     batch = acc.held_out_batch(transformers.AutoTokenizer.from_pretrained(tiny_checkpoint))
     ref = acc.streamed_logits(tiny_checkpoint, acc.CheckpointTensors(tiny_checkpoint, "cpu"), batch, "cpu")
@@ -67,6 +68,7 @@ def test_streamed_logits_equal_the_whole_model(tiny_checkpoint: Path, tmp_path: 
     )
 
 
+@pytest.mark.slow
 def test_streamed_original_in_model_dtype_is_the_loaded_models_forward(tiny_checkpoint: Path) -> None:
     """A quantize run compares the dequantized export with the logits it took from the loaded model before
     calibrating; that is sound only because a streamed pass of the original gives exactly those logits."""
@@ -125,6 +127,7 @@ def test_streaming_holds_one_module_at_a_time(tiny_checkpoint: Path) -> None:
     assert 0 < spy.peak <= max(per_module) < total / 4
 
 
+@pytest.mark.slow
 def test_check_export_memory_does_not_grow_with_the_model(tmp_path: Path) -> None:
     """A 30M-parameter model (120 MB in float32): the check must not hold a float32 copy of it."""
     psutil = pytest.importorskip("psutil")

@@ -19,6 +19,7 @@ FAST: dict[str, Any] = {"samples": 8, "seq_len": 32, "batch_size": 4}
 LOOSE = {"max_rel_logit_error": 10.0, "max_ppl_increase": 10.0}
 
 
+@pytest.mark.slow
 def test_fake_quant_passes_but_the_export_fails(tiny_checkpoint: Path, tmp_path: Path) -> None:
     m = quantize(tiny_checkpoint, Recipe("int4_awq", "none", **FAST), tmp_path / "free").manifest["accuracy"]
     fake, dq = m["fakequant"]["top1_agreement"], m["dequant"]["top1_agreement"]
@@ -36,6 +37,7 @@ def test_fake_quant_passes_but_the_export_fails(tiny_checkpoint: Path, tmp_path:
     assert not (tmp_path / "gated").exists()
 
 
+@pytest.mark.slow
 def test_cli_gates_on_the_export_and_shows_fake_quant_beside_it(
     cli: Cli, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ def _tree(d: Path) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_put_get_roundtrip(registry_url: str, engine_dir: Path, tmp_path: Path) -> None:
     r = open_registry(registry_url)
     assert not r.exists(K1)
@@ -158,6 +159,7 @@ def _put_worker(url: str, src: str, env: dict[str, str]) -> None:
     open_registry(url).put(K1, Path(src))
 
 
+@pytest.mark.slow
 def test_concurrent_puts_end_with_one_valid_entry(registry_url: str, engine_dir: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "TOOLCHAIN_", "HOME"))}
     ctx = mp.get_context("spawn")

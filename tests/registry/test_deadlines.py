@@ -44,6 +44,7 @@ def stalled(request: pytest.FixtureRequest) -> Iterator[str]:
     srv.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["ls", "pull"])
 def test_a_stalled_registry_ends_with_one_line(
     cmd: str, stalled: str, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -70,6 +71,7 @@ def test_a_bad_timeout_setting_is_a_one_line_user_error(cli: Any, monkeypatch: p
     assert res.exit_code == 2 and "TOOLCHAIN_HTTP_READ_TIMEOUT='soon'" in res.output
 
 
+@pytest.mark.slow
 def test_a_stalled_s3_endpoint_ends_with_one_line(stalled: str, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The S3 backend's reads have the same deadline (botocore's read_timeout, its bounded retries)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")

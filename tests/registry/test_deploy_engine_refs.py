@@ -24,6 +24,7 @@ def _pulled_keys(out: Path) -> set[str]:
     return {c["podTemplate"]["spec"]["initContainers"][0]["command"][-2] for c in d["spec"]["components"][1:]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", [("dynamo", "deploy"), ("deploy",)])
 def test_a_tag_or_prefix_resolves_to_the_full_key(
     cli: Any, oci_url: str, engine_dir: Path, tmp_path: Path, verb: tuple[str, ...]

@@ -86,6 +86,7 @@ def test_next_pull_removes_what_a_killed_pull_left(local_reg: str, tmp_path: Pat
     assert _partials(dest) == []  # the leftovers are gone, and the pull left none of its own
 
 
+@pytest.mark.slow
 def test_a_running_pull_keeps_its_staging_directory(local_reg: str, tmp_path: Path, engine_dir: Path) -> None:
     from toolchain.digest import sweep_staged
 

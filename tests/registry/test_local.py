@@ -214,6 +214,7 @@ def test_push_accepts_the_short_key_and_tag_that_pull_and_tag_accept(
     assert cli("cache", "ls", "--registry", other, "--json").stdout.count('"key"') == 1  # nothing stored
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [["ls"], ["show", "abcdef12"], ["pull", "abcdef12", "OUT"], ["verify"], ["gc", "--yes"], ["tag", "abcdef12", "t"]],

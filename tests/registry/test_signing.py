@@ -87,6 +87,7 @@ def _pull(cli: Any, url: str, key: str, dest: Path, pub: Path) -> Any:
 # --- every backend ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_signed_entry_pulls_with_its_public_key(
     registry_url: str, tmp_path: Path, keys: dict[str, Path], cli: Any
 ) -> None:
@@ -100,6 +101,7 @@ def test_a_signed_entry_pulls_with_its_public_key(
     assert res.exit_code == 0 and "0 without a valid signature" in res.output, res.output
 
 
+@pytest.mark.slow
 def test_another_key_is_refused(registry_url: str, tmp_path: Path, keys: dict[str, Path], cli: Any) -> None:
     _push(cli, registry_url, _engine(tmp_path / "e"), KEY_A, keys["priv"])
     res = _pull(cli, registry_url, KEY_A, tmp_path / "out", keys["other_pub"])
@@ -190,6 +192,7 @@ def _cosign_key(tmp_path: Path) -> tuple[Path, Path]:
     return priv, pub
 
 
+@pytest.mark.slow
 def test_the_oci_signature_is_where_and_what_cosign_verifies(
     oci_url: str, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +226,7 @@ def test_the_oci_signature_is_where_and_what_cosign_verifies(
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow
 def test_a_second_signer_keeps_the_first_signature(
     registry_url: str, tmp_path: Path, keys: dict[str, Path], cli: Any
 ) -> None:

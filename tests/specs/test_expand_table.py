@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Cli
 from tests.generated import make_spec
 
 
+@pytest.mark.slow
 def test_wide_table_has_the_json_rows(cli: Cli, tmp_path: Path) -> None:
     spec = make_spec(tmp_path / "spec.yaml", 2000)
     as_json = cli("spec", "expand", spec, "--json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,6 +40,7 @@ KEYS = [
 specs = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), values, max_size=8)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(specs)
 def test_structured_garbage(d: dict[str, Any]) -> None:

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.terminal.pty_harness import ANSI, run_on_pty
 
@@ -44,12 +46,14 @@ def _run(tmp_path: Path, mode: str) -> tuple[bytes, str]:
     return after, r.text
 
 
+@pytest.mark.slow
 def test_nothing_redraws_after_ready(tmp_path: Path) -> None:
     after, text = _run(tmp_path, "settle")
     assert ANSI.sub(b"", after).strip() == b"", f"redrawn after ready: {after[:300]!r}"
     assert "done in" in text.split("ready: here")[0]  # the bar became a final line
 
 
+@pytest.mark.slow
 def test_a_finished_heartbeat_stops_its_bar_even_without_settle(tmp_path: Path) -> None:
     after, _ = _run(tmp_path, "none")
     # no bar redraws (cursor movement, the bar's text); the "still ..." ticker may narrate the open stage
@@ -58,6 +62,7 @@ def test_a_finished_heartbeat_stops_its_bar_even_without_settle(tmp_path: Path) 
     )
 
 
+@pytest.mark.slow
 def test_one_clock_per_line(tmp_path: Path) -> None:
     _, text = _run(tmp_path, "settle")
     for line in text.splitlines():
@@ -82,6 +87,7 @@ LONG = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_bar_keeps_its_stage_whole_at_80_columns_and_the_ticker_forgets_an_ended_stage(tmp_path: Path) -> None:
     """On main rich cut the stage's name ("tritonserve…") to make room for a bar and the figures, and the
     "… still importing torch" ticker went on naming an import that had ended."""

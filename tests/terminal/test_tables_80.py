@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench.sse_server import sse_server_process
 from tests.bench.workloads import bench_cmd
 from tests.conftest import REPO, SPECS
@@ -26,6 +28,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_bench_table_fits_80_columns(tiny_checkpoint: Path, tmp_path: Path) -> None:
     with sse_server_process(first_s=0.01, gap_s=0.002) as (url, _, _):
         argv = bench_cmd(url, tiny_checkpoint, tmp_path / "r.json", "--requests", "4", "--concurrency", "1,2")
@@ -42,6 +45,7 @@ def test_bench_table_fits_80_columns(tiny_checkpoint: Path, tmp_path: Path) -> N
     assert b"\x1b[" not in after.replace(b"\x1b[0m", b""), after[:200]  # no bar redraws after result:
 
 
+@pytest.mark.slow
 def test_plan_table_fits_80_columns(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "toolchain.cli.main", "plan", str(SPECS / "llama-3.1-8b-fp8.yaml")]
     r = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
@@ -50,6 +54,7 @@ def test_plan_table_fits_80_columns(tmp_path: Path) -> None:
     assert "h100-sxm-b256-s8192-i4096-tp1" in r.text and "TPOT" in r.text, r.describe()  # whole cell ids
 
 
+@pytest.mark.slow
 def test_dynamo_plan_table_fits_80_columns(tmp_path: Path) -> None:
     spec = SPECS / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
     for estimator in ("floor", "auto"):
@@ -60,6 +65,7 @@ def test_dynamo_plan_table_fits_80_columns(tmp_path: Path) -> None:
         assert "H100-SXM" in r.text and "prefill ms" in r.text and "req/s/w" in r.text, r.describe()
 
 
+@pytest.mark.slow
 def test_gpus_table_fits_80_columns(tmp_path: Path) -> None:
     """Every catalog name whole (what matrix.gpu takes); NVML names and formats under --wide."""
     from toolchain.hardware.catalog import CATALOG
@@ -71,6 +77,7 @@ def test_gpus_table_fits_80_columns(tmp_path: Path) -> None:
     assert "…" not in r.text and max(len(ln) for ln in lines) <= 80, r.describe()
 
 
+@pytest.mark.slow
 def test_spec_expand_fits_80_columns_and_says_why_a_key_is_pending(tmp_path: Path) -> None:
     """On main the table was 99 columns at 80 and cut the pending reason to "checkpoint not f"."""
     for spec in ("llama-3.1-8b-fp8.yaml", "tiny.yaml"):
@@ -82,6 +89,7 @@ def test_spec_expand_fits_80_columns_and_says_why_a_key_is_pending(tmp_path: Pat
     assert "1 cell\n" in r.text.replace("\r", ""), r.describe()  # not "1 cells"
 
 
+@pytest.mark.slow
 def test_plan_explain_wraps_at_spaces_at_80_columns(tmp_path: Path) -> None:
     """On main the terminal broke --explain's long lines mid-figure ("0.8" | "0 raw GPUs")."""
     argv = [sys.executable, "-m", "toolchain.cli.main", "plan", str(SPECS / "llama-3.1-8b-fp8.yaml")]
