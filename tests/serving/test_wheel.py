@@ -322,3 +322,26 @@ def test_quantize_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_chec
     )
     assert (out / "manifest.json").is_file()
     assert (out / "trtllm" / "config.json").is_file()
+
+
+def test_a_copied_tiny_spec_gets_its_checkpoint_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """engine_specs/tiny.yaml copied out of the checkout: its error names `toolchain tiny-checkpoint` with the
+    directory (before: scripts/make_tiny_checkpoint.py, which the wheel lacks), and that command makes it."""
+    spec = tmp_path / "specs" / "tiny.yaml"
+    spec.parent.mkdir()
+    shutil.copyfile(REPO / "engine_specs" / "tiny.yaml", spec)
+    where = tmp_path / ".work" / "tiny-llama"
+    r = subprocess.run(
+        [str(venv / "bin" / "toolchain"), "plan", str(spec)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode != 0
+    command = f"toolchain tiny-checkpoint --out {where}"
+    assert command in r.stderr, r.stderr
+    made = _toolchain(venv, tmp_path, *command.split()[1:], timeout=600)
+    assert made.stdout.strip() == str(where.resolve())
+    assert json.loads(_toolchain(venv, tmp_path, "plan", spec, "--json").stdout)["cells"]
