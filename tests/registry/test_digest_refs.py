@@ -52,6 +52,41 @@ def test_a_local_entry_pulls_and_shows_by_its_digest_reference(
     assert _tree(tmp_path / "out") == _tree(engine_dir)
 
 
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.parametrize("form", ["sha256:{}", "@sha256:{}"])
+def test_every_backend_pulls_and_shows_by_the_key_as_a_digest_reference(
+    cli: Any, registry_url: str, tmp_path: Path, engine_dir: Path, form: str
+) -> None:
+    """The entry's key written as a digest reference names it on the local store, S3 (moto) and OCI alike."""
+    r = cli("cache", "push", engine_dir, "--key", KEY, "--registry", registry_url)
+    assert r.exit_code == 0, r.output
+    ref = form.format(KEY)
+    shown = cli("cache", "show", ref, "--registry", registry_url)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["key"] == KEY
+    pulled = cli("cache", "pull", ref, tmp_path / "out", "--registry", registry_url)
+    assert pulled.exit_code == 0, pulled.output
+    assert _tree(tmp_path / "out") == _tree(engine_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_reference_the_registry_does_not_hold_is_a_user_error_on_every_backend(
+    cli: Any, registry_url: str, tmp_path: Path, engine_dir: Path
+) -> None:
+    """`cache pull`/`show` of a key, digest or tag the registry lacks: one line naming `cache ls` for that
+    registry, exit 2 as every user mistake (README's exit codes; before: exit 1)."""
+    assert cli("cache", "push", engine_dir, "--key", KEY, "--registry", registry_url).exit_code == 0
+    for ref in ("e" * 64, "sha256:" + "e" * 64, "@sha256:" + "e" * 64, "no-such-tag"):
+        for args in (("show", ref), ("pull", ref, tmp_path / "none")):
+            r = cli("cache", *args, "--registry", registry_url)
+            lines = [ln for ln in r.output.splitlines() if ln.startswith("Error: ")]
+            assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, (args, r.output)
+            assert f"toolchain cache ls --registry {registry_url}" in lines[0], lines[0]
+    assert not (tmp_path / "none").exists()
+
+
 def test_an_oci_entry_pulls_by_the_manifest_digest_the_registry_prints(
     cli: Any, oci_url: str, tmp_path: Path, engine_dir: Path
 ) -> None:
