@@ -132,6 +132,59 @@ def test_cache_ls_lists_another_clients_artifact(
     assert (tmp_path / "o" / "config.json").read_bytes() == (engine_dir / "config.json").read_bytes()
 
 
+@pytest.mark.slow
+@pytest.mark.server
+def test_cache_ls_says_why_it_skips_a_manifest_it_cannot_read(
+    cli: Any, oci_url: str, tmp_path: Path, engine_dir: Path
+) -> None:
+    """An image index tagged in the repository (a multi-platform image pushed beside the engines) is no
+    entry: `cache ls` names it and says why, on stderr and under --json (before: left out without a word)."""
+    open_registry(oci_url).put(KEY, engine_dir)
+    b: Any = open_registry(oci_url).backend
+    mt = "application/vnd.oci.image.manifest.v1+json"
+    head = httpx.head(f"{b.base}/manifests/{KEY}", headers={"Accept": mt})
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": mt,
+                "digest": head.headers["Docker-Content-Digest"],
+                "size": int(head.headers["Content-Length"]),
+            }
+        ],
+    }
+    put = httpx.put(
+        f"{b.base}/manifests/multi-arch",
+        content=json.dumps(index).encode(),
+        headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
+    )
+    assert put.status_code == 201, put.text
+    r = cli("cache", "ls", "--json", "--registry", oci_url)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [e["key"] for e in doc["entries"]] == [KEY]
+    (skipped,) = doc["skipped"]
+    assert "image index" in skipped["why"], skipped
+    human = cli("cache", "ls", "--registry", oci_url)
+    assert human.exit_code == 0, human.output
+    said = [ln for ln in human.stderr.splitlines() if ln.startswith("skipped ")]
+    assert len(said) == 1 and "image index" in said[0], human.stderr
+    assert "1 manifest(s) skipped" in human.stderr
+
+
+def test_cache_ls_says_why_it_skips_an_unreadable_local_manifest(cli: Any, tmp_path: Path, engine_dir: Path) -> None:
+    reg = tmp_path / "registry"
+    assert cli("cache", "push", engine_dir, "--key", KEY, "--registry", reg).exit_code == 0
+    other = "c" * 64
+    (reg / "manifests" / f"{other}.json").write_text("{not json")
+    r = cli("cache", "ls", "--json", "--registry", reg)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [e["key"] for e in doc["entries"]] == [KEY]
+    assert [s["name"] for s in doc["skipped"]] == [other] and doc["skipped"][0]["why"]
+
+
 def test_the_local_registry_script_passes_shellcheck(tmp_path: Path) -> None:
     shell(SCRIPT.read_text(), tmp_path, "local-oci-registry.sh")
 
