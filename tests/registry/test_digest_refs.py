@@ -68,6 +68,9 @@ def test_every_backend_pulls_and_shows_by_the_key_as_a_digest_reference(
     pulled = cli("cache", "pull", ref, tmp_path / "out", "--registry", registry_url)
     assert pulled.exit_code == 0, pulled.output
     assert _tree(tmp_path / "out") == _tree(engine_dir)
+    tagged = cli("cache", "tag", ref, "prod", "--registry", registry_url)
+    assert tagged.exit_code == 0, tagged.output
+    assert open_registry(registry_url).tags()["prod"] == KEY
 
 
 @pytest.mark.slow
