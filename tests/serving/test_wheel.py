@@ -259,6 +259,7 @@ def _package_dir(python: Path, tmp: Path) -> Path:
     return Path(r.stdout.strip())
 
 
+@pytest.mark.validator  # hadolint
 def test_deploy_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_spec: Path) -> None:
     """`toolchain deploy` for real from the wheel (before: exit 2, "run toolchain deploy from a clone", since the
     build context needed pyproject.toml beside the package): every COPY source of the Dockerfile is in the
