@@ -2,6 +2,7 @@
 """Build the tiny random-weight Llama + locally trained BPE tokenizer (no download).
 
 Usage: scripts/make_tiny_checkpoint.py [OUT_DIR]   (default: .work/tiny-llama, where engine_specs/tiny.yaml looks)
+The installed package does the same without a checkout: `toolchain tiny-checkpoint --out DIR`.
 """
 
 from __future__ import annotations

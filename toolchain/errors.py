@@ -134,11 +134,19 @@ class RegistryURLError(RegistryError, UserInputError):
 
 
 class ArtifactNotFoundError(FileNotFoundError, RegistryError):
+    """A key, tag or digest the registry does not hold. On the command line it is the reference the user gave,
+    so it exits 2 like every user mistake; code that asks whether an entry exists catches it."""
+
+    exit_code = 2
+
     def __init__(self, key: str, registry: str) -> None:
+        import shlex
+
         RegistryError.__init__(
             self,
             f"no entry {key} in registry {registry}",
-            "run `toolchain cache ls --registry URL` to see what it holds, or build it with `toolchain build`",
+            f"run `toolchain cache ls --registry {shlex.quote(registry)}` to see what it holds, or build it with "
+            "`toolchain build`",
         )
         self.key = key
         self.registry = registry

@@ -52,6 +52,44 @@ def test_a_local_entry_pulls_and_shows_by_its_digest_reference(
     assert _tree(tmp_path / "out") == _tree(engine_dir)
 
 
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.parametrize("form", ["sha256:{}", "@sha256:{}"])
+def test_every_backend_pulls_and_shows_by_the_key_as_a_digest_reference(
+    cli: Any, registry_url: str, tmp_path: Path, engine_dir: Path, form: str
+) -> None:
+    """The entry's key written as a digest reference names it on the local store, S3 (moto) and OCI alike."""
+    r = cli("cache", "push", engine_dir, "--key", KEY, "--registry", registry_url)
+    assert r.exit_code == 0, r.output
+    ref = form.format(KEY)
+    shown = cli("cache", "show", ref, "--registry", registry_url)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["key"] == KEY
+    pulled = cli("cache", "pull", ref, tmp_path / "out", "--registry", registry_url)
+    assert pulled.exit_code == 0, pulled.output
+    assert _tree(tmp_path / "out") == _tree(engine_dir)
+    tagged = cli("cache", "tag", ref, "prod", "--registry", registry_url)
+    assert tagged.exit_code == 0, tagged.output
+    assert open_registry(registry_url).tags()["prod"] == KEY
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_reference_the_registry_does_not_hold_is_a_user_error_on_every_backend(
+    cli: Any, registry_url: str, tmp_path: Path, engine_dir: Path
+) -> None:
+    """`cache pull`/`show` of a key, digest or tag the registry lacks: one line naming `cache ls` for that
+    registry, exit 2 as every user mistake (README's exit codes; before: exit 1)."""
+    assert cli("cache", "push", engine_dir, "--key", KEY, "--registry", registry_url).exit_code == 0
+    for ref in ("e" * 64, "sha256:" + "e" * 64, "@sha256:" + "e" * 64, "no-such-tag"):
+        for args in (("show", ref), ("pull", ref, tmp_path / "none")):
+            r = cli("cache", *args, "--registry", registry_url)
+            lines = [ln for ln in r.output.splitlines() if ln.startswith("Error: ")]
+            assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, (args, r.output)
+            assert f"toolchain cache ls --registry {registry_url}" in lines[0], lines[0]
+    assert not (tmp_path / "none").exists()
+
+
 def test_an_oci_entry_pulls_by_the_manifest_digest_the_registry_prints(
     cli: Any, oci_url: str, tmp_path: Path, engine_dir: Path
 ) -> None:
@@ -95,6 +133,59 @@ def test_cache_ls_lists_another_clients_artifact(
     got = cli("cache", "pull", foreign[:12], tmp_path / "o", "--registry", oci_url)
     assert got.exit_code == 0, got.output
     assert (tmp_path / "o" / "config.json").read_bytes() == (engine_dir / "config.json").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_cache_ls_says_why_it_skips_a_manifest_it_cannot_read(
+    cli: Any, oci_url: str, tmp_path: Path, engine_dir: Path
+) -> None:
+    """An image index tagged in the repository (a multi-platform image pushed beside the engines) is no
+    entry: `cache ls` names it and says why, on stderr and under --json (before: left out without a word)."""
+    open_registry(oci_url).put(KEY, engine_dir)
+    b: Any = open_registry(oci_url).backend
+    mt = "application/vnd.oci.image.manifest.v1+json"
+    head = httpx.head(f"{b.base}/manifests/{KEY}", headers={"Accept": mt})
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": mt,
+                "digest": head.headers["Docker-Content-Digest"],
+                "size": int(head.headers["Content-Length"]),
+            }
+        ],
+    }
+    put = httpx.put(
+        f"{b.base}/manifests/multi-arch",
+        content=json.dumps(index).encode(),
+        headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
+    )
+    assert put.status_code == 201, put.text
+    r = cli("cache", "ls", "--json", "--registry", oci_url)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [e["key"] for e in doc["entries"]] == [KEY]
+    (skipped,) = doc["skipped"]
+    assert "image index" in skipped["why"], skipped
+    human = cli("cache", "ls", "--registry", oci_url)
+    assert human.exit_code == 0, human.output
+    said = [ln for ln in human.stderr.splitlines() if ln.startswith("skipped ")]
+    assert len(said) == 1 and "image index" in said[0], human.stderr
+    assert "1 manifest skipped" in human.stderr
+
+
+def test_cache_ls_says_why_it_skips_an_unreadable_local_manifest(cli: Any, tmp_path: Path, engine_dir: Path) -> None:
+    reg = tmp_path / "registry"
+    assert cli("cache", "push", engine_dir, "--key", KEY, "--registry", reg).exit_code == 0
+    other = "c" * 64
+    (reg / "manifests" / f"{other}.json").write_text("{not json")
+    r = cli("cache", "ls", "--json", "--registry", reg)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [e["key"] for e in doc["entries"]] == [KEY]
+    assert [s["name"] for s in doc["skipped"]] == [other] and doc["skipped"][0]["why"]
 
 
 def test_the_local_registry_script_passes_shellcheck(tmp_path: Path) -> None:

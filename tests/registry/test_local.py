@@ -189,7 +189,7 @@ def test_cache_cli(cli: Cli, tmp_path: Path, engine_dir: Path) -> None:
     r = cli("cache", "pull", "prod", tmp_path / "o", "--registry", reg)
     assert r.exit_code == 0 and (tmp_path / "o" / "rank0.engine").is_file()
     r = cli("cache", "show", "b" * 64, "--registry", reg)
-    assert r.exit_code == 1 and f"no entry {'b' * 64} in registry" in r.output
+    assert r.exit_code == 2 and f"no entry {'b' * 64} in registry" in r.output
     r = cli("cache", "gc", "--registry", reg, "--yes")
     assert r.exit_code == 0 and "frees 0 B" in r.output
     r = cli("cache", "verify", "--registry", reg)

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 # The directories whose files the wheel must carry, and where each lands inside it (setup.py's package_dir).
 SHIPPED = {"toolchain": "toolchain", "triton_repo": "toolchain/triton_repo"}
+# pip's flags for building a source tree with this environment's setuptools and nothing from an index
+OFFLINE_SOURCE_INSTALL = ("--no-deps", "--no-index", "--no-build-isolation", "-q")
 
 
 def _source_files() -> list[str]:
@@ -76,16 +78,21 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    purelib = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    deps = [p for p in site.getsitepackages() if Path(p).is_dir()] or [sysconfig.get_paths()["purelib"]]
+    (_purelib(py) / "zz_test_dependencies.pth").write_text("".join(f"{p}\n" for p in deps))
+    return root
+
+
+def _purelib(python: Path) -> Path:
+    """The site-packages directory of the venv ``python`` belongs to."""
+    r = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
-    ).stdout.strip()
-    deps = [p for p in site.getsitepackages() if Path(p).is_dir()] or [sysconfig.get_paths()["purelib"]]
-    (Path(purelib) / "zz_test_dependencies.pth").write_text("".join(f"{p}\n" for p in deps))
-    return root
+    )
+    return Path(r.stdout.strip())
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -221,6 +228,80 @@ def test_every_command_runs_from_the_installed_wheel(venv: Path, tmp_path: Path,
     assert json.loads(r.stdout)
 
 
+def _copy_sources(dockerfile: str) -> list[str]:
+    """The context paths each COPY of a Dockerfile reads (every argument but the last; no --from stages here)."""
+    sources = []
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            args = [a for a in line.split()[1:] if not a.startswith("--")]
+            sources += args[:-1]
+    return sources
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def _package_dir(python: Path, tmp: Path) -> Path:
+    r = subprocess.run(
+        [str(python), "-c", "import toolchain, pathlib; print(pathlib.Path(toolchain.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp),
+        cwd=tmp,
+        check=True,
+        timeout=60,
+    )
+    return Path(r.stdout.strip())
+
+
+@pytest.mark.validator  # hadolint
+def test_deploy_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_spec: Path) -> None:
+    """`toolchain deploy` for real from the wheel (before: exit 2, "run toolchain deploy from a clone", since the
+    build context needed pyproject.toml beside the package): every COPY source of the Dockerfile is in the
+    context, hadolint passes it, and the context's src/ installs, offline, exactly the package that wrote it."""
+    from tests.validators import hadolint
+
+    out = tmp_path / "deploy"
+    _toolchain(venv, tmp_path, "deploy", tiny_spec, "--out", out, "--registry", "s3://engines/prod")
+    ctx = out / "image"
+    dockerfile = (ctx / "Dockerfile").read_text()
+    sources = _copy_sources(dockerfile)
+    assert {"src", "entrypoint.sh", "model_repository"} <= set(sources), sources
+    assert not [s for s in sources if not (ctx / s).exists()], sources
+    r = hadolint(ctx / "Dockerfile")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    scratch = tmp_path / "scratch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True, timeout=120)
+    py = scratch / "bin" / "python"
+    purelib = _purelib(venv / "bin" / "python")
+    shutil.copyfile(purelib / "zz_test_dependencies.pth", _purelib(py) / "zz_test_dependencies.pth")
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", *OFFLINE_SOURCE_INSTALL, str(ctx / "src")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    built = _package_dir(py, tmp_path)
+    assert built.resolve().is_relative_to(scratch.resolve()), built
+    assert _files(built) == _files(purelib / "toolchain")
+    version = subprocess.run(
+        [str(scratch / "bin" / "toolchain"), "--version"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert version.stdout.strip() == _toolchain(venv, tmp_path, "--version").stdout.strip(), version.stderr
+
+
 def test_quantize_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_checkpoint: Path) -> None:
     """The heavy path too: ModelOpt quantization of the tiny checkpoint, driven by the installed package."""
     out = tmp_path / "q"
@@ -242,3 +323,26 @@ def test_quantize_from_the_installed_wheel(venv: Path, tmp_path: Path, tiny_chec
     )
     assert (out / "manifest.json").is_file()
     assert (out / "trtllm" / "config.json").is_file()
+
+
+def test_a_copied_tiny_spec_gets_its_checkpoint_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """engine_specs/tiny.yaml copied out of the checkout: its error names `toolchain tiny-checkpoint` with the
+    directory (before: scripts/make_tiny_checkpoint.py, which the wheel lacks), and that command makes it."""
+    spec = tmp_path / "specs" / "tiny.yaml"
+    spec.parent.mkdir()
+    shutil.copyfile(REPO / "engine_specs" / "tiny.yaml", spec)
+    where = tmp_path / ".work" / "tiny-llama"
+    r = subprocess.run(
+        [str(venv / "bin" / "toolchain"), "plan", str(spec)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode != 0
+    command = f"toolchain tiny-checkpoint --out {where}"
+    assert command in r.stderr, r.stderr
+    made = _toolchain(venv, tmp_path, *command.split()[1:], timeout=600)
+    assert made.stdout.strip() == str(where.resolve())
+    assert json.loads(_toolchain(venv, tmp_path, "plan", spec, "--json").stdout)["cells"]

@@ -21,6 +21,7 @@ from toolchain.artifacts.recipe import Recipe, recipe_from_spec
 from toolchain.errors import SpecError, TritonRepoError
 from toolchain.specs.matrix import Cell, expand
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.sources import missing_checkpoint_hint
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,10 @@ class CellArtifacts:
 
     def require_source(self) -> SourceIdentity:
         if self.source is None:
+            where = self.spec.local_source()
             raise SpecError(
-                f"checkpoint not found at {self.spec.local_source()}",
-                hint="create it (scripts/make_tiny_checkpoint.py for tiny) or fix model.source",
+                f"checkpoint not found at {where}",
+                hint=missing_checkpoint_hint(self.spec.name, Path(str(where))),
             )
         return self.source
 

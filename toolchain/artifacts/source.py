@@ -7,13 +7,15 @@ from pathlib import Path
 from toolchain._deps import require
 from toolchain.errors import CheckpointError
 from toolchain.specs.models import EngineSpec
-from toolchain.specs.sources import hf_repo_revision
+from toolchain.specs.sources import hf_repo_revision, missing_checkpoint_hint
 
 
 def source_dir(spec: EngineSpec) -> Path:
     """The local checkpoint a spec names; an hf:// source is fetched (config + safetensors) into HF's cache."""
     local = spec.local_source()
     if local is not None:
+        if not Path(local).is_dir():
+            raise CheckpointError(f"checkpoint not found at {local}", missing_checkpoint_hint(spec.name, Path(local)))
         return Path(local)
     repo, rev = spec.model.hf_repo_revision()
     return _download(repo, rev, "model.source")

@@ -45,9 +45,10 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
 
     r = open_registry(registry, must_exist=True)
     tags = r.tags()
-    rows = [entry_summary(m, tags) for m in r.ls()]
+    entries, skipped = r.listing()
+    rows = [entry_summary(m, tags) for m in entries]
     if json_out:
-        print_json({"registry": r.url, "entries": rows})
+        print_json({"registry": r.url, "entries": rows, "skipped": [{"name": n, "why": w} for n, w in skipped]})
         return
     t = Table(title=f"registry {r.url}")
     for c in ("key", "kind", "files", "size", "created", "tags"):
@@ -55,7 +56,10 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
     for e in rows:
         t.add_row(e["key"][:16], e["kind"], str(e["files"]), fmt_bytes(e["bytes"]), e["created"], ",".join(e["tags"]))
     out.print(t)
-    err.print(plural(len(rows), "entry", "entries"))
+    for name, why in skipped:
+        err.print(f"skipped {name}: {why}", highlight=False, markup=False, soft_wrap=True)
+    tail = f", {plural(len(skipped), 'manifest')} skipped (above)" if skipped else ""
+    err.print(plural(len(rows), "entry", "entries") + tail)
 
 
 @app.command()

@@ -24,6 +24,7 @@ from toolchain.cli import (
     quantize_cmd,
     serve_cmd,
     spec_cmd,
+    tiny_cmd,
     triton_cmd,
     up_cmd,
 )
@@ -183,6 +184,7 @@ COMMANDS = (
     matrix_cmd,
     job_cmd,
     dynamo_cmd,
+    tiny_cmd,
 )
 for _module in COMMANDS:
     _module.register(app)

@@ -8,22 +8,28 @@ The context's layout is the image's ``/opt/toolchain`` (``image_root``)::
     entrypoint.sh                 pull by key → verify → lint → serve (docs/deploy.md)
     model_repository/             the Triton repository: engine paths under the engines root, the tokenizer
                                   in preprocessing/tokenizer
-    src/                          the toolchain source (pyproject.toml, README.md, toolchain/)
+    src/                          the toolchain source: a checkout's pyproject.toml, setup.py, README.md,
+                                  toolchain/ and triton_repo/; or, from an installed wheel, its package
+                                  directory and a pyproject.toml written from its metadata (copy_source)
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
 from dataclasses import dataclass
+from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 
 from toolchain.deploy.manifests import SERVER_UID
 from toolchain.errors import DeployError
 
 ENTRYPOINT = Path(__file__).with_name("entrypoint.sh")
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # toolchain/, in a checkout or installed
+SOURCE_ROOT = PACKAGE_DIR.parent
+_CACHES = shutil.ignore_patterns("__pycache__", "*.pyc")
 _REF = re.compile(
     r"^(?P<repo>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
     r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
@@ -136,18 +142,122 @@ def readable_by_all(root: Path) -> None:
 
 
 def copy_source(dest: Path) -> None:
-    """The toolchain source the image installs (a source checkout: pyproject.toml beside the package)."""
-    if not (SOURCE_ROOT / "pyproject.toml").is_file():
-        raise DeployError(
-            f"no toolchain source checkout at {SOURCE_ROOT} (installed without pyproject.toml)",
-            "run `toolchain deploy` from a clone of the toolchain repository",
-        )
+    """The toolchain source the image installs, from whichever toolchain is running: a source checkout's own
+    build files (pyproject.toml, setup.py, README.md, toolchain/, triton_repo/), or, for an installed
+    distribution (the wheel), its package directory plus a pyproject.toml written from its metadata."""
+    if (SOURCE_ROOT / "pyproject.toml").is_file() and (SOURCE_ROOT / "triton_repo").is_dir():
+        _copy_checkout(SOURCE_ROOT, dest)
+    else:
+        _copy_installed(PACKAGE_DIR, _installed_distribution(PACKAGE_DIR), dest)
+
+
+def _copy_checkout(root: Path, dest: Path) -> None:
     dest.mkdir(parents=True)
     # what the wheel is built from: setup.py maps triton_repo/ into the package (the Python-backend model sources)
     for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copyfile(SOURCE_ROOT / name, dest / name)
+        shutil.copyfile(root / name, dest / name)
     for tree in ("toolchain", "triton_repo"):
-        shutil.copytree(SOURCE_ROOT / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(root / tree, dest / tree, ignore=_CACHES)
+
+
+def _installed_distribution(package: Path) -> Distribution:
+    """The installed distribution whose files are ``package`` (refused when the metadata found belongs elsewhere:
+    a stale install beside sources run from PYTHONPATH)."""
+    try:
+        dist = distribution("toolchain")
+        init = Path(str(dist.locate_file("toolchain/__init__.py"))).resolve()
+    except PackageNotFoundError:
+        init = None
+    if init != (package / "__init__.py").resolve():
+        raise DeployError(
+            f"the toolchain at {package} is neither a source checkout nor an installed distribution",
+            "install it (`pip install toolchain-*.whl`, or `pip install -e .` in a clone) and run `toolchain deploy`",
+        )
+    return dist
+
+
+def _copy_installed(package: Path, dist: Distribution, dest: Path) -> None:
+    """``package`` as installed (its modules and package data) and a pyproject.toml that rebuilds the same
+    distribution: name, version, dependencies, extras and console scripts from ``dist``'s metadata, and every
+    file of the copied tree listed, so pip installs exactly these files."""
+    dest.mkdir(parents=True)
+    shutil.copytree(package, dest / "toolchain", ignore=_CACHES)
+    (dest / "pyproject.toml").write_text(pyproject_for(dist, dest))
+
+
+def pyproject_for(dist: Distribution, src: Path) -> str:
+    """A pyproject.toml for the installed-layout tree ``src`` (``src/toolchain/...``), from ``dist``'s metadata.
+
+    Packages are the directories holding ``__init__.py``; every other file is package data of the nearest such
+    directory above it (the Triton model sources under ``triton_repo/`` are data of ``toolchain``)."""
+    meta = dist.metadata
+    extras: dict[str, list[str]] = {name: [] for name in meta.get_all("Provides-Extra") or []}
+    deps: list[str] = []
+    for line in meta.get_all("Requires-Dist") or []:
+        req, extra = _split_extra(line)
+        (deps if extra is None else extras.setdefault(extra, [])).append(req)
+    packages, data = _packages_and_data(src / "toolchain")
+    scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
+    q = json.dumps  # a JSON string or list of strings is a valid TOML value
+    project = [f"name = {q(meta['Name'])}", f"version = {q(meta['Version'])}"]
+    for key, field in (("description", "Summary"), ("requires-python", "Requires-Python")):
+        if meta[field]:
+            project.append(f"{key} = {q(meta[field])}")
+    if meta["License-Expression"]:
+        project.append(f"license = {q(meta['License-Expression'])}")
+    project.append(f"dependencies = {q(deps)}")
+    lines = [
+        f"# Written by `toolchain deploy` from the installed distribution {meta['Name']} {meta['Version']}:",
+        "# its own files (toolchain/) and metadata, so pip installs in the image what runs here.",
+        "[build-system]",
+        'requires = ["setuptools>=68"]',
+        'build-backend = "setuptools.build_meta"',
+        "",
+        "[project]",
+        *project,
+        "",
+        "[project.optional-dependencies]",
+        *(f"{q(name)} = {q(reqs)}" for name, reqs in extras.items()),
+        "",
+        "[project.scripts]",
+        *(f"{q(name)} = {q(value)}" for name, value in scripts.items()),
+        "",
+        "[tool.setuptools]",
+        f"packages = {q(packages)}",
+        "include-package-data = false",
+        "",
+        "[tool.setuptools.package-data]",
+        *(f"{q(pkg)} = {q(files)}" for pkg, files in data.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_EXTRA = re.compile(r"""^(?:(?P<before>.*?)\s+and\s+)?extra\s*==\s*["'](?P<name>[^"']+)["']$""")
+
+
+def _split_extra(requirement: str) -> tuple[str, str | None]:
+    """``'boto3; extra == "s3"'`` -> ``('boto3', 's3')``; a requirement without an extra -> ``(it, None)``.
+    Any other condition stays as the requirement's marker (setuptools writes ``<marker> and extra == "x"``)."""
+    req, _, marker = (part.strip() for part in requirement.partition(";"))
+    m = _EXTRA.match(marker)
+    if m is None:
+        return requirement.strip(), None
+    before = m.group("before")
+    return (f"{req}; {before}" if before else req), m.group("name")
+
+
+def _packages_and_data(package: Path) -> tuple[list[str], dict[str, list[str]]]:
+    root = package.parent
+    is_package = {d for d in [package, *package.rglob("*")] if d.is_dir() and (d / "__init__.py").is_file()}
+    data: dict[str, list[str]] = {}
+    for f in sorted(p for p in package.rglob("*") if p.is_file()):
+        owner = next(d for d in f.parents if d in is_package)  # the package itself holds __init__.py
+        if f.parent == owner and f.suffix == ".py":
+            continue  # a module of its package
+        name = ".".join(owner.relative_to(root).parts)
+        data.setdefault(name, []).append(f.relative_to(owner).as_posix())
+    return sorted(".".join(d.relative_to(root).parts) for d in is_package), data
 
 
 def _kubectl(minor: str) -> list[str]:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
+from toolchain.errors import OutputExistsError
+from toolchain.progress import Progress, importing, prefixed, silent
 from toolchain.quantize.calib import BUILTIN_TEXT
 
 TINY = {
@@ -142,3 +144,22 @@ def make_tiny_checkpoint(
             shutil.rmtree(tmp)
         raise
     return out
+
+
+def create_tiny_checkpoint(out: Path, *, force: bool = False, progress: Progress = silent) -> bool:
+    """``toolchain tiny-checkpoint --out DIR``: the tiny Llama of ``engine_specs/tiny.yaml`` at ``out``. Returns
+    whether it was written; False when ``out`` already holds a checkpoint (config.json) and ``force`` is off.
+    A directory holding something else is refused unless ``force`` (it would be replaced)."""
+    out = Path(out)
+    present = (out / "config.json").is_file()
+    if present and not force:
+        return False
+    if out.exists() and not present and not force and (not out.is_dir() or any(out.iterdir())):
+        raise OutputExistsError(
+            f"{out} exists and is not a checkpoint (no config.json)",
+            "choose another --out, or pass --force to replace it",
+        )
+    progress(f"creating the tiny checkpoint at {out} (random weights, no download)")
+    importing(prefixed(progress, "  "), ("torch", "transformers"), "importing torch and transformers")
+    make_tiny_checkpoint(out, force=True)
+    return True

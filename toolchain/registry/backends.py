@@ -79,6 +79,11 @@ class Backend:
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         raise NotImplementedError
 
+    def unlisted(self) -> tuple[tuple[str, str], ...]:
+        """What the last listing of ``manifests/`` left out, each as (name, why): on OCI, tags of manifests
+        it could not read. The other stores list every manifest file."""
+        return ()
+
     def delete(self, path: str) -> None:
         raise NotImplementedError
 

@@ -246,6 +246,7 @@ class OCIBackend(Backend):
 
         httpx = require("httpx", "oci")
         self.host, self.repo = host, repo
+        self._unlisted: list[tuple[str, str]] = []  # what the last listing of manifests/ could not read
         self.url = f"oci://{host}/{repo}"
         api_host = "registry-1.docker.io" if host.lower() in DOCKER_HUB_HOSTS else host
         self.scheme = "http" if settings.oci_plain_http() else "https"
@@ -1084,6 +1085,9 @@ class OCIBackend(Backend):
         self._ensure_config()
         return super().put_entry(blobs, manifest_path, manifest, replace=replace)
 
+    def unlisted(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self._unlisted)
+
     def get_file(self, path: str, dest: Path) -> str:
         digest = self._digest_of(path)
         if digest is None:
@@ -1097,18 +1101,27 @@ class OCIBackend(Backend):
             for t in sorted(keys):
                 yield f"manifests/{t}.json", 0, 0.0
             # another client's artifact (ORAS, a CI job) is only tagged by name: listed by its manifest digest
+            self._unlisted = []
             for t in tags:
                 if t in keys or not TAG_RE.fullmatch(t) or COSIGN_TAG_RE.fullmatch(t):
                     continue
-                with contextlib.suppress(RegistryError, ManifestError, CorruptArtifactError):
+                try:
                     got = self._get_manifest(t)
-                    ann = (got[0].get("annotations") if got else None) or {}
-                    if got is None or not isinstance(ann, dict) or A_KEY in ann:
-                        continue  # the toolchain's own entries are listed by their key tags
-                    hexd = got[1].split(":", 1)[1]
-                    if hexd not in keys:
-                        keys.add(hexd)
-                        yield f"manifests/{hexd}.json", 0, 0.0
+                except (RegistryError, ManifestError, CorruptArtifactError) as e:
+                    self._unlisted.append((f"tag {t}", e.message))
+                    continue
+                if got is None:
+                    continue  # untagged between the tags list and this read
+                ann = got[0].get("annotations") or {}
+                if not isinstance(ann, dict):
+                    self._unlisted.append((f"tag {t}", "its manifest's annotations are not a string map"))
+                    continue
+                if A_KEY in ann:
+                    continue  # the toolchain's own entries are listed by their key tags
+                hexd = got[1].split(":", 1)[1]
+                if hexd not in keys:
+                    keys.add(hexd)
+                    yield f"manifests/{hexd}.json", 0, 0.0
         elif prefix == "refs/tags/":
             for t in self.tag_names():
                 if TAG_RE.fullmatch(t) and not KEY_RE.fullmatch(t) and not COSIGN_TAG_RE.fullmatch(t):

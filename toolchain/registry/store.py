@@ -184,11 +184,23 @@ class Registry:
         return out
 
     def ls(self) -> list[EntryManifest]:
-        out = []
-        for k in self.keys():
-            with contextlib.suppress(ManifestError, ArtifactNotFoundError):
+        return self.listing()[0]
+
+    def listing(self) -> tuple[list[EntryManifest], list[tuple[str, str]]]:
+        """Every entry the registry holds, and each manifest it holds but cannot read as an entry, as
+        (name, why): an image index or a packed directory another client pushed to an OCI repository, a
+        manifest file that does not parse. `cache ls` prints both."""
+        out: list[EntryManifest] = []
+        keys = self.keys()
+        skipped = list(self.backend.unlisted())
+        for k in keys:
+            try:
                 out.append(self.show(k))
-        return out
+            except ManifestError as e:
+                skipped.append((k, e.message))
+            except ArtifactNotFoundError:
+                continue  # removed between the listing and this read
+        return out, skipped
 
     def tag(self, ref: str, name: str) -> str:
         if not TAG_RE.fullmatch(name) or KEY_RE.fullmatch(name):

@@ -15,6 +15,7 @@ from toolchain import settings
 from toolchain.errors import ModelConfigError
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.sources import TINY_SPEC_NAME, missing_checkpoint_hint
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,8 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     if local is not None:
         raise ModelConfigError(
             f"{local}: no config.json, and the spec names no model.architecture",
-            "create the checkpoint first (`toolchain quantize` / scripts/make_tiny_checkpoint.py) "
-            "or set model.architecture",
+            missing_checkpoint_hint(spec.name, local)
+            + ("" if spec.name == TINY_SPEC_NAME else " (or set model.architecture)"),
         )
     if not allow_network:
         raise ModelConfigError(f"{spec.model.source}: no model.architecture in the spec and network use is off")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # Matched with fullmatch (``$`` would accept a trailing newline); ASCII only. The revision is a branch,
 # tag or commit (``refs/pr/3`` style names included); an empty one after ``@`` is refused.
@@ -23,3 +24,13 @@ def hf_repo_revision(source: str) -> tuple[str, str | None]:
     if m is None:
         raise ValueError(f"{source} is not an hf:// source")
     return m.group("repo"), m.group("rev")
+
+
+TINY_SPEC_NAME = "tiny"  # engine_specs/tiny.yaml: its checkpoint is made locally, never downloaded
+
+
+def missing_checkpoint_hint(spec_name: str, where: Path) -> str:
+    """What to do when a spec's local checkpoint is not at ``where``: the tiny spec's is one command away."""
+    if spec_name == TINY_SPEC_NAME:
+        return f"create the tiny one there: toolchain tiny-checkpoint --out {where}"
+    return "download the checkpoint there, or fix model.source"
