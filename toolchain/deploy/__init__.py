@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import yamlout
+from toolchain.artifacts.plan import CellPlan
 from toolchain.deploy.context import (
     ENTRYPOINT,
     KUBESSH,
@@ -39,7 +40,7 @@ from toolchain.deploy.context import (
 )
 from toolchain.deploy.manifests import DEFAULT_NAMESPACE, PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.observability import RuleTable, write_observability
-from toolchain.deploy.sizing import PlanLike, Sizing, size_cell
+from toolchain.deploy.sizing import Sizing, size_cell
 from toolchain.digest import check_replaceable, staged_dir
 from toolchain.errors import DeployError, OutputExistsError
 from toolchain.specs.matrix import Cell
@@ -137,7 +138,7 @@ def _yaml(obj: dict[str, Any], header: str) -> str:
 
 def write_deployment(
     cell: Cell,
-    plan: PlanLike,
+    plan: CellPlan,
     *,
     repository: Path | None,
     engine_key: str,
@@ -209,7 +210,7 @@ def _base_image(cell: Cell) -> ImageRef:
     return pinned_image(cell.spec.target.container, "target.container")
 
 
-def _sizing(cell: Cell, plan: PlanLike, o: DeployOptions) -> Sizing:
+def _sizing(cell: Cell, plan: CellPlan, o: DeployOptions) -> Sizing:
     """The cell's pod and fleet sizing; refuse a trtllm-serve replica that spans nodes."""
     sizing = size_cell(
         cell, plan, gpus_per_node=o.gpus_per_node, min_replicas=o.min_replicas, max_replicas=o.max_replicas

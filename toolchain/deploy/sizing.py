@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from toolchain.artifacts.plan import CellPlan
 from toolchain.errors import DeployError
 from toolchain.specs.matrix import Cell
 
@@ -39,15 +40,6 @@ SAFETY = 1.5
 STARTUP_PERIOD_S = 10
 ENGINE_OVERHEAD = 1.05  # engine files beyond the raw weights (plugins, tables), and the disk volume's slack
 DEFAULT_GPUS_PER_NODE = 8  # HGX / DGX H100, H200, B200
-
-
-class PlanLike(Protocol):
-    """What sizing needs from a cell plan (``toolchain plan``'s ``CellPlan`` has these fields)."""
-
-    cell_id: str
-    weight_bytes_per_gpu: float
-    weight_bytes_total: float
-    fleet: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def startup_budget_s(engine_bytes_total: float, engine_bytes_per_rank: float) ->
 
 def size_cell(
     cell: Cell,
-    plan: PlanLike,
+    plan: CellPlan,
     *,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     min_replicas: int | None = None,
