@@ -19,6 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import REPO
 from tests.hardening.fuzzing import BASE, LAUGHS, Tally, budget, check, hang_limit, invoke
 from tests.hardening.test_bad_input import GOOD_CONFIG, _safetensors, _whole_result
 
@@ -334,8 +335,12 @@ def _argv_strategy(files: dict[str, str]) -> st.SearchStrategy[list[str]]:
     return st.one_of(*cmds).map(list)
 
 
-def test_fuzz_command_arguments(garbage: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hostile files, URLs, numbers and strings for every command (no network, no server starts)."""
+def test_fuzz_command_arguments(garbage: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Hostile files, URLs, numbers and strings for every command (no network, no server starts). They run in a
+    scratch directory: a relative name such as a registry "x\x01" is created where the command runs, and on main
+    that was the checkout."""
+    checkout = sorted(p.name for p in REPO.iterdir())
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("TOOLCHAIN_S3_ENDPOINT_URL", "http://127.0.0.1:1")
@@ -354,3 +359,4 @@ def test_fuzz_command_arguments(garbage: dict[str, str], monkeypatch: pytest.Mon
         run()
     print(tally.line("arguments"))
     assert not tally.problems, "\n".join(tally.problems[:20])
+    assert sorted(p.name for p in REPO.iterdir()) == checkout, "a fuzzed run wrote into the checkout"
