@@ -198,9 +198,10 @@ def slos_of(cell: Cell) -> list[Slo]:
 
 
 def _le_values(v: float) -> str:
-    """A bucket bound as the server writes it, and as Prometheus 3 normalises it ("500" / "500.0")."""
+    """A bucket bound as the server writes it, and as Prometheus 3 normalises it ("500" / "500.0"), as a regex
+    (the dot in brackets: a bare one would let "1|1.0" match the bucket "100")."""
     s = f"{v:g}"
-    return f"{s}|{s}.0" if "." not in s and "e" not in s else s
+    return f"{s}|{s}[.]0" if "." not in s and "e" not in s else s.replace(".", "[.]")
 
 
 def _bucket_rate(scope: Scope, le: float, window: str, hist: LatencyHistogram) -> str:
