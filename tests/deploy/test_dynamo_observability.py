@@ -87,6 +87,22 @@ def test_written_rules_pass_promtool_and_every_manifest_validates(
     assert not alerts & {"LLMQueueTimeHigh", "LLMPrefillInterference", "LLMGPUUnderutilised", "LLMTPOTOverSLO"}
 
 
+@pytest.mark.validator
+def test_toolchain_deploy_on_a_dynamo_spec_writes_them_too(tmp_path: Path) -> None:
+    """`toolchain deploy` on a Dynamo spec shares the path: the alerts and dashboard come with its DGD as well."""
+    from typer.testing import CliRunner
+
+    from toolchain.cli.main import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["deploy", str(DISAGG), "--out", str(out), "--namespace", "llm"])
+    assert r.exit_code == 0, r.output
+    kinds = {res["kind"] for res in render_kustomization(out)}
+    assert {"DynamoGraphDeployment", "PrometheusRule", "ConfigMap"} == kinds
+    _check(out / "observability" / "rules.yaml")
+    assert (out / "observability" / "dashboard.json").is_file()
+
+
 def test_every_selector_is_scoped_to_the_deployment(written: Path) -> None:
     groups = yaml.safe_load((written / "observability" / "rules.yaml").read_text())["groups"]
     board = json.loads((written / "observability" / "dashboard.json").read_text())
