@@ -61,6 +61,7 @@ def _check(path: Path) -> None:
 # ---------------------------------------------------------------- what is written
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 def test_written_rules_pass_promtool_and_every_manifest_validates(
     written: Path, validate_manifest: Callable[[dict[str, Any]], None], tmp_path: Path
@@ -87,6 +88,7 @@ def test_written_rules_pass_promtool_and_every_manifest_validates(
     assert not alerts & {"LLMQueueTimeHigh", "LLMPrefillInterference", "LLMGPUUnderutilised", "LLMTPOTOverSLO"}
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 def test_toolchain_deploy_on_a_dynamo_spec_writes_them_too(tmp_path: Path) -> None:
     """`toolchain deploy` on a Dynamo spec shares the path: the alerts and dashboard come with its DGD as well."""
@@ -244,6 +246,7 @@ def _tests(groups: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any
     return tests
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 def test_each_alert_fires_on_its_symptom_and_only_there(planned: Any, tmp_path: Path) -> None:
     groups = _one_group(_groups(planned))
@@ -257,6 +260,7 @@ def test_each_alert_fires_on_its_symptom_and_only_there(planned: Any, tmp_path: 
     assert alerts == covered  # every alert fires in some scenario
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 def test_the_ttft_scenario_can_fail(planned: Any, tmp_path: Path) -> None:
     """The same harness expecting the TTFT page on the within-budget series fails: the alert really stays silent."""
@@ -269,6 +273,7 @@ def test_the_ttft_scenario_can_fail(planned: Any, tmp_path: Path) -> None:
     assert r.returncode != 0 and "LLMTTFTP99BudgetBurn" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 @pytest.mark.parametrize(("target_ms", "bad"), [(1000.0, 0.3), (600.0, 0.3 + 0.4 * (1 - 130 / 530)), (100.0, 1.0)])
 def test_ttft_error_ratio_reads_the_frontend_buckets_in_seconds(
@@ -329,6 +334,7 @@ def test_dashboard_has_what_grafana_import_needs_and_shows_the_slos(written: Pat
     assert set(panels) >= {"Requests", "In flight and queued", "Worker requests per pool", "TTFT P99 error budget burn"}
 
 
+@pytest.mark.slow
 @pytest.mark.validator
 def test_every_dashboard_expression_parses(written: Path, tmp_path: Path) -> None:
     board = json.loads((written / "observability" / "dashboard.json").read_text())
