@@ -115,6 +115,27 @@ def test_every_selector_is_scoped_to_the_deployment(written: Path) -> None:
         assert 'dynamo_namespace="llm-llama-3-3-70b-instruct-fp8-dynamo-disagg"' in sel and 'namespace="llm"' in sel
 
 
+def test_without_the_kv_router_there_is_no_kv_alert_to_go_dead(tmp_path: Path) -> None:
+    """Round-robin routing: the frontend tracks no worker's KV blocks (measured on 1.6.1), so neither the KV signal
+    nor the rule table's KV alert nor the KV panel is written; the KV router's deployment has all three."""
+    from toolchain.dynamo.observability import dashboard, groups_of, scope_of
+    from toolchain.dynamo.pipeline import plan_spec
+
+    d = yaml.safe_load(DISAGG.read_text())
+    d["dynamo"]["router"] = "round-robin"
+    spec = tmp_path / "rr.yaml"
+    spec.write_text(yaml.safe_dump(d, sort_keys=False))
+    for path, kv in ((spec, False), (DISAGG, True)):
+        p = plan_spec(path, estimator="floor")
+        scope = scope_of("app", "llm", MODEL)
+        rules = [r for g in groups_of(p.cell, p.plan, scope) for r in g["rules"]]
+        panels = {x["title"] for x in dashboard(p.cell, p.plan, scope, title="t")["panels"]}
+        assert any(r.get("record") == "toolchain:kv_usage:max" for r in rules) is kv
+        assert any(r.get("alert") == "LLMKVCacheNearlyFull" for r in rules) is kv
+        assert ("KV cache per pool" in panels) is kv
+        assert any(r.get("alert") == "LLMRequestErrors" for r in rules)  # the rest is there either way
+
+
 # ---------------------------------------------------------------- promtool test rules
 
 FE = f'namespace="llm",dynamo_namespace="llm-app",pod="app-frontend-0",model="{MODEL}"'

@@ -119,7 +119,17 @@ SIGNALS: tuple[Signal, ...] = (
         "tracks it",
     ),
 )
-TABLE = RuleTable(RULES, SIGNALS)
+KV_SIGNAL = "toolchain:kv_usage:max"
+
+
+def table_of(cell: Cell) -> RuleTable:
+    """The rule table over the signals this deployment exports: the frontend tracks each worker's KV blocks only
+    when it routes by KV (``dynamo.router: kv``; measured on 1.6.1: round-robin serves no
+    ``dynamo_frontend_worker_active_decode_blocks``), so without the KV router there is no KV signal, and the rule
+    table's KV alert is left out rather than written to never fire."""
+    d = cell.spec.dynamo
+    kv = d is not None and d.router == "kv"
+    return RuleTable(RULES, tuple(s for s in SIGNALS if kv or s.record != KV_SIGNAL))
 
 
 def scope_of(name: str, namespace: str, served_model: str) -> Scope:
@@ -175,7 +185,7 @@ def own_alerts(scope: Scope, slos: list[Slo], slots: int) -> list[dict[str, Any]
 def groups_of(cell: Cell, plan: DynamoPlan, scope: Scope) -> list[dict[str, Any]]:
     slos = slos_of(cell)
     extra = own_alerts(scope, slos, capacity(cell, plan))
-    return rule_groups(TABLE, scope, slos, prefix_caching=False, server=DYNAMO, health=extra)
+    return rule_groups(table_of(cell), scope, slos, prefix_caching=False, server=DYNAMO, health=extra)
 
 
 def dashboard(cell: Cell, plan: DynamoPlan, scope: Scope, *, title: str) -> dict[str, Any]:
@@ -193,6 +203,17 @@ def dashboard(cell: Cell, plan: DynamoPlan, scope: Scope, *, title: str) -> dict
     if tpot:
         itl_thr.append(("red", tpot[min(tpot)]))
     slots = capacity(cell, plan)
+    kv_panel: list[Row] = [
+        (
+            "KV cache per pool",
+            [(f"{KV_SIGNAL}{{{s}}}", "{{worker_type}}")],
+            "percentunit",
+            [("green", None), ("orange", KV_FRACTION), ("red", KV_CRITICAL)],
+            "Peak share of KV blocks in use on the worst worker of each pool (prefill, decode), from the router.",
+        )
+    ]
+    if KV_SIGNAL not in {x.record for x in table_of(cell).signals}:
+        kv_panel = []  # no KV router: the frontend tracks no worker's blocks
     rows: list[Row] = [
         (
             "TTFT (frontend)",
@@ -225,13 +246,7 @@ def dashboard(cell: Cell, plan: DynamoPlan, scope: Scope, *, title: str) -> dict
             [("green", None), ("red", SATURATION * slots)],
             f"The red line is {SATURATION:.0%} of the decode pools' {slots} batch slots (LLMDynamoSaturated).",
         ),
-        (
-            "KV cache per pool",
-            [(f"toolchain:kv_usage:max{{{s}}}", "{{worker_type}}")],
-            "percentunit",
-            [("green", None), ("orange", KV_FRACTION), ("red", KV_CRITICAL)],
-            "Peak share of KV blocks in use on the worst worker of each pool (prefill, decode), from the router.",
-        ),
+        *kv_panel,
         (
             "Worker requests per pool",
             [
