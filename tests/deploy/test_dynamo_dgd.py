@@ -39,7 +39,7 @@ def _dgd(out: Path) -> dict[str, Any]:
 
 def test_every_manifest_validates(written: Path, validate_manifest: Callable[[dict[str, Any]], None]) -> None:
     resources = render_kustomization(written)
-    assert {r["kind"] for r in resources} == {"ConfigMap", "DynamoGraphDeployment"}
+    assert {r["kind"] for r in resources} == {"ConfigMap", "DynamoGraphDeployment", "PrometheusRule"}
     for res in resources:
         validate_manifest(res)
 

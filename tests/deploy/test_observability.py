@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.conftest import Cli
-from tests.deploy.conftest import SHIPPED
+from tests.deploy.conftest import SHIPPED, check_grafana_import
 from tests.deploy.test_sizing import _target
 from toolchain.deploy.observability import RuleTable, Scope, Slo, build, dashboard, rule_groups
 from toolchain.diagnose.table import RULES, SIGNALS
@@ -413,24 +413,7 @@ def test_dashboard_has_what_grafana_import_needs() -> None:
     """Grafana's import (dashboard JSON model, docs/sources/dashboards/build-dashboards/view-dashboard-json-model):
     a title, a schemaVersion, panels with id/type/title/gridPos and Prometheus targets with refId and expr, the
     datasource as a template variable so the import asks for it; ids unique and panels inside the 24-column grid."""
-    board = _board()
-    json.dumps(board)  # JSON-serialisable
-    assert board["title"] and isinstance(board["schemaVersion"], int) and board["uid"]
-    assert len(board["uid"]) <= 40  # Grafana's uid limit
-    (var,) = board["templating"]["list"]
-    assert var["type"] == "datasource" and var["query"] == "prometheus" and var["name"] == "datasource"
-    ids = [p["id"] for p in board["panels"]]
-    assert len(ids) == len(set(ids))
-    for p in board["panels"]:
-        assert {"id", "type", "title", "gridPos", "targets", "datasource"} <= set(p), p["title"]
-        g = p["gridPos"]
-        assert {"h", "w", "x", "y"} <= set(g) and g["x"] + g["w"] <= 24
-        assert p["datasource"]["uid"] == "${datasource}"
-        refs = [t["refId"] for t in p["targets"]]
-        assert len(refs) == len(set(refs)) and all(t["expr"] for t in p["targets"])
-        for step in p["fieldConfig"]["defaults"]["thresholds"]["steps"]:
-            assert set(step) == {"color", "value"}
-        assert p["fieldConfig"]["defaults"]["thresholds"]["steps"][0]["value"] is None  # Grafana's base step
+    check_grafana_import(_board())
 
 
 def test_dashboard_shows_the_slos_and_the_planner_floor() -> None:

@@ -16,11 +16,17 @@ Every expression is scoped to the deployment: ``service="<app>"`` (the label the
 ``namespace="<ns>"`` when the deployment names one; model series also to ``model="tensorrt_llm"``.
 The rule table is passed in (``RuleTable``; the pipeline hands over ``toolchain.diagnose.table``), so this stage
 imports no other stage.
+
+What differs between servers is a ``Server`` (``TRITON`` here; ``toolchain.dynamo.observability.DYNAMO`` for NVIDIA
+Dynamo's frontend): the TTFT histogram the SLO burn rates count (its name, unit and buckets), the label that names
+the deployment's series (``Scope.app_label``), and the operator's hints. A rule-table row whose recording rules the
+server's signals do not define is left out (an alert over a series nobody records could never fire).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +51,44 @@ BURN_WINDOWS: tuple[tuple[str, str, float, str], ...] = (
 )
 GRAFANA_LABEL = {"grafana_dashboard": "1"}
 DASHBOARD_SCHEMA_VERSION = 39
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    """A server's TTFT histogram: its family name, the unit of its ``le`` bounds and its finite buckets."""
+
+    name: str
+    buckets: tuple[float, ...]  # finite upper bounds, in the histogram's unit
+    ms_per_unit: float = 1.0  # 1 for a histogram in ms, 1000 for one in seconds
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the alerts and dashboard of one kind of server need to know about it."""
+
+    name: str  # a dashboard tag
+    ttft: LatencyHistogram
+    ttft_missing: str  # why the TTFT histogram may be absent
+    ttft_missing_action: str
+    not_scraped: str  # what an absent ``up`` means
+    not_scraped_action: str
+    burn_action: str  # the first thing to check when the TTFT budget burns
+    diagnose: str  # the diagnose command line for an alert's annotation
+
+
+TRITON = Server(
+    name="triton",
+    ttft=LatencyHistogram("nv_inference_first_response_histogram_ms", TTFT_BUCKETS_MS),
+    ttft_missing="Triton exports nv_inference_first_response_histogram_ms only with --metrics-config "
+    "histogram_latencies=true and (before 2.65) for decoupled models",
+    ttft_missing_action="serve with serving.decoupled: true on a Triton 25.x image; the toolchain entrypoint passes "
+    "the metrics config",
+    not_scraped="Prometheus has no healthy target for the service: every alert of this deployment is blind",
+    not_scraped_action="kubectl get pods and the ServiceMonitor; check the pods are ready and the metrics port",
+    burn_action="run `toolchain diagnose --metrics-url` on a pod; check the queue (LLMQueueTimeHigh) and prefill "
+    "interference (LLMPrefillInterference) alerts first",
+    diagnose="toolchain diagnose --rules; toolchain diagnose --metrics-url http://<pod>:8002/metrics",
+)
 
 
 class RuleLike(Protocol):
@@ -93,16 +137,24 @@ class RuleTable:
 
 @dataclass(frozen=True)
 class Scope:
-    """The label matchers of one deployment's series."""
+    """The label matchers of one deployment's series: ``app_label="<app_value or app>"`` (Triton: the Service the
+    ServiceMonitor scrapes), the namespace, and for model series the model."""
 
     app: str
     namespace: str | None = None
     model: str = QUEUE_MODEL
+    app_label: str = "service"
+    app_value: str | None = None
 
     @property
     def sel(self) -> str:
-        s = f'service="{self.app}"'
+        s = f'{self.app_label}="{self.app_value or self.app}"'
         return s + (f',namespace="{self.namespace}"' if self.namespace else "")
+
+    @property
+    def by(self) -> str:
+        """The labels every recording rule keeps (and every join matches on)."""
+        return f"namespace, {self.app_label}"
 
     @property
     def model_sel(self) -> str:
@@ -146,34 +198,33 @@ def slos_of(cell: Cell) -> list[Slo]:
 
 
 def _le_values(v: float) -> str:
-    """A bucket bound as Triton writes it, and as Prometheus 3 normalises it ("500" / "500.0")."""
+    """A bucket bound as the server writes it, and as Prometheus 3 normalises it ("500" / "500.0"), as a regex
+    (the dot in brackets: a bare one would let "1|1.0" match the bucket "100")."""
     s = f"{v:g}"
-    return f"{s}|{s}.0" if "." not in s and "e" not in s else s
+    return f"{s}|{s}[.]0" if "." not in s and "e" not in s else s.replace(".", "[.]")
 
 
-def _bucket_rate(scope: Scope, le: float, window: str) -> str:
-    return (
-        "sum by (namespace, service) (rate(nv_inference_first_response_histogram_ms_bucket"
-        f'{{{scope.model_sel},le=~"{_le_values(le)}"}}[{window}]))'
-    )
+def _bucket_rate(scope: Scope, le: float, window: str, hist: LatencyHistogram) -> str:
+    return f'sum by ({scope.by}) (rate({hist.name}_bucket{{{scope.model_sel},le=~"{_le_values(le)}"}}[{window}]))'
 
 
-def good_rate(scope: Scope, target_ms: float, window: str) -> str:
+def good_rate(scope: Scope, target_ms: float, window: str, hist: LatencyHistogram = TRITON.ttft) -> str:
     """Requests per second whose first response came within ``target_ms``: the bucket at the target, or the
     linear interpolation between the buckets around it (what histogram_quantile assumes); above the last finite
     bucket, that bucket (which counts some good requests as bad: the alert errs towards firing)."""
-    lower = [b for b in TTFT_BUCKETS_MS if b <= target_ms]
-    upper = [b for b in TTFT_BUCKETS_MS if b > target_ms]
-    if lower and lower[-1] == target_ms:
-        return _bucket_rate(scope, target_ms, window)
+    target = target_ms / hist.ms_per_unit
+    lower = [b for b in hist.buckets if b <= target]
+    upper = [b for b in hist.buckets if b > target]
+    if lower and lower[-1] == target:
+        return _bucket_rate(scope, target, window, hist)
     if not upper:
-        return _bucket_rate(scope, lower[-1], window)
+        return _bucket_rate(scope, lower[-1], window, hist)
     hi = upper[0]
     if not lower:
-        return f"({_bucket_rate(scope, hi, window)} * {target_ms / hi:g})"
+        return f"({_bucket_rate(scope, hi, window, hist)} * {target / hi:g})"
     lo = lower[-1]
-    frac = (target_ms - lo) / (hi - lo)
-    low, high = _bucket_rate(scope, lo, window), _bucket_rate(scope, hi, window)
+    frac = (target - lo) / (hi - lo)
+    low, high = _bucket_rate(scope, lo, window, hist), _bucket_rate(scope, hi, window, hist)
     return f"({low} + ({high} - {low}) * {frac:g})"
 
 
@@ -187,8 +238,9 @@ def _slo_windows(slo: Slo) -> list[tuple[str, str, float, str]]:
     return [w for w in BURN_WINDOWS if w[2] * slo.budget < 1]
 
 
-def slo_groups(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
+def slo_groups(scope: Scope, slos: Sequence[Slo], server: Server = TRITON) -> list[dict[str, Any]]:
     """Recording rules for each TTFT SLO's error ratio per window, and its burn-rate alerts."""
+    hist = server.ttft
     groups: list[dict[str, Any]] = []
     for slo in slos:
         if slo.metric != "ttft":
@@ -198,8 +250,8 @@ def slo_groups(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
         records = [
             {
                 "record": error_ratio_record(slo, w),
-                "expr": f"1 - ({good_rate(scope, slo.target_ms, w)} / sum by (namespace, service) "
-                f"(rate(nv_inference_first_response_histogram_ms_count{{{scope.model_sel}}}[{w}])))",
+                "expr": f"1 - ({good_rate(scope, slo.target_ms, w, hist)} / sum by ({scope.by}) "
+                f"(rate({hist.name}_count{{{scope.model_sel}}}[{w}])))",
                 "labels": {"slo": slo.name},
             }
             for w in needed
@@ -211,7 +263,7 @@ def slo_groups(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
                 {
                     "alert": f"LLM{slo.metric.upper()}P{slo.percentile}BudgetBurn",
                     "expr": f"{error_ratio_record(slo, long_w)}{{{scope.sel}}} > {threshold} "
-                    f"and on (namespace, service) {error_ratio_record(slo, short_w)}{{{scope.sel}}} > {threshold}",
+                    f"and on ({scope.by}) {error_ratio_record(slo, short_w)}{{{scope.sel}}} > {threshold}",
                     "labels": {
                         "severity": severity,
                         "slo": slo.name,
@@ -226,8 +278,7 @@ def slo_groups(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
                         f"{slo.target_ms:g} ms to their first token over the last {long_w} (budget "
                         f"{slo.budget:.0%} over {SLO_PERIOD}; at {rate:g}x it is spent in "
                         f"{_days(SLO_PERIOD) / rate:.1f} days)",
-                        "action": "run `toolchain diagnose --metrics-url` on a pod; check the queue "
-                        "(LLMQueueTimeHigh) and prefill interference (LLMPrefillInterference) alerts first",
+                        "action": server.burn_action,
                     },
                 }
             )
@@ -243,11 +294,17 @@ def _days(w: str) -> float:
     return _seconds(w) / 86400
 
 
-def _table_alerts(table: RuleTable, scope: Scope, prefix_caching: bool) -> list[dict[str, Any]]:
+RECORD = re.compile(r"\btoolchain:[a-zA-Z0-9_:]+")
+
+
+def _table_alerts(table: RuleTable, scope: Scope, prefix_caching: bool, server: Server) -> list[dict[str, Any]]:
+    recorded = {s.record for s in table.signals}
     out = []
     for r in table.rules:
         if r.expr is None or (r.step == "prefix-cache" and not prefix_caching):
             continue
+        if not set(RECORD.findall(r.expr + (r.critical_expr or ""))) <= recorded:
+            continue  # the server's signals do not record what the row reads
         levels = [(r.severity, r.expr)] + ([("critical", r.critical_expr)] if r.critical_expr else [])
         for severity, expr in levels:
             out.append(
@@ -260,15 +317,14 @@ def _table_alerts(table: RuleTable, scope: Scope, prefix_caching: bool) -> list[
                         "summary": f"{scope.app}: {r.name} ({r.fires_when})",
                         "description": r.evidence,
                         "action": r.action,
-                        "diagnose": "toolchain diagnose --rules; toolchain diagnose --metrics-url "
-                        "http://<pod>:8002/metrics",
+                        "diagnose": server.diagnose,
                     },
                 }
             )
     return out
 
 
-def _health_alerts(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
+def _health_alerts(scope: Scope, slos: Sequence[Slo], server: Server = TRITON) -> list[dict[str, Any]]:
     """What an SRE needs besides the rules: the deployment is scraped, and the SLO alerts are not blind."""
     out: list[dict[str, Any]] = [
         {
@@ -278,9 +334,8 @@ def _health_alerts(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
             "labels": {"severity": "critical", "deployment": scope.app},
             "annotations": {
                 "summary": f"{scope.app}: no pod of the deployment answers its metrics scrape",
-                "description": "Prometheus has no healthy target for the service: every alert of this deployment is "
-                "blind",
-                "action": "kubectl get pods and the ServiceMonitor; check the pods are ready and the metrics port",
+                "description": server.not_scraped,
+                "action": server.not_scraped_action,
             },
         }
     ]
@@ -288,20 +343,18 @@ def _health_alerts(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
         out.append(
             {
                 "alert": "LLMLatencyHistogramMissing",
-                "expr": f"absent(nv_inference_first_response_histogram_ms_count{{{scope.model_sel}}})",
+                "expr": f"absent({server.ttft.name}_count{{{scope.model_sel}}})",
                 "for": "30m",
                 "labels": {"severity": "warning", "deployment": scope.app},
                 "annotations": {
                     "summary": f"{scope.app}: no first-response histogram, so the TTFT SLO alerts cannot fire",
-                    "description": "Triton exports nv_inference_first_response_histogram_ms only with "
-                    "--metrics-config histogram_latencies=true and (before 2.65) for decoupled models",
-                    "action": "serve with serving.decoupled: true on a Triton 25.x image; the toolchain entrypoint "
-                    "passes the metrics config",
+                    "description": server.ttft_missing,
+                    "action": server.ttft_missing_action,
                 },
             }
         )
     tpot = [s for s in slos if s.metric == "tpot"]
-    if tpot:
+    if tpot and server is TRITON:  # the other servers' TPOT alerts read their own per-token histograms
         slo = min(tpot, key=lambda s: s.percentile)  # the mean is compared with the lowest percentile's target
         out.append(
             {
@@ -323,25 +376,39 @@ def _health_alerts(scope: Scope, slos: Sequence[Slo]) -> list[dict[str, Any]]:
 
 
 def rule_groups(
-    table: RuleTable, scope: Scope, slos: Sequence[Slo] = (), *, prefix_caching: bool = True
+    table: RuleTable,
+    scope: Scope,
+    slos: Sequence[Slo] = (),
+    *,
+    prefix_caching: bool = True,
+    server: Server = TRITON,
+    health: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """The Prometheus rule groups of one deployment (the ``groups`` of a rule file and a PrometheusRule)."""
+    """The Prometheus rule groups of one deployment (the ``groups`` of a rule file and a PrometheusRule);
+    ``health`` adds the server's own alerts to the health group."""
     records = [{"record": s.record, "expr": scope.fill(s.expr)} for s in table.signals]
     return [
         {"name": f"toolchain.{scope.app}.signals", "rules": records},
-        *slo_groups(scope, slos),
-        {"name": f"toolchain.{scope.app}.diagnose", "rules": _table_alerts(table, scope, prefix_caching)},
-        {"name": f"toolchain.{scope.app}.health", "rules": _health_alerts(scope, slos)},
+        *slo_groups(scope, slos, server),
+        {"name": f"toolchain.{scope.app}.diagnose", "rules": _table_alerts(table, scope, prefix_caching, server)},
+        {"name": f"toolchain.{scope.app}.health", "rules": [*_health_alerts(scope, slos, server), *health]},
     ]
 
 
-def prometheus_rule(t: Target, cell: Cell, groups: list[dict[str, Any]]) -> dict[str, Any]:
+def prometheus_rule_object(
+    name: str, labels: dict[str, str], groups: list[dict[str, Any]], namespace: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": t.app, "labels": _labels(t, cell)},
+        "metadata": meta,
         "spec": {"groups": groups},
     }
+
+
+def prometheus_rule(t: Target, cell: Cell, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    return prometheus_rule_object(t.app, _labels(t, cell), groups)
 
 
 # ---------------------------------------------------------------- dashboard
@@ -412,7 +479,7 @@ def dashboard(
     gpu_exported = f'exported_pod=~"{scope.app}-.*"' + (
         f',exported_namespace="{scope.namespace}"' if scope.namespace else ""
     )
-    rows: list[tuple[str, list[tuple[str, str]], str, list[tuple[str, float | None]] | None, str]] = [
+    rows: list[Row] = [
         (
             "TTFT (server side)",
             [(f"toolchain:ttft_ms:p50{{{s}}}", "P50"), (f"toolchain:ttft_ms:p99{{{s}}}", "P99")],
@@ -514,18 +581,33 @@ def dashboard(
             "Failed requests per second by reason, and the failed share (LLMRequestErrors above 1%).",
         ),
     ]
+    rows += burn_rows(scope, slos)
+    return board(scope, rows, title=title, server=TRITON)
+
+
+Row = tuple[str, list[tuple[str, str]], str, list[tuple[str, float | None]] | None, str]
+
+
+def burn_rows(scope: Scope, slos: Sequence[Slo]) -> list[Row]:
+    """One panel per TTFT SLO: its error-budget burn rate over the first window that can page."""
+    rows: list[Row] = []
     for slo in slos:
         if slo.metric == "ttft" and _slo_windows(slo):
             w = _slo_windows(slo)[0]
             rows.append(
                 (
                     f"TTFT P{slo.percentile} error budget burn",
-                    [(f"{error_ratio_record(slo, w[0])}{{{s}}} / {slo.budget:g}", f"burn rate over {w[0]}")],
+                    [(f"{error_ratio_record(slo, w[0])}{{{scope.sel}}} / {slo.budget:g}", f"burn rate over {w[0]}")],
                     "short",
                     [("green", None), ("red", w[2])],
                     f"1 = spending the {SLO_PERIOD} budget exactly; the red line pages.",
                 )
             )
+    return rows
+
+
+def board(scope: Scope, rows: Sequence[Row], *, title: str, server: Server) -> dict[str, Any]:
+    """The Grafana dashboard JSON of panel rows (title, targets, unit, thresholds, description), three a row."""
     panels = [
         _panel(i + 1, t, targets, unit=u, x=(i % 3) * 8, y=(i // 3) * 8, thresholds=thr, description=d)
         for i, (t, targets, u, thr, d) in enumerate(rows)
@@ -533,7 +615,7 @@ def dashboard(
     return {
         "uid": scope.app[:40],
         "title": title,
-        "tags": ["toolchain", "llm", "triton"],
+        "tags": ["toolchain", "llm", server.name],
         "timezone": "browser",
         "editable": True,
         "schemaVersion": DASHBOARD_SCHEMA_VERSION,
@@ -557,13 +639,22 @@ def dashboard(
     }
 
 
-def dashboard_configmap(t: Target, cell: Cell, board: dict[str, Any]) -> dict[str, Any]:
+def dashboard_configmap_object(
+    app: str, labels: dict[str, str], board: dict[str, Any], namespace: str | None = None
+) -> dict[str, Any]:
+    """The ConfigMap kube-prometheus-stack's Grafana sidecar loads a dashboard from."""
+    meta: dict[str, Any] = {"name": f"{app}-dashboard", **({"namespace": namespace} if namespace else {})}
+    meta["labels"] = {**labels, **GRAFANA_LABEL}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{t.app}-dashboard", "labels": {**_labels(t, cell), **GRAFANA_LABEL}},
-        "data": {f"{t.app}.json": json.dumps(board, indent=1, sort_keys=True)},
+        "metadata": meta,
+        "data": {f"{app}.json": json.dumps(board, indent=1, sort_keys=True)},
     }
+
+
+def dashboard_configmap(t: Target, cell: Cell, board: dict[str, Any]) -> dict[str, Any]:
+    return dashboard_configmap_object(t.app, _labels(t, cell), board)
 
 
 # ---------------------------------------------------------------- writing
@@ -583,9 +674,9 @@ def build(t: Target, cell: Cell, plan: Any, table: RuleTable) -> Observability:
     slos = slos_of(cell)
     floor = getattr(plan, "tpot_floor_b1_ms", None)
     groups = rule_groups(table, scope, slos, prefix_caching=bool(cell.spec.serving.enable_prefix_caching))
-    board = dashboard(table, scope, slos, floor, title=f"{cell.spec.name} {cell.id} ({t.app})")
+    grafana = dashboard(table, scope, slos, floor, title=f"{cell.spec.name} {cell.id} ({t.app})")
     return Observability(
-        {"groups": groups}, prometheus_rule(t, cell, groups), board, dashboard_configmap(t, cell, board)
+        {"groups": groups}, prometheus_rule(t, cell, groups), grafana, dashboard_configmap(t, cell, grafana)
     )
 
 

@@ -201,6 +201,10 @@ def _env(extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in base.items()]
 
 
+def _dgd_labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "toolchain"}
+
+
 def dgd(
     cell: Cell,
     plan: DynamoPlan,
@@ -215,7 +219,7 @@ def dgd(
     d = cell.spec.dynamo
     assert d is not None
     image = cell.spec.target.container or RELEASES[d.version][1]
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "toolchain"}
+    labels = _dgd_labels(name)
     fe = _container(image, frontend_command(cell), _env())
     fe["ports"] = [{"name": "http", "containerPort": HTTP_PORT}]
     components: list[dict[str, Any]] = [
@@ -281,7 +285,9 @@ def write_dgd(
     artifact: Artifact | None = None,
     force: bool = False,
 ) -> dict[str, Path]:
-    """Write the DynamoGraphDeployment, its engine-args ConfigMap, a kustomization and the worker commands."""
+    """Write the DynamoGraphDeployment, its engine-args ConfigMap, its PrometheusRule and Grafana dashboard
+    ConfigMap (toolchain.dynamo.observability; the plain rule file and dashboard JSON under observability/), a
+    kustomization and the worker commands."""
     if artifact is not None:
         check_artifact(artifact)
         if model_path:
@@ -310,6 +316,11 @@ def write_dgd(
             cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name, artifact=artifact
         ),
     }
+    from toolchain.dynamo import observability
+
+    obs = observability.build(cell, plan, name=name, namespace=namespace, labels=_dgd_labels(name))
+    objs["prometheusrule.yaml"] = obs.prometheus_rule  # the alerts (docs/observability.md, "NVIDIA Dynamo")
+    objs["dashboard.yaml"] = obs.configmap  # the Grafana dashboard, for the sidecar that loads labelled ConfigMaps
     if artifact is not None and artifact.public_key_pem:  # a public key: a ConfigMap is the place for it
         objs["signing-key.yaml"] = {
             "apiVersion": "v1",
@@ -324,6 +335,7 @@ def write_dgd(
     kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": list(objs)}
     (out / "kustomization.yaml").write_text(yamlout.dump(kust, sort_keys=False))
     files["kustomization.yaml"] = out / "kustomization.yaml"
+    files.update(observability.write(out, obs))
     lines = ["# the worker command lines of the DynamoGraphDeployment, one per component (for review)"]
     for comp in objs["dynamographdeployment.yaml"]["spec"]["components"]:
         main = comp["podTemplate"]["spec"]["containers"][0]
