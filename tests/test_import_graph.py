@@ -5,7 +5,8 @@ Layers, bottom to top (a module may import its own package and any lower layer, 
     0  base       toolchain/__init__, errors, settings, digest, proc, progress, units, _deps
     1  hardware   GPU catalog and detection
     2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
-    3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format
+    3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format; the records
+                  stages meet through (the cell plan, the diagnosis rule table)
     4  stages     planning, quantize, compile, registry, triton, deploy, bench, diagnose: never each other
     5  pipeline   the only place that runs stages in order (and dynamo: plan, deploy and a local run for NVIDIA
                   Dynamo, in its own package)

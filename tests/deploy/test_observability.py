@@ -27,8 +27,8 @@ import yaml
 from tests.conftest import Cli
 from tests.deploy.conftest import SHIPPED, check_grafana_import
 from tests.deploy.test_sizing import _target
+from toolchain.artifacts.rule_table import RULES, SIGNALS
 from toolchain.deploy.observability import RuleTable, Scope, Slo, build, dashboard, rule_groups
-from toolchain.diagnose.table import RULES, SIGNALS
 from toolchain.planning.plan import plan_cell
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
@@ -537,8 +537,8 @@ def test_diagnose_and_the_alerts_read_one_table(cli: Cli) -> None:
 
 
 def test_a_finding_carries_the_tables_severity_and_action() -> None:
+    from toolchain.artifacts.rule_table import BY_NAME
     from toolchain.diagnose.rules import Observations, diagnose
-    from toolchain.diagnose.table import BY_NAME
 
     found = diagnose(Observations(queue_p99_ms=450, kv_usage_max=0.97, requests_success=90, requests_failure=10))
     assert [f.rule for f in found] == ["undersized", "kv-preemption-risk", "request-errors"]  # the table's order

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.artifacts.rule_table import RULES, SIGNALS
 from toolchain.bench import prom
 from toolchain.deploy.observability import RuleTable, Scope, Slo, dashboard, rule_groups
-from toolchain.diagnose.table import RULES, SIGNALS
 from toolchain.triton import server as S
 from toolchain.triton.client import stream_generate
 

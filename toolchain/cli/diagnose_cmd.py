@@ -67,8 +67,8 @@ def diagnose(
 
 def _print_rules(json_out: bool) -> None:
     """The rule table, in the cookbook's order: what fires, why, what to do, and the alert that pages for it."""
+    from toolchain.artifacts.rule_table import RULES, table_json
     from toolchain.cli.render import out, print_json
-    from toolchain.diagnose.table import RULES, table_json
 
     if json_out:
         print_json(table_json())

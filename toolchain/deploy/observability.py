@@ -14,8 +14,8 @@
 
 Every expression is scoped to the deployment: ``service="<app>"`` (the label the ServiceMonitor's scrape adds) and
 ``namespace="<ns>"`` when the deployment names one; model series also to ``model="tensorrt_llm"``.
-The rule table is passed in (``RuleTable``; the pipeline hands over ``toolchain.diagnose.table``), so this stage
-imports no other stage.
+The rule table (``toolchain.artifacts.rule_table``, below the stages, shared with ``toolchain diagnose``) is passed in
+as a ``RuleTable`` of its own ``Rule`` and ``Signal`` rows, so that a caller can hand over a subset.
 
 What differs between servers is a ``Server`` (``TRITON`` here; ``toolchain.dynamo.observability.DYNAMO`` for NVIDIA
 Dynamo's frontend): the TTFT histogram the SLO burn rates count (its name, unit and buckets), the label that names
@@ -30,11 +30,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from toolchain import yamlout
+from toolchain.artifacts.plan import CellPlan
+from toolchain.artifacts.rule_table import Rule, Signal
 from toolchain.deploy.manifests import QUEUE_MODEL, Target, _labels
 from toolchain.specs.matrix import Cell
 
@@ -91,48 +93,12 @@ TRITON = Server(
 )
 
 
-class RuleLike(Protocol):
-    """A row of the rule table, as this module reads it (read-only attributes)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def alert(self) -> str: ...
-    @property
-    def step(self) -> str: ...
-    @property
-    def severity(self) -> str: ...
-    @property
-    def threshold(self) -> float: ...
-    @property
-    def critical_above(self) -> float | None: ...
-    @property
-    def fires_when(self) -> str: ...
-    @property
-    def evidence(self) -> str: ...
-    @property
-    def action(self) -> str: ...
-    @property
-    def expr(self) -> str | None: ...
-    @property
-    def for_(self) -> str: ...
-    @property
-    def critical_expr(self) -> str | None: ...
-
-
-class SignalLike(Protocol):
-    @property
-    def record(self) -> str: ...
-    @property
-    def expr(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class RuleTable:
-    """The diagnosis rule table (``toolchain.diagnose.table``): the rows and the recording rules they read."""
+    """The diagnosis rule table (``toolchain.artifacts.rule_table``): the rows and the recording rules they read."""
 
-    rules: Sequence[RuleLike]
-    signals: Sequence[SignalLike]
+    rules: Sequence[Rule]
+    signals: Sequence[Signal]
 
 
 @dataclass(frozen=True)
@@ -668,7 +634,7 @@ class Observability:
     configmap: dict[str, Any]
 
 
-def build(t: Target, cell: Cell, plan: Any, table: RuleTable) -> Observability:
+def build(t: Target, cell: Cell, plan: CellPlan, table: RuleTable) -> Observability:
     """The alerts, recording rules and dashboard of one deployment."""
     scope = Scope(t.app, t.namespace)
     slos = slos_of(cell)
@@ -691,7 +657,7 @@ def notes(cell: Cell) -> list[str]:
     return out
 
 
-def write_observability(out: Path, t: Target, cell: Cell, plan: Any, table: RuleTable, header: str) -> list[str]:
+def write_observability(out: Path, t: Target, cell: Cell, plan: CellPlan, table: RuleTable, header: str) -> list[str]:
     """Write the PrometheusRule and dashboard ConfigMap into ``out/k8s`` (listed in its kustomization) and the
     plain rule file and dashboard JSON into ``out/observability``; the notes for the operator."""
     obs = build(t, cell, plan, table)

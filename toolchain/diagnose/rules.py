@@ -1,6 +1,6 @@
 """The diagnosis rules of docs/diagnose.md evaluated on a bench result and/or a sample of server metrics.
 
-The rules themselves (threshold, severity, action, order) are the rows of ``toolchain.diagnose.table``, the
+The rules themselves (threshold, severity, action, order) are the rows of ``toolchain.artifacts.rule_table``, the
 same table the deployment's Prometheus alerts are built from; this module evaluates each row on
 ``Observations`` and writes the evidence with the numbers that triggered it.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from toolchain.diagnose.table import (
+from toolchain.artifacts.rule_table import (
     BY_NAME,
     ERROR_RATIO,
     GPU_UTIL,

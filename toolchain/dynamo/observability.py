@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import yamlout
+from toolchain.artifacts.rule_table import KV_CRITICAL, KV_FRACTION, RULES, WINDOW, Signal
 from toolchain.deploy.observability import (
     LatencyHistogram,
     Row,
@@ -41,7 +42,6 @@ from toolchain.deploy.observability import (
     rule_groups,
     slos_of,
 )
-from toolchain.diagnose.table import KV_CRITICAL, KV_FRACTION, RULES, WINDOW, Signal
 from toolchain.dynamo.plan import DynamoPlan
 from toolchain.specs.matrix import Cell
 

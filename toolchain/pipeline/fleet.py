@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.keys import profile_id
 from toolchain.artifacts.layout import cache
+from toolchain.artifacts.rule_table import RULES, SIGNALS
 from toolchain.deploy import DeployOptions, DeployResult, RuleTable, Sizing, check_options, size_cell, write_deployment
-from toolchain.diagnose.table import RULES, SIGNALS
 from toolchain.errors import DeployError, PlanError, TritonRepoError
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
