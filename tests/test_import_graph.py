@@ -2,7 +2,7 @@
 
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
 
-    0  base       toolchain/__init__, errors, settings, digest, proc, progress, _deps
+    0  base       toolchain/__init__, errors, settings, digest, proc, http, logs, progress, _deps
     1  hardware   GPU catalog and detection
     2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
     3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format
@@ -24,7 +24,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "toolchain"
-BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "_deps"}
+BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "_deps", "http", "logs"}
 STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
 RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "dynamo": 5, "cli": 6}
 
@@ -242,3 +242,13 @@ def test_tests_take_nothing_from_benchmarks() -> None:
     tests = Path(__file__).resolve().parent
     offenders = importers_of("benchmarks", sorted(tests.rglob("*.py")), tests.parent)
     assert offenders == [], offenders
+
+
+def test_only_the_http_module_speaks_http_itself() -> None:
+    """HTTP goes through toolchain/http.py (httpx: one retry policy, one status mapping, debug logging); no module
+    opens its own urllib or http.client connection."""
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "http.py"]
+    offenders = [
+        hit for top in ("urllib.request", "http.client", "requests") for hit in importers_of(top, files, PACKAGE.parent)
+    ]
+    assert offenders == [], f"HTTP outside toolchain/http.py: {offenders}"
