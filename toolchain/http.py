@@ -131,11 +131,10 @@ def client(
 ) -> httpx.Client:
     """An httpx client with the configured deadlines. Redirects are followed (registries send blobs to storage);
     httpx drops ``Authorization`` when a redirect leaves the origin."""
-    from toolchain._deps import require
+    import httpx  # a core dependency, imported when first needed so `toolchain --help` stays light
 
-    httpx = require("httpx", "oci")
     connect, read = timeouts()
-    return httpx.Client(  # type: ignore[no-any-return]
+    return httpx.Client(
         timeout=httpx.Timeout(read, connect=connect),
         follow_redirects=follow_redirects,
         headers=dict(headers or {}),

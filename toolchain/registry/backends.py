@@ -617,9 +617,15 @@ def hub_deadlines(connect: float, read: float) -> None:
         return
     import httpx
 
+    from toolchain import http
+
     def make() -> Any:
         client = factory()
         client.timeout = httpx.Timeout(read, connect=connect)
+        hooks = client.event_hooks  # the library's own hooks stay; ours log each answer under TOOLCHAIN_DEBUG=1
+        for event, fns in http.log_hooks().items():
+            hooks[event] = [*hooks.get(event, []), *fns]
+        client.event_hooks = hooks
         return client
 
     setter(make)
