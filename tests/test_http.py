@@ -204,9 +204,10 @@ def test_get_reads_at_most_the_limit_and_maps_a_refused_connection(monkeypatch: 
     port = free_port()  # nothing listens there
     with pytest.raises(HTTPUnavailableError, match=rf"cannot reach the test server \(127.0.0.1:{port}\)"):
         http.get(f"http://127.0.0.1:{port}/x", "a probe", service)
-    with serving(lambda h: h.answer(200, b"x" * 100_000)) as base:
-        assert len(http.get(base + "/big", "a probe", service, limit=10)) <= 100_000
-        assert http.get(base + "/big", "a probe", service) == b"x" * 100_000
+    big = b"x" * 8 * 2**20
+    with serving(lambda h: h.answer(200, big)) as base:
+        assert 10 < len(http.get(base + "/big", "a probe", service, limit=10)) < len(big)  # one read past the limit
+        assert http.get(base + "/big", "a probe", service) == big
 
 
 def test_redact_drops_credentials_and_secret_query_values() -> None:
@@ -347,3 +348,25 @@ def test_cli_debug_log_of_a_registry_session_shows_requests_never_credentials(
         monkeypatch.delenv("TOOLCHAIN_DEBUG")
         r = cli("cache", "ls", "--registry", f"oci://{host}/team/engines")
         assert r.exit_code == 0 and "debug " not in r.stderr, r.stderr
+
+
+def test_the_load_generator_s_server_check_uses_the_one_mapping() -> None:
+    """bench keeps its own async client for the timed requests; its up-front check maps a failure the same way."""
+    import asyncio
+
+    from toolchain.bench.loadgen import OpenAITarget
+    from toolchain.errors import BenchError
+
+    async def check(url: str) -> None:
+        target = OpenAITarget(url, "m", chat=False, timeout=10)
+        try:
+            await target.check()
+        finally:
+            await target.close()
+
+    overloaded = serving(lambda h: h.answer(503, b'{"message": "engine overloaded"}'))
+    with overloaded as base, pytest.raises(BenchError) as caught:
+        asyncio.run(check(base))
+    assert caught.value.message == (
+        f"the server at {base} answered 503 Service Unavailable to GET /v1/models (engine overloaded)"
+    )
