@@ -220,9 +220,11 @@ def send(
             again = (safe or _unsent(e)) and policy.allows(failures)
             _log_try(req, f"{type(e).__name__}", t0, failures, again)
             if not again:
+                vars(e)["toolchain_tries"] = failures  # for the error message (tries_of)
                 raise
             policy.wait(failures)
             continue
+        resp.extensions["toolchain_tries"] = failures + 1  # for the error message: how many tries it took
         if observe is not None:
             observe(resp)
         retry_after = resp.headers.get("Retry-After")
@@ -283,12 +285,14 @@ GENERIC = Kinds()
 @dataclass(frozen=True)
 class Service:
     """Who answers, for the messages: ``name`` is e.g. 'registry ghcr.io' or 'the metrics endpoint at URL';
-    ``hints`` override the default hint per status (0: a connection that could not be made; 500: any 5xx)."""
+    ``hints`` override the default hint per status (0: a connection that could not be made; 500: any 5xx);
+    ``detail`` reads the service's own error body (an OCI registry's ``{"errors": [...]}``)."""
 
     name: str
     kinds: Kinds = GENERIC
     hints: Mapping[int, str] = field(default_factory=dict)
     policy: Backoff = DEFAULT
+    detail: Callable[[httpx.Response], str] | None = None
 
 
 def _detail(resp: httpx.Response) -> str:
@@ -319,7 +323,7 @@ def status_error(resp: httpx.Response, what: str, service: Service) -> Toolchain
     """The one-line error for an answer that is not what ``what`` (e.g. 'GET of manifest x') needed."""
     code = resp.status_code
     reason = resp.reason_phrase or ""
-    detail = _detail(resp)
+    detail = (service.detail or _detail)(resp)
     tail = f" ({detail})" if detail else ""
     k, hints = service.kinds, service.hints
     if code in (401, 403):
@@ -336,12 +340,19 @@ def status_error(resp: httpx.Response, what: str, service: Service) -> Toolchain
         after = resp.headers.get("Retry-After")
         asked = parse_retry_after(after)
         wait = f"; it asks to wait {asked:g} s" if asked is not None and asked > service.policy.max_wait else ""
-        tries = f" after {service.policy.attempts} tries" if service.policy.attempts > 1 else ""
+        n = resp.extensions.get("toolchain_tries", 1)
+        tries = f" after {n} tries" if n > 1 else ""
         return k.unavailable(
             f"{service.name} answered {code} {reason} to {what}{tries}{wait}{tail}",
             hints.get(500 if code >= 500 else 429, "the service is failing or overloaded: try again later"),
         )
     return k.other(f"{service.name} answered {code} {reason} to {what}{tail}", hints.get(code))
+
+
+def tries_of(e: BaseException) -> int:
+    """How many tries :func:`send` made before it gave up with ``e`` (1 for an exception it did not raise)."""
+    n = vars(e).get("toolchain_tries", 1) if hasattr(e, "__dict__") else 1
+    return n if isinstance(n, int) else 1
 
 
 def transport_error(e: BaseException, what: str, service: Service, url: object | None = None) -> ToolchainError:
@@ -350,7 +361,8 @@ def transport_error(e: BaseException, what: str, service: Service, url: object |
 
     where = httpx.URL(str(url)).netloc.decode() if url is not None else ""
     at = f" ({where})" if where and where not in service.name else ""
-    tries = f", {service.policy.attempts} tries" if service.policy.attempts > 1 else ""
+    n = tries_of(e)
+    tries = f", {n} tries" if n > 1 else ""
     if isinstance(e, httpx.TimeoutException) and not _unsent(e):
         message = f"{service.name}{at} stopped answering {what} ({type(e).__name__}{tries})"
         hint = "raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow, or check its health"

@@ -83,6 +83,9 @@ MAX_MANIFEST = 4 * 2**20  # distribution's default manifest size limit
 POLICY = http.DEFAULT
 RETRIES = POLICY.attempts - 1  # tries after the first
 RETRY_STATUS = http.RETRY_STATUS
+REGISTRY_ERRORS = http.Kinds(
+    auth=RegistryAuthError, missing=RegistryUnavailableError, unavailable=RegistryUnavailableError, other=RegistryError
+)
 
 # distribution-spec v1.1.1: repository name components and tags
 REPO_RE = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
@@ -307,15 +310,17 @@ class OCIBackend(Backend):
 
         text = str(e)
         cause = e.__cause__ if isinstance(e, _Broken) else e
+        n = http.tries_of(cause) if cause is not None else 1
+        tries = f"{n} tries" if n > 1 else "1 try"
         if isinstance(cause, httpx.TimeoutException) and not isinstance(cause, httpx.ConnectTimeout):
             return RegistryUnavailableError(
-                f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {RETRIES + 1} tries); "
+                f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {tries}); "
                 "raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
                 "check the registry's health and the network, then try again",
             )
         if isinstance(cause, httpx.ConnectTimeout):
             return RegistryUnavailableError(
-                f"cannot connect to registry {self.host} (no answer to connect, {RETRIES + 1} tries); "
+                f"cannot connect to registry {self.host} (no answer to connect, {tries}); "
                 "raise TOOLCHAIN_HTTP_CONNECT_TIMEOUT if the network is only slow",
                 "check the host and port in the oci:// URL and the network",
             )
@@ -388,34 +393,40 @@ class OCIBackend(Backend):
                 continue
             return resp
 
+    def _service(self) -> http.Service:
+        """The registry as ``toolchain.http`` names it in errors: its error family, its hints, its error bodies."""
+        return http.Service(
+            f"registry {self.host}",
+            kinds=REGISTRY_ERRORS,
+            hints={
+                404: f"check the URL: is {self.scheme}://{self.host}/v2/ an OCI registry, and does it have (or create "
+                f"on push) the repository {self.repo}? Harbor projects and ECR repositories must exist first",
+                429: "the registry is failing or overloaded: try again later, or ask its operators",
+                500: "the registry is failing or overloaded: try again later, or ask its operators",
+            },
+            policy=POLICY,
+            detail=_oci_error,
+        )
+
     def _fail(self, resp: Any, what: str, *, push: bool = False) -> RegistryError:
-        """A one-line error for an unexpected answer, naming the registry, what was asked and the fix."""
+        """A one-line error for an unexpected answer, naming the registry, what was asked and the fix: the
+        credentials' source on 401/403 and the registry's delete setting on 405 here, the rest by
+        ``toolchain.http.status_error``."""
         code = resp.status_code
-        detail = _oci_error(resp)
         if code in (401, 403):
             creds = self._credentials()
             if code == 401 and creds is None:
                 return anonymous_refused(self.host, code)
             who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
             return self._auth_error(code, who, push)
-        if code == 404:
-            return RegistryUnavailableError(
-                f"registry {self.host} answered 404 to {what}" + (f" ({detail})" if detail else ""),
-                f"check the URL: is {self.scheme}://{self.host}/v2/ an OCI registry, and does it have (or create on "
-                f"push) the repository {self.repo}? Harbor projects and ECR repositories must exist first",
-            )
         if code == 405:
             return RegistryError(
                 f"registry {self.host} does not allow {what} (405)",
                 "deletes must be enabled on the registry (distribution: storage.delete.enabled: true)",
             )
-        if code >= 500 or code == 429:
-            return RegistryUnavailableError(
-                f"registry {self.host} answered {code} {resp.reason_phrase} to {what} after {RETRIES + 1} tries"
-                + (f" ({detail})" if detail else ""),
-                "the registry is failing or overloaded: try again later, or ask its operators",
-            )
-        return RegistryError(f"registry {self.host} answered {code} to {what}" + (f" ({detail})" if detail else ""))
+        err = http.status_error(resp, what, self._service())
+        assert isinstance(err, RegistryError)  # REGISTRY_ERRORS
+        return err
 
     @staticmethod
     def _location(resp: Any) -> str:
