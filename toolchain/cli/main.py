@@ -92,7 +92,7 @@ class _Group(TyperGroup):
         json_printed(reset=True)
         from toolchain import logs
 
-        logs.configure()  # TOOLCHAIN_DEBUG=1: each HTTP request and child process on stderr (docs/debugging.md)
+        logs.configure()  # TOOLCHAIN_DEBUG=1: each HTTP request and child process on stderr (docs/http.md)
         try:
             try:
                 return super().invoke(ctx)
