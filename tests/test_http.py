@@ -372,3 +372,11 @@ def test_the_load_generator_s_server_check_uses_the_one_mapping() -> None:
     assert caught.value.message == (
         f"the server at {base} answered 503 Service Unavailable to GET /v1/models (engine overloaded)"
     )
+
+
+def test_a_url_the_client_cannot_speak_is_not_retried() -> None:
+    c, seen = mock([httpx.UnsupportedProtocol, 200])
+    policy = Recorded()
+    with pytest.raises(httpx.UnsupportedProtocol):
+        http.send("GET", URL, client=c, policy=policy)
+    assert len(seen) == 1 and policy.waits == []

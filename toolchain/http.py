@@ -217,7 +217,9 @@ def send(
             resp = c.send(req, stream=stream)
         except httpx.TransportError as e:
             failures += 1
-            again = (safe or _unsent(e)) and policy.allows(failures)
+            # a URL this client cannot speak or a request it could not form fails the same way every time
+            hopeless = isinstance(e, (httpx.UnsupportedProtocol, httpx.LocalProtocolError))
+            again = not hopeless and (safe or _unsent(e)) and policy.allows(failures)
             _log_try(req, f"{type(e).__name__}", t0, failures, again)
             if not again:
                 vars(e)["toolchain_tries"] = failures  # for the error message (tries_of)
@@ -379,7 +381,7 @@ def get(url: str, what: str, service: Service, *, timeout: float | None = None, 
 
     try:
         resp = send("GET", url, timeout=timeout, stream=True, policy=service.policy)
-    except httpx.TransportError as e:
+    except httpx.RequestError as e:  # a transport error after the tries, a redirect loop
         raise transport_error(e, what, service, url) from e
     except httpx.InvalidURL as e:
         raise service.kinds.other(f"{redact(url)!r} is not a URL {service.name} answers at ({e})") from e
@@ -395,7 +397,7 @@ def get(url: str, what: str, service: Service, *, timeout: float | None = None, 
                 got += len(b)
                 if limit is not None and got > limit:
                     break
-        except httpx.TransportError as e:
+        except httpx.RequestError as e:
             raise transport_error(e, what, service, url) from e
         return b"".join(chunks)
     finally:
@@ -417,6 +419,6 @@ def probe(
         headers["content-type"] = "application/json"
     try:
         resp = send(method, url, headers=headers, content=content, timeout=timeout, policy=ONCE)
-    except (httpx.TransportError, httpx.InvalidURL):
+    except (httpx.RequestError, httpx.InvalidURL):
         return None
     return resp
