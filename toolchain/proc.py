@@ -197,9 +197,15 @@ def capture(cmd: list[str], *, timeout: float, input: str | None = None, env: di
     _started(cmd, p.pid)
     try:
         out, err = p.communicate(input, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        # as subprocess.run does: kill and wait, never read on (a grandchild may hold the pipes open)
         p.kill()
-        out, _ = p.communicate()
+        p.wait()
+        for stream in (p.stdin, p.stdout, p.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         _ended(p.pid, p.returncode, "killed at its deadline")
         return Captured(
             None, out or "", "", f"{shlex.join(cmd[:1])} gave no answer within {timeout:g} s", timed_out=True
