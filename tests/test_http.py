@@ -194,6 +194,10 @@ def test_the_deadlines_come_from_the_settings(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("TOOLCHAIN_HTTP_READ_TIMEOUT", "17")
     t = http.client().timeout
     assert (t.connect, t.read, t.write, t.pool) == (2.5, 17.0, 17.0, 17.0)
+    shared = http._default_client()  # the client of callers that bring none follows a changed setting
+    assert shared.timeout.read == 17.0 and http._default_client() is shared
+    monkeypatch.setenv("TOOLCHAIN_HTTP_READ_TIMEOUT", "4")
+    assert http._default_client().timeout.read == 4.0
     monkeypatch.setenv("TOOLCHAIN_HTTP_READ_TIMEOUT", "soon")
     with pytest.raises(UserInputError, match="TOOLCHAIN_HTTP_READ_TIMEOUT='soon' is not a positive number"):
         http.client()

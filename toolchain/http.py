@@ -38,6 +38,7 @@ import email.utils
 import logging
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -143,17 +144,19 @@ def client(
 
 
 _shared: list[Any] = []  # [(connect, read), client]: the client of the module-level helpers
+_shared_lock = threading.Lock()  # a benchmark's sampler thread scrapes while the main thread does
 
 
 def _default_client() -> httpx.Client:
+    """One pooled client for callers that bring none, remade when the deadline settings change."""
     deadlines = timeouts()
-    if _shared and _shared[0] == deadlines:
+    with _shared_lock:
+        if not _shared or _shared[0] != deadlines:
+            if _shared:
+                _shared[1].close()
+            _shared[:] = [deadlines, client(headers={"User-Agent": "toolchain/1"})]
         c: httpx.Client = _shared[1]
         return c
-    if _shared:
-        _shared[1].close()
-    _shared[:] = [deadlines, client(headers={"User-Agent": "toolchain/1"})]
-    return _shared[1]  # type: ignore[no-any-return]
 
 
 _SECRET_PARAM = re.compile(r"token|sig|credential|secret|passw|key|auth|session|code|state", re.IGNORECASE)
