@@ -252,3 +252,19 @@ def test_only_the_http_module_speaks_http_itself() -> None:
         hit for top in ("urllib.request", "http.client", "requests") for hit in importers_of(top, files, PACKAGE.parent)
     ]
     assert offenders == [], f"HTTP outside toolchain/http.py: {offenders}"
+
+
+def test_one_http_client_maker() -> None:
+    """httpx clients are made by toolchain/http.py only (its deadlines, its logging); the load generator keeps its own
+    async client for the timed requests (docs/http.md)."""
+    allowed = {PACKAGE / "http.py", PACKAGE / "bench" / "loadgen.py"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            f = node.func if isinstance(node, ast.Call) else None
+            named = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "httpx"
+            if named and isinstance(f, ast.Attribute) and f.attr in ("Client", "AsyncClient"):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}")
+    assert offenders == [], f"an httpx client made outside toolchain/http.py: {offenders}"
