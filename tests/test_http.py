@@ -384,3 +384,15 @@ def test_a_url_the_client_cannot_speak_is_not_retried() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
         http.send("GET", URL, client=c, policy=policy)
     assert len(seen) == 1 and policy.waits == []
+
+
+def test_a_client_this_module_does_not_drive_logs_through_its_hooks(
+    capsys: pytest.CaptureFixture[str], debug_off_after: None
+) -> None:
+    """huggingface_hub's client gets these hooks (toolchain/registry/backends.py): its requests show up alike."""
+    logs.configure(True)
+    c = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(204)), event_hooks=http.log_hooks())
+    c.get("https://hub.example/api/models/x?token=hf_SECRET", headers={"Authorization": "Bearer hf_SECRET"})
+    err = capsys.readouterr().err
+    assert "debug toolchain.http: GET https://hub.example/api/models/x?token=*** -> 204 in " in err, err
+    assert "hf_SECRET" not in err
