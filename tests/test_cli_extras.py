@@ -30,8 +30,8 @@ run()
 """
 EXTRA_MODULES = sorted(
     {"torch", "transformers", "modelopt", "safetensors", "accelerate", "tokenizers", "tritonclient", "pytriton"}
-    | {"google", "grpc", "numpy", "httpx", "boto3", "botocore", "huggingface_hub", "pynvml", "matplotlib", "jinja2"}
-)
+    | {"google", "grpc", "numpy", "boto3", "botocore", "huggingface_hub", "pynvml", "matplotlib", "jinja2"}
+)  # httpx is a core dependency (toolchain/http.py)
 
 
 def _core_only(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:

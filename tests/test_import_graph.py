@@ -2,7 +2,7 @@
 
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
 
-    0  base       toolchain/__init__, errors, settings, digest, proc, progress, units, _deps
+    0  base       toolchain/__init__, errors, settings, digest, proc, http, logs, progress, units, _deps
     1  hardware   GPU catalog and detection
     2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
     3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format; the records
@@ -25,7 +25,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "toolchain"
-BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "units", "_deps"}
+BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "units", "_deps", "http", "logs"}
 STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
 RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "dynamo": 5, "cli": 6}
 
@@ -243,3 +243,29 @@ def test_tests_take_nothing_from_benchmarks() -> None:
     tests = Path(__file__).resolve().parent
     offenders = importers_of("benchmarks", sorted(tests.rglob("*.py")), tests.parent)
     assert offenders == [], offenders
+
+
+def test_only_the_http_module_speaks_http_itself() -> None:
+    """HTTP goes through toolchain/http.py (httpx: one retry policy, one status mapping, debug logging); no module
+    opens its own urllib or http.client connection."""
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "http.py"]
+    offenders = [
+        hit for top in ("urllib.request", "http.client", "requests") for hit in importers_of(top, files, PACKAGE.parent)
+    ]
+    assert offenders == [], f"HTTP outside toolchain/http.py: {offenders}"
+
+
+def test_one_http_client_maker() -> None:
+    """httpx clients are made by toolchain/http.py only (its deadlines, its logging); the load generator keeps its own
+    async client for the timed requests (docs/http.md)."""
+    allowed = {PACKAGE / "http.py", PACKAGE / "bench" / "loadgen.py"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            f = node.func if isinstance(node, ast.Call) else None
+            named = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "httpx"
+            if named and isinstance(f, ast.Attribute) and f.attr in ("Client", "AsyncClient"):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}")
+    assert offenders == [], f"an httpx client made outside toolchain/http.py: {offenders}"

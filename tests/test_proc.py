@@ -66,3 +66,23 @@ def test_output_lines_and_exit_code_kept(tmp_path: Path) -> None:
     assert res.returncode == 3
     assert lines == ["a", "b", "c"]
     assert (tmp_path / "log").read_text().endswith("a\nb\nc")
+
+
+def test_capture_keeps_output_and_code_and_names_a_missing_binary() -> None:
+    from toolchain.proc import capture
+
+    code = "import sys; print(input()); sys.stderr.write('e'); sys.exit(4)"
+    r = capture([sys.executable, "-c", code], timeout=60, input="hi\n")
+    assert (r.returncode, r.stdout, r.stderr, r.ok) == (4, "hi\n", "e", False)
+    r = capture(["no-such-binary-toolchain-test"], timeout=60)
+    assert r.returncode is None and r.error is not None and "could not start" in r.error
+
+
+@pytest.mark.timeout(60)
+def test_capture_at_its_deadline_returns_even_when_a_grandchild_holds_the_pipes() -> None:
+    """The child is killed at the deadline; a grandchild that inherited its stdout must not keep capture waiting
+    (the pytest timeout is the bound, not a clock in the test)."""
+    from toolchain.proc import capture
+
+    r = capture(["sh", "-c", "echo started; sleep 100 & wait"], timeout=1)
+    assert r.timed_out and r.returncode is None and r.error is not None and "no answer within 1 s" in r.error

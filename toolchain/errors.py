@@ -121,6 +121,31 @@ class AccuracyGateError(ToolchainError):
     )
 
 
+# --- HTTP (toolchain/http.py: services with no error family of their own) ------------------------
+
+
+class HTTPError(ToolchainError):
+    """An HTTP answer that is not what was asked for."""
+
+    default_hint = "re-run with TOOLCHAIN_DEBUG=1 to see each request and its answer"
+
+
+class HTTPAuthError(HTTPError, UserInputError):
+    """401/403: the credentials (or the access they grant) are the user's to fix. Exit code 2."""
+
+    exit_code = 2
+
+
+class HTTPNotFoundError(HTTPError, UserInputError):
+    """404: a URL that names nothing. Exit code 2."""
+
+    exit_code = 2
+
+
+class HTTPUnavailableError(HTTPError):
+    """No answer (refused, timed out) or 429/5xx after the retries."""
+
+
 # --- registry ---------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ Ctrl-C or timeout."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import shlex
@@ -15,6 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from toolchain.logs import redact_argv
+
+log = logging.getLogger("toolchain.proc")  # shown under TOOLCHAIN_DEBUG=1 (toolchain/logs.py)
+
+
+def _started(cmd: list[str], pid: int) -> None:
+    log.debug("started pid %d: %s", pid, shlex.join(redact_argv(cmd)))
+
+
+def _ended(pid: int, returncode: int | None, how: str = "exited") -> None:
+    log.debug("pid %d %s with code %s", pid, how, returncode)
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -32,6 +45,7 @@ def tail(path: Path, lines: int = 25) -> str:
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     """SIGTERM the process group, wait, then SIGKILL."""
     if proc.poll() is not None:
+        _ended(proc.pid, proc.returncode)
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -41,6 +55,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+    _ended(proc.pid, proc.returncode, "stopped")
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ def run_logged(
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
         )
+        _started(cmd, proc.pid)
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         tee = _Tee(log, on_line)
@@ -91,6 +107,7 @@ def run_logged(
             raise
         finally:
             proc.stdout.close()
+    _ended(proc.pid, rc)
     return RunResult(rc, time.monotonic() - t0, log_path)
 
 
@@ -166,13 +183,39 @@ def capture(cmd: list[str], *, timeout: float, input: str | None = None, env: di
     """Run a short command (a probe, a credential helper, ``ldd``) to completion with a deadline; its output as
     text. Never raises for a missing binary or a timeout: the caller decides what that means."""
     try:
-        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return Captured(None, out, "", f"{shlex.join(cmd[:1])} gave no answer within {timeout:g} s", timed_out=True)
+        p = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if input is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
     except OSError as e:
+        log.debug("could not start %s: %s", shlex.join(redact_argv(cmd)), e)
         return Captured(None, "", "", f"{shlex.join(cmd[:1])} could not start: {e.strerror or e}")
-    return Captured(r.returncode, r.stdout, r.stderr)
+    _started(cmd, p.pid)
+    try:
+        out, err = p.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        # as subprocess.run does: kill and wait, never read on (a grandchild may hold the pipes open)
+        p.kill()
+        p.wait()
+        for stream in (p.stdin, p.stdout, p.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        _ended(p.pid, p.returncode, "killed at its deadline")
+        return Captured(
+            None, out or "", "", f"{shlex.join(cmd[:1])} gave no answer within {timeout:g} s", timed_out=True
+        )
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    _ended(p.pid, p.returncode)
+    return Captured(p.returncode, out, err)
 
 
 def spawn_guarded(
@@ -189,14 +232,18 @@ def spawn_guarded(
         log.flush()
         guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
         guarded += [*watchdog_args, "--", *cmd]
-        return subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    _started(cmd, proc.pid)  # the watchdog's pid: the command runs under it
+    return proc
 
 
 def spawn_pipes(cmd: list[str], *, cwd: str | None = None) -> subprocess.Popen[str]:
     """Start a line-protocol worker (stdin and stdout as text pipes, stderr discarded)."""
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd
     )
+    _started(cmd, proc.pid)
+    return proc
 
 
 def finish(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -206,3 +253,4 @@ def finish(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    _ended(proc.pid, proc.returncode)

@@ -9,7 +9,9 @@ variable                       default                  meaning
 ``TOOLCHAIN_CACHE``            ``~/.cache/toolchain``   root of the local cache (layout: ``toolchain.artifacts``)
 ``TOOLCHAIN_REGISTRY``         (none)                   registry URL used when ``--registry`` is not given;
                                                         without either, ``$TOOLCHAIN_CACHE/registry``
-``TOOLCHAIN_DEBUG``            (none)                   ``1``: print the traceback (and its cause) of an error
+``TOOLCHAIN_DEBUG``            (none)                   ``1``: print the traceback (and its cause) of an error, and
+                                                        log each HTTP request and child process on stderr
+                                                        (docs/http.md; never a credential)
 ``TOOLCHAIN_S3_ENDPOINT_URL``  ``$AWS_ENDPOINT_URL``    endpoint of an S3-compatible store for ``s3://`` URLs
 ``TOOLCHAIN_OCI_PLAIN_HTTP``   (none)                   ``1``: talk plain HTTP to ``oci://`` registries (ORAS's
                                                         ``--plain-http``); HTTPS otherwise
@@ -17,7 +19,8 @@ variable                       default                  meaning
                                                         the Docker config: ``$DOCKER_CONFIG``, ``~/.docker``)
 ``TOOLCHAIN_OCI_PASSWORD``     (none)                   password or access token for ``oci://`` (never printed)
 ``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``  ``5``           seconds to connect to a registry (``oci://``, ``s3://``,
-                                                        ``hf://``) before giving up
+                                                        ``hf://``) or any HTTP service (toolchain/http.py) before
+                                                        giving up
 ``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``, ``s3://``, ``hf://``) may send
                                                         nothing before the request counts as stalled (retried,
                                                         then one-line error)
@@ -62,7 +65,7 @@ class Setting:
 
 CACHE = Setting("TOOLCHAIN_CACHE", None, "root of the local cache (default ~/.cache/toolchain)")
 REGISTRY = Setting("TOOLCHAIN_REGISTRY", None, "registry URL used when --registry is not given")
-DEBUG = Setting("TOOLCHAIN_DEBUG", None, "1: print the traceback of an error")
+DEBUG = Setting("TOOLCHAIN_DEBUG", None, "1: print the traceback of an error; log HTTP requests and child processes")
 S3_ENDPOINT = Setting("TOOLCHAIN_S3_ENDPOINT_URL", None, "S3-compatible endpoint for s3:// registries")
 AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS SDKs' own variable)")
 OCI_PLAIN_HTTP = Setting("TOOLCHAIN_OCI_PLAIN_HTTP", None, "1: plain HTTP to oci:// registries (else HTTPS)")

@@ -135,6 +135,9 @@ def test_the_hub_client_gets_the_configured_deadlines(hub_factory: None, monkeyp
     monkeypatch.setenv("TOOLCHAIN_HTTP_READ_TIMEOUT", "9")
     HFBackend("org/engines")  # a new setting, a new client
     assert get_session().timeout == httpx.Timeout(9.0, connect=2.5)
+    # and the library's own request hooks stay, with toolchain/http.py's debug log beside them
+    hooks = get_session().event_hooks
+    assert len(hooks["request"]) >= 2 and any("toolchain.http" in f.__module__ for f in hooks["response"])
 
 
 def test_hub_downloads_ask_with_the_read_deadline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

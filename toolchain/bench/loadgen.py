@@ -337,8 +337,12 @@ class OpenAITarget:
             r = await self.http.get(f"{self.url}/v1/models", timeout=5)
         except Exception as e:
             raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from e
-        if r.status_code >= 500:
-            raise BenchError(f"{self.url}/v1/models answered {r.status_code}")
+        if r.status_code >= 500:  # the one status mapping (toolchain/http.py); the request path keeps its own client
+            from toolchain import http
+            from toolchain.bench.prom import BENCH_ERRORS
+
+            service = http.Service(f"the server at {self.url}", kinds=BENCH_ERRORS, policy=http.ONCE)
+            raise http.status_error(r, "GET /v1/models", service)
 
     async def one(self, req: Request, rec: RequestRecord) -> None:
         body: dict[str, Any] = {

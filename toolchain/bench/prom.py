@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import http.client
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from toolchain import http
 from toolchain.bench import dynamo_metrics
 from toolchain.bench.samples import Sample, Snapshot, parse
 from toolchain.errors import BenchError
@@ -14,6 +13,9 @@ from toolchain.errors import BenchError
 __all__ = ["Sample", "Snapshot", "parse", "scrape", "server_side"]
 
 MAX_BODY = 64 * 2**20  # a Triton /metrics page is tens of KB
+# a scrape is sampled again a second later during a run: one quick second try, not the registry's patience
+SCRAPE_POLICY = http.Backoff(attempts=2, base=0.25, cap=1.0, max_wait=2.0)
+BENCH_ERRORS = http.Kinds(auth=BenchError, missing=BenchError, unavailable=BenchError, other=BenchError)
 
 
 def scrape(url: str, timeout: float = 5.0) -> Snapshot:
@@ -35,11 +37,13 @@ def scrape(url: str, timeout: float = 5.0) -> Snapshot:
         ok = False
     if not ok or any(ord(c) < 33 for c in url):
         raise BenchError(f"{shown!r} is not an http(s) URL of a metrics endpoint", hint)
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            body = r.read(MAX_BODY + 1)
-    except (OSError, ValueError, http.client.HTTPException) as e:
-        raise BenchError(f"cannot scrape metrics at {shown}: {str(e)[:200]}", hint) from e
+    service = http.Service(
+        f"the metrics endpoint at {shown}",
+        kinds=BENCH_ERRORS,
+        hints={0: hint, 401: hint, 403: hint, 404: hint, 429: hint, 500: hint},
+        policy=SCRAPE_POLICY,
+    )
+    body = http.get(url, "a metrics scrape", service, timeout=timeout, limit=MAX_BODY)
     if len(body) > MAX_BODY:
         raise BenchError(f"{shown} returned more than {MAX_BODY // 2**20} MiB; that is not a metrics page", hint)
     snap = parse(body.decode("utf-8", "replace"))

@@ -91,6 +91,9 @@ class _Group(TyperGroup):
 
         fail = _Failure(_wants_json(ctx))
         json_printed(reset=True)
+        from toolchain import logs
+
+        logs.configure()  # TOOLCHAIN_DEBUG=1: each HTTP request and child process on stderr (docs/http.md)
         try:
             try:
                 return super().invoke(ctx)

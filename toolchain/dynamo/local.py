@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,27 +241,20 @@ def _launch(name: str, cmd: list[str], logs: Path, env: dict[str, str], system_p
 
 
 def _get(url: str, timeout: float = 1.0) -> bytes | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            body: bytes = r.read()
-            return body
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+    """One GET polled by its caller: the body of a 2xx answer, None otherwise (nothing answered, or an error)."""
+    from toolchain import http
+
+    resp = http.probe("GET", url, timeout=timeout)
+    return resp.content if resp is not None and resp.is_success else None
 
 
 def _warm_up(dep: LocalDeployment) -> bool:
     """One one-token chat completion through the frontend; True when it streamed back."""
-    body = json.dumps(
-        {"model": dep.model, "messages": [{"role": "user", "content": "warm up"}], "max_tokens": 1, "stream": False}
-    ).encode()
-    req = urllib.request.Request(
-        f"{dep.url}/v1/chat/completions", data=body, headers={"content-type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    from toolchain import http
+
+    body = {"model": dep.model, "messages": [{"role": "user", "content": "warm up"}], "max_tokens": 1, "stream": False}
+    resp = http.probe("POST", f"{dep.url}/v1/chat/completions", timeout=10, json=body)
+    return resp is not None and resp.status_code == 200
 
 
 def requests_served(metrics_url: str, component: str) -> float:

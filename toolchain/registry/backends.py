@@ -32,7 +32,6 @@ from toolchain.errors import (
     CorruptArtifactError,
     RegistryError,
     RegistryUnavailableError,
-    UserInputError,
 )
 
 FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
@@ -40,11 +39,11 @@ S3_ATTEMPTS = 5  # botocore's standard retry mode: the first try and four retrie
 
 
 def http_deadlines() -> tuple[float, float]:
-    """(connect, read) seconds for a network backend; a bad setting is the user's to fix (exit 2)."""
-    try:
-        return settings.http_timeouts()
-    except ValueError as e:
-        raise UserInputError(str(e), "set it to seconds, e.g. 30 (or unset it for the default)") from e
+    """(connect, read) seconds for a network backend (S3, the Hub): toolchain/http.py's, so every client waits
+    alike; a bad setting is the user's to fix (exit 2)."""
+    from toolchain import http
+
+    return http.timeouts()
 
 
 class Backend:
@@ -622,9 +621,15 @@ def hub_deadlines(connect: float, read: float) -> None:
         return
     import httpx
 
+    from toolchain import http
+
     def make() -> Any:
         client = factory()
         client.timeout = httpx.Timeout(read, connect=connect)
+        hooks = client.event_hooks  # the library's own hooks stay; ours log each answer under TOOLCHAIN_DEBUG=1
+        for event, fns in http.log_hooks().items():
+            hooks[event] = [*hooks.get(event, []), *fns]
+        client.event_hooks = hooks
         return client
 
     setter(make)

@@ -22,13 +22,12 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from toolchain import settings
+from toolchain import http, settings
 from toolchain.digest import canonical_json, sha256_text
 from toolchain.errors import (
     CorruptArtifactError,
@@ -38,7 +37,6 @@ from toolchain.errors import (
     RegistryPlainHTTPError,
     RegistryUnavailableError,
     RegistryURLError,
-    UserInputError,
 )
 from toolchain.registry.backends import Backend
 from toolchain.registry.manifest import KEY_RE, TAG_RE, check_against_record, parse_manifest
@@ -80,8 +78,14 @@ CHUNK = 64 * 2**20  # bytes per PATCH of a chunked upload (raised to the registr
 SMALL = 16 * 2**20  # files up to this size are read into memory, hashed, HEADed and sent in one request
 READ = 4 * 2**20  # read size while streaming
 MAX_MANIFEST = 4 * 2**20  # distribution's default manifest size limit
-RETRIES = 3  # per request on 429/5xx/connection errors; per chunk/download on a broken stream
-RETRY_STATUS = {429, 500, 502, 503, 504}
+# toolchain/http.py's policy: per request on 429/5xx/connection errors (idempotent requests; a PATCH whose bytes
+# went out is resumed from the upload's status instead), and per chunk/download on a broken stream
+POLICY = http.DEFAULT
+RETRIES = POLICY.attempts - 1  # tries after the first
+RETRY_STATUS = http.RETRY_STATUS
+REGISTRY_ERRORS = http.Kinds(
+    auth=RegistryAuthError, missing=RegistryUnavailableError, unavailable=RegistryUnavailableError, other=RegistryError
+)
 
 # distribution-spec v1.1.1: repository name components and tags
 REPO_RE = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
@@ -242,25 +246,15 @@ class OCIBackend(Backend):
     gc_note = GC_NOTE
 
     def __init__(self, host: str, repo: str, *, client: Any = None) -> None:
-        from toolchain._deps import require
-
-        httpx = require("httpx", "oci")
         self.host, self.repo = host, repo
         self._unlisted: list[tuple[str, str]] = []  # what the last listing of manifests/ could not read
         self.url = f"oci://{host}/{repo}"
         api_host = "registry-1.docker.io" if host.lower() in DOCKER_HUB_HOSTS else host
         self.scheme = "http" if settings.oci_plain_http() else "https"
         self.base = f"{self.scheme}://{api_host}/v2/{repo}"
-        try:
-            connect, read = settings.http_timeouts()
-        except ValueError as e:
-            raise UserInputError(str(e), "set it to seconds, e.g. 30 (or unset it for the default)") from e
-        self.read_timeout = read
-        self.client = client or httpx.Client(
-            timeout=httpx.Timeout(read, connect=connect),
-            follow_redirects=True,  # storage redirects (S3); httpx drops Authorization when the origin changes
-            headers={"User-Agent": "toolchain-oci/1"},
-        )
+        _, self.read_timeout = http.timeouts()
+        # storage redirects (S3) are followed; httpx drops Authorization when the origin changes
+        self.client = client or http.client(headers={"User-Agent": "toolchain-oci/1"})
         self._auth: str | None = None
         self._creds: Credentials | None = None
         self._creds_loaded = False
@@ -317,15 +311,17 @@ class OCIBackend(Backend):
 
         text = str(e)
         cause = e.__cause__ if isinstance(e, _Broken) else e
+        n = http.tries_of(cause) if cause is not None else 1
+        tries = f"{n} tries" if n > 1 else "1 try"
         if isinstance(cause, httpx.TimeoutException) and not isinstance(cause, httpx.ConnectTimeout):
             return RegistryUnavailableError(
-                f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {RETRIES + 1} tries); "
+                f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {tries}); "
                 "raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
                 "check the registry's health and the network, then try again",
             )
         if isinstance(cause, httpx.ConnectTimeout):
             return RegistryUnavailableError(
-                f"cannot connect to registry {self.host} (no answer to connect, {RETRIES + 1} tries); "
+                f"cannot connect to registry {self.host} (no answer to connect, {tries}); "
                 "raise TOOLCHAIN_HTTP_CONNECT_TIMEOUT if the network is only slow",
                 "check the host and port in the oci:// URL and the network",
             )
@@ -350,79 +346,88 @@ class OCIBackend(Backend):
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
         stream: bool = False,
-        retry: bool = True,
+        resumable: bool = False,
+        idempotent: bool | None = None,
     ) -> Any:
-        """Send one request: token/Basic auth on a 401 (once), retries on 429/5xx and lost connections
-        (bounded, with backoff). ``retry=False``: a lost connection raises :class:`_Broken` for the caller to
-        resume. The response is returned whatever its status (streamed ones: the caller closes it)."""
+        """Send one request through ``toolchain.http.send`` (its retries on 429/5xx and lost connections, its
+        backoff), with token/Basic auth on a 401 (once). ``resumable``: the caller resumes a broken transfer from
+        where the registry is, so a lost connection raises :class:`_Broken` at once instead of being retried
+        here. The response is returned whatever its status (streamed ones: the caller closes it)."""
         import httpx
 
         full = url if url.startswith(("http://", "https://")) else f"{self.base}{url}"
         # credentials go to the registry only, never to another host an upload Location names
         ours = httpx.URL(full).netloc == httpx.URL(self.base).netloc
-        attempt, authed, tried = 0, False, None
+        safe = method in http.IDEMPOTENT if idempotent is None else idempotent
+        policy = http.ONCE if resumable and safe else POLICY  # a PATCH is resent only when nothing went out
+
+        def sent(resp: Any) -> None:
+            self.requests.append((method, httpx.URL(full).path))
+
+        authed = False
         while True:
             h = dict(headers or {})
             if self._auth and ours:
                 h["Authorization"] = self._auth
-            content = body() if callable(body) else body
             try:
-                req = self.client.build_request(method, full, headers=h, content=content, params=params)
-                resp = self.client.send(req, stream=stream)
+                resp = http.send(
+                    method,
+                    full,
+                    client=self.client,
+                    headers=h,
+                    content=body,
+                    params=params,
+                    stream=stream,
+                    policy=policy,
+                    idempotent=idempotent,
+                    observe=sent,
+                )
             except httpx.TransportError as e:
-                if not retry:
+                if resumable:
                     raise _Broken(str(e)) from e
-                attempt += 1
-                if attempt > RETRIES:
-                    raise self._unreachable(e) from e
-                time.sleep(0.25 * 2**attempt)
-                continue
-            self.requests.append((method, httpx.URL(full).path))
+                raise self._unreachable(e) from e
             if resp.status_code == 401 and not authed and ours:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.close()
-                tried = self._auth
-                self._authenticate(challenge, push, tried)
+                self._authenticate(challenge, push, self._auth)
                 authed = True
-                continue
-            if resp.status_code in RETRY_STATUS and attempt < RETRIES and (retry or resp.status_code == 429):
-                attempt += 1
-                wait = 0.25 * 2**attempt
-                with contextlib.suppress(ValueError):
-                    wait = min(5.0, float(resp.headers.get("Retry-After", wait)))
-                resp.close()
-                time.sleep(wait)
                 continue
             return resp
 
+    def _service(self) -> http.Service:
+        """The registry as ``toolchain.http`` names it in errors: its error family, its hints, its error bodies."""
+        return http.Service(
+            f"registry {self.host}",
+            kinds=REGISTRY_ERRORS,
+            hints={
+                404: f"check the URL: is {self.scheme}://{self.host}/v2/ an OCI registry, and does it have (or create "
+                f"on push) the repository {self.repo}? Harbor projects and ECR repositories must exist first",
+                429: "the registry is failing or overloaded: try again later, or ask its operators",
+                500: "the registry is failing or overloaded: try again later, or ask its operators",
+            },
+            policy=POLICY,
+            detail=_oci_error,
+        )
+
     def _fail(self, resp: Any, what: str, *, push: bool = False) -> RegistryError:
-        """A one-line error for an unexpected answer, naming the registry, what was asked and the fix."""
+        """A one-line error for an unexpected answer, naming the registry, what was asked and the fix: the
+        credentials' source on 401/403 and the registry's delete setting on 405 here, the rest by
+        ``toolchain.http.status_error``."""
         code = resp.status_code
-        detail = _oci_error(resp)
         if code in (401, 403):
             creds = self._credentials()
             if code == 401 and creds is None:
                 return anonymous_refused(self.host, code)
             who = f"the credentials from {creds.source}" if creds is not None else "anonymous access"
             return self._auth_error(code, who, push)
-        if code == 404:
-            return RegistryUnavailableError(
-                f"registry {self.host} answered 404 to {what}" + (f" ({detail})" if detail else ""),
-                f"check the URL: is {self.scheme}://{self.host}/v2/ an OCI registry, and does it have (or create on "
-                f"push) the repository {self.repo}? Harbor projects and ECR repositories must exist first",
-            )
         if code == 405:
             return RegistryError(
                 f"registry {self.host} does not allow {what} (405)",
                 "deletes must be enabled on the registry (distribution: storage.delete.enabled: true)",
             )
-        if code >= 500 or code == 429:
-            return RegistryUnavailableError(
-                f"registry {self.host} answered {code} {resp.reason_phrase} to {what} after {RETRIES + 1} tries"
-                + (f" ({detail})" if detail else ""),
-                "the registry is failing or overloaded: try again later, or ask its operators",
-            )
-        return RegistryError(f"registry {self.host} answered {code} to {what}" + (f" ({detail})" if detail else ""))
+        err = http.status_error(resp, what, self._service())
+        assert isinstance(err, RegistryError)  # REGISTRY_ERRORS
+        return err
 
     @staticmethod
     def _location(resp: Any) -> str:
@@ -487,7 +492,8 @@ class OCIBackend(Backend):
             self._cancel_uploads()
 
     def _start_upload(self) -> tuple[str, int]:
-        resp = self._request("POST", "/blobs/uploads/", push=True, headers={"Content-Length": "0"})
+        # no body, and a session opened twice is dropped by the registry: safe to send again
+        resp = self._request("POST", "/blobs/uploads/", push=True, headers={"Content-Length": "0"}, idempotent=True)
         if resp.status_code != 202:
             raise self._fail(resp, f"starting a blob upload to {self.repo}", push=True)
         location = self._location(resp)
@@ -562,7 +568,7 @@ class OCIBackend(Backend):
                     "Content-Length": str(n),
                 }
                 try:
-                    resp = self._request("PATCH", location, push=True, body=body, headers=headers, retry=False)
+                    resp = self._request("PATCH", location, push=True, body=body, headers=headers, resumable=True)
                     status = resp.status_code
                 except _Broken:
                     status = 0
@@ -583,7 +589,7 @@ class OCIBackend(Backend):
                             "check the network (or the registry's proxy body-size limits), then push again",
                         )
                     raise self._fail(resp, f"uploading {src.name}", push=True)
-                time.sleep(0.25 * 2**broken)
+                POLICY.wait(broken)
                 location, offset = self._upload_status(location)
                 self._track(location)
                 if offset < 0:  # the session cannot go on (distribution: stale state after a partial chunk)
@@ -651,7 +657,9 @@ class OCIBackend(Backend):
             while True:
                 headers = {"Range": f"bytes={written}-"} if written else {}
                 try:
-                    resp = self._request("GET", f"/blobs/{digest}", headers=headers, stream=True, retry=not written)
+                    resp = self._request(
+                        "GET", f"/blobs/{digest}", headers=headers, stream=True, resumable=bool(written)
+                    )
                 except _Broken:
                     resp = None
                 if resp is not None:
@@ -695,7 +703,7 @@ class OCIBackend(Backend):
                         f"the download of blob {digest[:19]} from registry {self.host} broke {broken} times",
                         "check the network, then pull again",
                     )
-                time.sleep(0.25 * 2**broken)
+                POLICY.wait(broken)
 
     # --- manifests and tags --------------------------------------------------------------------
 
@@ -745,7 +753,7 @@ class OCIBackend(Backend):
     def _put_manifest(self, ref: str, m: dict[str, Any]) -> str:
         raw = json.dumps(m, separators=(",", ":"), sort_keys=True).encode()
         mt = str(m.get("mediaType") or MANIFEST_MT)
-        for attempt in range(4):
+        for attempt in range(POLICY.attempts):
             resp = self._request("PUT", f"/manifests/{ref}", push=True, body=raw, headers={"Content-Type": mt})
             if resp.status_code in (200, 201):
                 break
@@ -755,9 +763,9 @@ class OCIBackend(Backend):
             transient = resp.status_code == 400 and any(
                 code in _oci_error(resp) for code in ("DIGEST_INVALID", "BLOB_UNKNOWN")
             )
-            if not transient or attempt == 3:
+            if not transient or attempt == POLICY.attempts - 1:
                 raise self._fail(resp, f"PUT of manifest {ref[:71]}", push=True)
-            time.sleep(0.25 * (attempt + 1))
+            POLICY.wait(attempt + 1)
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def _entry_ref(self, key: str) -> tuple[dict[str, Any], str] | None:

@@ -19,6 +19,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from toolchain import settings
 from toolchain.errors import RegistryAuthError, RegistryUnavailableError
@@ -208,16 +209,22 @@ def fetch_token(
         query["service"] = params["service"]
     if scope:
         query["scope"] = scope
+    from toolchain import http
+
     try:
         if creds is not None and creds.identity_token:
-            resp = client.post(
+            form = {**query, "grant_type": "refresh_token", "refresh_token": creds.secret, "client_id": "toolchain"}
+            resp = http.send(
+                "POST",
                 realm,
-                data={**query, "grant_type": "refresh_token", "refresh_token": creds.secret, "client_id": "toolchain"},
+                client=client,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+                content=urlencode(form).encode(),
                 timeout=timeout,
             )
         else:
             headers = {"Authorization": creds.basic()} if creds is not None else {}
-            resp = client.get(realm, params=query, headers=headers, timeout=timeout)
+            resp = http.send("GET", realm, client=client, params=query, headers=headers, timeout=timeout)
     except httpx.TransportError as e:
         raise RegistryUnavailableError(
             f"cannot reach the token service of {registry} ({realm.split('?')[0]}): {type(e).__name__}",

@@ -21,8 +21,6 @@ import socket
 import sys
 import sysconfig
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,13 +304,10 @@ def _raise_if_failed(proc: Popen[bytes], log_path: Path) -> None:
 
 def _is_ready(http_url: str) -> bool:
     """Whether the server answers its readiness endpoint with 200 (False while it cannot be reached)."""
-    try:
-        with urllib.request.urlopen(f"{http_url}/v2/health/ready", timeout=1) as r:
-            if r.status == 200:
-                return True
-    except (urllib.error.URLError, OSError):
-        pass
-    return False
+    from toolchain import http
+
+    resp = http.probe("GET", f"{http_url}/v2/health/ready", timeout=1)
+    return resp is not None and resp.status_code == 200
 
 
 _LOADING = re.compile(r'"loading: ([^:"]+):\d+"')
@@ -350,13 +345,13 @@ def model_states(http_url: str, log_path: Path | None = None) -> str | None:
     only after the initial load, so until then the states come from its own log lines (loading: /
     successfully loaded / failed to load).
     """
-    req = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=0.5) as r:
-            models = json.loads(r.read())
-        return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
-    except (OSError, ValueError):
-        pass
+    from toolchain import http
+
+    resp = http.probe("POST", f"{http_url}/v2/repository/index", timeout=0.5, content=b"{}")
+    if resp is not None and resp.status_code == 200:
+        with contextlib.suppress(ValueError, AttributeError):
+            models = json.loads(resp.content)
+            return ", ".join(f"{m.get('name')} {m.get('state') or 'UNAVAILABLE'}" for m in models) or None
     if log_path is None:
         return None
     text = tail(log_path, 400)

@@ -1,0 +1,70 @@
+"""Debug logging: the ``toolchain`` logger (``toolchain.http``: each HTTP try; ``toolchain.proc``: each process
+started and how it ended), shown on stderr only under ``TOOLCHAIN_DEBUG=1``.
+
+The library only logs at DEBUG and installs nothing; :func:`configure` (called by the CLI for every command)
+adds one stderr handler when debugging and removes it otherwise, so without ``TOOLCHAIN_DEBUG=1`` nothing is
+printed (Python's last-resort handler shows warnings and above only). A program that uses the library
+configures the ``toolchain`` logger itself. No header, token or password is ever logged (URLs lose their
+credentials and secret query values, ``toolchain.http.redact``; process arguments their secret values,
+:func:`redact_argv`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+from toolchain import settings
+
+LOGGER = "toolchain"
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(?:passw|token|secret|api-?key|credential)[\w-]*$", re.IGNORECASE)
+
+
+class _Stderr(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is when the record comes (a test runner swaps it per command)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def configure(debug: bool | None = None) -> bool:
+    """Show the ``toolchain`` logger's DEBUG records on stderr when ``debug`` (default: ``TOOLCHAIN_DEBUG=1``);
+    otherwise take that handler away again. Returns whether debugging is on."""
+    on = settings.debug() if debug is None else debug
+    logger = logging.getLogger(LOGGER)
+    ours = [h for h in logger.handlers if isinstance(h, _Stderr)]
+    if on and not ours:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("debug %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    if not on:
+        for h in ours:
+            logger.removeHandler(h)
+    logger.setLevel(logging.DEBUG if on else logging.NOTSET)
+    return on
+
+
+def redact_argv(cmd: list[str]) -> list[str]:
+    """``cmd`` as it may be logged: the value of a ``--password``/``--token``/... flag (either form, ``--flag V``
+    or ``--flag=V``) replaced by ``***``."""
+    out: list[str] = []
+    hide = False
+    for arg in cmd:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.match(name):
+            if eq:
+                out.append(f"{name}=***")
+            else:
+                out.append(arg)
+                hide = True
+            continue
+        out.append(arg)
+    return out
