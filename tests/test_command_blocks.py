@@ -17,10 +17,12 @@ and cache path in tmp, ``COLUMNS=80`` and nothing that reaches past 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -218,17 +220,23 @@ def run_page(blocks: list[Block], work: Path, env: dict[str, str]) -> list[tuple
     script = ["exec 2>&1 </dev/null"]
     for n, c in enumerate(cmds):
         script += [c.text, f"printf '\\n{token} {n} %d\\n' $?"]
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", "-c", "\n".join(script)],
         cwd=work,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
         text=True,
-        timeout=BLOCK_TIMEOUT_S,
+        start_new_session=True,  # a command's children (tritonserver) go with it if the shell is stopped
     )
+    try:
+        stdout, _ = proc.communicate(timeout=BLOCK_TIMEOUT_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     results: list[tuple[Command, int, list[str]]] = []
     chunk: list[str] = []
-    for ln in proc.stdout.splitlines():
+    for ln in stdout.splitlines():
         m = re.fullmatch(re.escape(token) + r" (\d+) (\d+)", ln)
         if m:
             results.append((cmds[int(m.group(1))], int(m.group(2)), chunk))
