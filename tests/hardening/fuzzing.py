@@ -20,7 +20,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-# The exit codes the README documents: 0 ok, 1 failure, 2 user mistake, 3 missing extra, 4 GPU needed,
+# The exit codes docs/cli.md documents: 0 ok, 1 failure, 2 user mistake, 3 missing extra, 4 GPU needed,
 # 5 accuracy gate; 130 is Ctrl-C.
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5}
 

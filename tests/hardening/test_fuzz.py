@@ -1,6 +1,6 @@
 """Fuzz every command that reads a spec, and every command's arguments, through the real CLI.
 
-Properties, for every run: no traceback, no hang, an exit code the README documents, a one-line
+Properties, for every run: no traceback, no hang, an exit code docs/cli.md documents, a one-line
 ``Error:`` on failure, and a bounded answer time. Each test has a fixed time budget (see
 ``fuzzing.budget``); the tally is printed so a longer run (``TOOLCHAIN_FUZZ_SECONDS=600``) reports
 how many runs it made.
