@@ -8,6 +8,7 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +44,24 @@ class BenchConfig:
     idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: loadgen's default
     provenance: dict[str, Any] = field(default_factory=dict)
     workers: int = 1  # load-generator processes
+    # the first n requests of the workload's reproducible sequence (``requests`` is its head): an SLO search
+    # sizes each probe to its load (toolchain.bench.search.probe_size); None: ``requests`` is all there is
+    more: Callable[[int], list[Request]] | None = field(default=None, repr=False, compare=False)
+
+    def requests_for(self, n: int) -> list[Request]:
+        """The warm-up and ``n`` measured requests: the workload's next ones (``more``), else ``requests`` again
+        from its start (a dataset's prompts are sent again in order)."""
+        want = self.warmup + n
+        if len(self.requests) >= want:
+            return self.requests[:want]
+        if self.more is not None:
+            got = self.more(want)
+            if len(got) >= want:
+                return got[:want]
+        measured = self.requests[self.warmup :] or self.requests
+        if not measured:
+            return list(self.requests)
+        return self.requests[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
 
 
 class _Sampler:
