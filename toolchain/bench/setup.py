@@ -113,6 +113,10 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
         reqs, more = _workload(
             tok, opts.dataset_path, opts.shared, input_tokens, output_tokens, opts.seed, opts.requests + opts.warmup
         )
+    if opts.protocol.startswith("openai"):
+        stand_in = _stand_in(opts.url)
+        if stand_in:  # a measurement of the stand-in sizes nothing (`plan --measured` refuses it)
+            prov["reference"] = stand_in
     if opts.num_draft_tokens is not None:
         drafts = opts.num_draft_tokens
         reqs = [replace(r, num_draft_tokens=drafts) for r in reqs]
@@ -146,6 +150,21 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     if opts.workers > 1:
         prov["workers"] = opts.workers
     return cfg, cell
+
+
+def _stand_in(url: str) -> str | None:
+    """What the server says it is when it is the toolchain's stand-in (toolchain.bench.standin), else None; a server
+    that cannot be asked is left to the load generator's own check, which names the problem."""
+    import urllib.request
+
+    from toolchain.bench.standin import HEADER
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=5) as r:
+            value = r.headers.get(HEADER)
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
 
 
 def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, dict[str, float | None], Any]:
