@@ -88,8 +88,8 @@ def bench(
         str | None,
         typer.Option(
             "--slo-search",
-            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); "
-            "--requests is each probe's budget",
+            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); each probe "
+            "sends at least --requests, 4 per stream or 4 s of its rate (docs/capacity.md)",
         ),
     ] = None,
     slo_start: Annotated[float | None, typer.Option("--slo-start", help="Lowest load the search probes [1]")] = None,
