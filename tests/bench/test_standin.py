@@ -94,3 +94,42 @@ def test_a_port_in_use_is_a_one_line_error(cli: Cli) -> None:
         r = cli("bench", "stand-in", "--port", port)
     assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr and "another --port" in r.stderr
     assert "Traceback" not in r.output
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_ctrl_c_stops_it_cleanly(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) on the command: the closing line, exit 0, no traceback."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolchain.cli.main", "bench", "stand-in", "--port", "0", "--slots", "2"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert select.select([proc.stderr], [], [], 60)[0], "no ready line"
+        ready = proc.stderr.readline()
+        assert ready.startswith(f"ready: {describe(2)} at http://127.0.0.1:"), ready
+        url = ready.split(" at ", 1)[1].split(" ", 1)[0]
+        code, _, _ = _post(url + "/v1/completions", {"model": SERVED_MODEL, "prompt": "x", "max_tokens": 2})
+        assert code == 200
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err.strip().splitlines()[-1] == "stand-in stopped: 1 request served" and "Traceback" not in err
+    assert out == ""  # narration on stderr; the stand-in prints no data
