@@ -262,3 +262,12 @@ def test_a_larger_probe_takes_the_workloads_next_requests() -> None:
     assert [r.prompt for r in cfg.requests_for(4)] == ["p0", "p1", "p2", "p3", "p4"]
     plain = BenchConfig(protocol="openai", url="u", model="m", loads=[], requests=src.first(3), warmup=1)
     assert [r.prompt for r in plain.requests_for(5)] == ["p0", "p1", "p2", "p1", "p2", "p1"]
+
+
+def test_a_short_dataset_is_sent_again_whole() -> None:
+    """A source that runs out (a dataset file of 5 prompts, a budget of 3): the larger probe cycles all 5."""
+    every = [Request(f"d{i}", 2, TOKENS) for i in range(5)]
+    cfg = BenchConfig(
+        protocol="openai", url="u", model="m", loads=[], requests=every[:3], warmup=0, more=lambda n: every[:n]
+    )
+    assert [r.prompt for r in cfg.requests_for(7)] == ["d0", "d1", "d2", "d3", "d4", "d0", "d1"]

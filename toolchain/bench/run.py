@@ -54,14 +54,16 @@ class BenchConfig:
         want = self.warmup + n
         if len(self.requests) >= want:
             return self.requests[:want]
+        pool = self.requests
         if self.more is not None:
             got = self.more(want)
             if len(got) >= want:
                 return got[:want]
-        measured = self.requests[self.warmup :] or self.requests
+            pool = got if len(got) > len(pool) else pool  # a dataset file holds no more: send it again
+        measured = pool[self.warmup :] or pool
         if not measured:
-            return list(self.requests)
-        return self.requests[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
+            return list(pool)
+        return pool[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
 
 
 class _Sampler:
