@@ -271,3 +271,13 @@ def test_a_short_dataset_is_sent_again_whole() -> None:
         protocol="openai", url="u", model="m", loads=[], requests=every[:3], warmup=0, more=lambda n: every[:n]
     )
     assert [r.prompt for r in cfg.requests_for(7)] == ["d0", "d1", "d2", "d3", "d4", "d0", "d1"]
+
+
+def test_when_every_request_fails_the_reason_quotes_the_server() -> None:
+    """An unmet search whose requests all failed says why in the server's words (before: "all 4 requests failed")."""
+    with sse_server(mode="503") as (url, _):
+        res = run_search(_cfg(url, 4), make_plan("concurrency"), SloTargets(ttft_ms=100.0))
+    s = res["search"]
+    assert s["status"] == "unmet"
+    assert s["probes"][0]["reasons"] == ['all 4 requests failed: HTTP 503: b\'{"error": "overloaded"}\'']
+    assert "all 4 requests failed: HTTP 503" in s["message"]

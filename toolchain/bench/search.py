@@ -221,6 +221,9 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
             break
         runs.append(run)
         passed, reasons, figures = verdict(run["summary"], slo)
+        if not run["summary"].get("completed"):  # why they failed, in the server's words (the first one)
+            why = next((r["error"] for r in run["records"] if r.get("error") and not r.get("warmup")), None)
+            reasons = [f"{reason}: {why[:200]}" if reason.startswith("all ") and why else reason for reason in reasons]
         if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
             passed, reasons = False, [f"probe cut short: {interrupted}"]
         probes.append(

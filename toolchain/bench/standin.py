@@ -153,7 +153,9 @@ def _handler(opts: StandInOptions, counters: Counters) -> type[BaseHTTPRequestHa
                 self._error(400, "the body must be a JSON object with a positive max_tokens")
                 return
             if req.get("model") != SERVED_MODEL:
-                self._error(404, f"the model {req.get('model')!r} does not exist; this {name} serves {SERVED_MODEL!r}")
+                model = req.get("model")
+                served = f"the stand-in serves {SERVED_MODEL!r}: --model {SERVED_MODEL}"
+                self._error(404, f"model {model!r} not served; {served}")
                 return
             messages = req.get("messages") or []
             prompt = req.get("prompt") if not chat else " ".join(str(m.get("content", "")) for m in messages)
