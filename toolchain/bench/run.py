@@ -289,7 +289,10 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
         s = run["summary"]
         if s["requests"] and not s["completed"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("error_kinds", {}).items()))
-            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds})"
+            records = run.get("records") or []
+            first = next((str(r["error"]) for r in records if r.get("error") and not r.get("warmup")), None)
+            said = f"; first: {first[:200]}" if first else ""  # in the server's words: the fix is often there
+            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds}){said}"
     if not result["runs"]:
         return 1, "no load point was measured"
     return 0, None
