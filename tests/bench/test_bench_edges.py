@@ -128,6 +128,7 @@ def test_all_failed_run_exits_1_and_keeps_the_result(
         )
     assert p.returncode == 1, p.stderr
     assert "Error: the benchmark did not measure what was asked: all 3 requests" in p.stderr
+    assert "failed (server 3); first: HTTP 503" in p.stderr  # why, in the server's words
     assert "Traceback" not in p.stderr
     saved = json.loads((tmp_path / "r.json").read_text())
     valid_result(saved)  # against docs/bench-result.schema.json (tests/bench/conftest.py)

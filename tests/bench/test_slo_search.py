@@ -205,3 +205,84 @@ def test_the_loop_from_a_measured_knee_to_a_fleet_size(
     assert m["measured_fleet"]["total_gpus"] == math.ceil(round(1 * 16 / tps / 0.75 * 1.2, 9))
     # measured with 10 output tokens, the spec's traffic has 16: said, not hidden
     assert any("the capacity holds for the measured shape" in n for n in m["notes"])
+
+
+@pytest.mark.slow
+def test_probes_above_the_budget_are_sized_to_their_load() -> None:
+    """A bound (16) above the --requests budget (8): the high probes send 4 requests per stream, not the same 8
+    requests at once; every probe's record and progress line say how many it sent and why."""
+    from toolchain.bench.search import STEADY_WAVES
+
+    lines: list[str] = []
+
+    def progress(stage: str, *a: Any, **k: Any) -> None:
+        if stage.startswith("SLO search"):
+            lines.append(stage)
+
+    with sse_server(first_s=0.001, gap_s=0.001) as (url, stats):
+        res = run_search(_cfg(url, 8), make_plan("concurrency", limit=16), SloTargets(ttft_ms=10_000.0), progress)
+        arrivals = len(stats.arrivals)
+    s = res["search"]
+    assert s["status"] == "bound" and [p["load"] for p in s["probes"]] == [1, 2, 4, 8, 16]
+    sent = [p["requests"] for p in s["probes"]]
+    assert sent == [8, 8, 16, 32, 64] == [max(8, STEADY_WAVES * int(p["load"])) for p in s["probes"]]
+    assert arrivals == sum(sent)  # the server saw them all: no probe is a burst of the budget
+    assert [r["summary"]["requests"] for r in res["runs"]] == sent
+    assert s["probes"][-1]["sizing"] == "64 requests: 4 per stream × 16 streams (above --requests 8)"
+    assert s["probes"][0]["sizing"] == "8 requests: --requests 8 (≥ 4 per stream × 1 stream)"
+    assert lines[-1].endswith("[grow], 64 requests: 4 per stream × 16 streams (above --requests 8)"), lines
+    # the requests beyond the budget are new prompts of the same workload when there is a source, else repeats
+    prompts = stats.prompts[-64:]
+    assert len(set(prompts)) == 8
+
+
+def test_probe_size_rules() -> None:
+    from toolchain.bench.search import MAX_PROBE_REQUESTS, probe_size
+
+    conc = make_plan("concurrency")
+    assert probe_size(conc, 3, 64) == (64, "--requests 64 (≥ 4 per stream × 3 streams)")
+    assert probe_size(conc, 256, 64) == (1024, "4 per stream × 256 streams (above --requests 64)")
+    assert probe_size(conc, 1024, 64)[0] == MAX_PROBE_REQUESTS == 4096
+    assert probe_size(conc, 2048, 64) == (4096, "4 per stream × 2048 streams, capped at 4096")
+    rate = make_plan("rate")
+    assert probe_size(rate, 50, 64) == (200, "50 req/s × 4 s (above --requests 64)")
+    assert probe_size(make_plan("rate", duration_s=10), 50, 64) == (500, "50 req/s × 10 s (above --requests 64)")
+    assert probe_size(rate, 10, 64)[0] == 64
+
+
+def test_a_larger_probe_takes_the_workloads_next_requests() -> None:
+    """With a workload source (bench builds one), a larger probe sends new prompts, not the budget's again."""
+    from toolchain.bench.workload import RequestSource
+
+    def endless() -> Any:
+        i = 0
+        while True:
+            yield Request(f"p{i}", 2, TOKENS)
+            i += 1
+
+    src = RequestSource(endless())
+    cfg = BenchConfig(protocol="openai", url="u", model="m", loads=[], requests=src.first(9), warmup=1, more=src.first)
+    got = cfg.requests_for(20)
+    assert [r.prompt for r in got] == [f"p{i}" for i in range(21)]
+    assert [r.prompt for r in cfg.requests_for(4)] == ["p0", "p1", "p2", "p3", "p4"]
+    plain = BenchConfig(protocol="openai", url="u", model="m", loads=[], requests=src.first(3), warmup=1)
+    assert [r.prompt for r in plain.requests_for(5)] == ["p0", "p1", "p2", "p1", "p2", "p1"]
+
+
+def test_a_short_dataset_is_sent_again_whole() -> None:
+    """A source that runs out (a dataset file of 5 prompts, a budget of 3): the larger probe cycles all 5."""
+    every = [Request(f"d{i}", 2, TOKENS) for i in range(5)]
+    cfg = BenchConfig(
+        protocol="openai", url="u", model="m", loads=[], requests=every[:3], warmup=0, more=lambda n: every[:n]
+    )
+    assert [r.prompt for r in cfg.requests_for(7)] == ["d0", "d1", "d2", "d3", "d4", "d0", "d1"]
+
+
+def test_when_every_request_fails_the_reason_quotes_the_server() -> None:
+    """An unmet search whose requests all failed says why in the server's words (before: "all 4 requests failed")."""
+    with sse_server(mode="503") as (url, _):
+        res = run_search(_cfg(url, 4), make_plan("concurrency"), SloTargets(ttft_ms=100.0))
+    s = res["search"]
+    assert s["status"] == "unmet"
+    assert s["probes"][0]["reasons"] == ['all 4 requests failed: HTTP 503: b\'{"error": "overloaded"}\'']
+    assert "all 4 requests failed: HTTP 503" in s["message"]

@@ -158,6 +158,29 @@ def test_a_search_that_hit_its_bound_is_no_knee(cli: Cli, tiny: tuple[Path, dict
     assert knee_caption("found", 16, 615.6) == "knee 16: 616 tok/s"
 
 
+def test_a_refused_bound_search_says_the_figure_is_no_knee(
+    cli: Cli, tiny: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The refusal quotes what the measurement would size; at the bound that figure is no knee, and it says so
+    (before: "it would size 4 GPUs from 8.0 tok/s per instance at concurrency=2", as if a knee was found)."""
+    spec, ident = tiny
+    path = _result(tmp_path / "r.json", **ident, reference="toolchain stand-in server (3 decode slots, no model)")
+    doc = json.loads(path.read_text())
+    doc["search"]["status"] = "bound"
+    doc["search"]["knee"]["first_failing_load"] = None
+    path.write_text(json.dumps(doc))
+    r = cli("plan", spec, "--measured", path)
+    assert r.exit_code == 2, r.output
+    assert "it was served by the toolchain stand-in server" in r.stderr
+    assert "8.0 tok/s per instance at concurrency=2, where the search hit its bound (no knee within the bounds" in (
+        r.stderr
+    )
+    doc["search"]["status"] = "found"
+    path.write_text(json.dumps(doc))
+    r = cli("plan", spec, "--measured", path)
+    assert r.exit_code == 2 and "at concurrency=2 (roofline:" in r.stderr and "bound" not in r.stderr
+
+
 def _search_result(path: Path, probes: list[tuple[int, float, float, float, bool]], **prov: Any) -> Path:
     """A concurrency search's result whose probes are (load, TTFT p99 ms, TPOT p99 ms, tok/s, passed)."""
     base = json.loads(_result(path, **prov).read_text())

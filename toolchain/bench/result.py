@@ -274,6 +274,9 @@ class _Figures(_Part):
     output_token_throughput_tps: float | None = None
     request_throughput_rps: float | None = None
     goodput_rps: float | None = None
+    sizing: str | None = Field(
+        None, description="how many requests the probe sent and why, e.g. '256 requests: 4 per stream × 64 streams'"
+    )
 
 
 class Probe(_Figures):

@@ -8,6 +8,7 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +44,26 @@ class BenchConfig:
     idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: loadgen's default
     provenance: dict[str, Any] = field(default_factory=dict)
     workers: int = 1  # load-generator processes
+    # the first n requests of the workload's reproducible sequence (``requests`` is its head): an SLO search
+    # sizes each probe to its load (toolchain.bench.search.probe_size); None: ``requests`` is all there is
+    more: Callable[[int], list[Request]] | None = field(default=None, repr=False, compare=False)
+
+    def requests_for(self, n: int) -> list[Request]:
+        """The warm-up and ``n`` measured requests: the workload's next ones (``more``), else ``requests`` again
+        from its start (a dataset's prompts are sent again in order)."""
+        want = self.warmup + n
+        if len(self.requests) >= want:
+            return self.requests[:want]
+        pool = self.requests
+        if self.more is not None:
+            got = self.more(want)
+            if len(got) >= want:
+                return got[:want]
+            pool = got if len(got) > len(pool) else pool  # a dataset file holds no more: send it again
+        measured = pool[self.warmup :] or pool
+        if not measured:
+            return list(pool)
+        return pool[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
 
 
 class _Sampler:
@@ -268,7 +289,10 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
         s = run["summary"]
         if s["requests"] and not s["completed"]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("error_kinds", {}).items()))
-            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds})"
+            records = run.get("records") or []
+            first = next((str(r["error"]) for r in records if r.get("error") and not r.get("warmup")), None)
+            said = f"; first: {first[:200]}" if first else ""  # in the server's words: the fix is often there
+            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds}){said}"
     if not result["runs"]:
         return 1, "no load point was measured"
     return 0, None

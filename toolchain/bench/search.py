@@ -1,6 +1,10 @@
 """SLO search: the highest load (concurrency or request rate) at which one instance still meets its SLOs.
 
-A probe is one load point with the same fixed request budget as every other probe. The search grows the
+A probe is one load point, sized to its load (``probe_size``): in concurrency mode at least
+``STEADY_WAVES`` requests per stream, so that most of the probe runs with every stream busy (a budget of
+64 requests at concurrency 256 would be one burst, never a steady state); in rate mode at least the
+requests that arrive in ``RATE_WINDOW_S`` seconds at that rate (or in ``--duration``). Never fewer than
+the ``--requests`` budget, never more than ``MAX_PROBE_REQUESTS``. The search grows the
 load geometrically from ``start`` until a probe misses an SLO (or the bound ``limit`` is reached), then
 bisects between the highest passing and the lowest failing load until they are within ``tolerance``
 (concurrency: an absolute number of requests, default 1, so the knee is exact; rate: a fraction of the
@@ -15,7 +19,7 @@ capacity at the SLO, which `toolchain plan --measured` sizes a fleet from.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from toolchain.bench.loadgen import Load
@@ -27,6 +31,9 @@ MODES = ("concurrency", "rate")
 DEFAULT_LIMIT = {"concurrency": 1024.0, "rate": 10000.0}
 DEFAULT_TOLERANCE = {"concurrency": 1.0, "rate": 0.05}
 DEFAULT_MAX_PROBES = 16
+STEADY_WAVES = 4  # concurrency mode: each stream sends at least this many requests
+RATE_WINDOW_S = 4.0  # rate mode: at least the requests that arrive in this many seconds (or in --duration)
+MAX_PROBE_REQUESTS = 4096  # the bound on one probe (4 waves at the default --slo-max 1024)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,23 @@ class SearchPlan:
     def between(self, lo: float, hi: float) -> float:
         mid = (lo + hi) / 2
         return float(math.floor(mid)) if self.mode == "concurrency" else float(f"{mid:.4g}")
+
+
+def probe_size(plan: SearchPlan, x: float, budget: int) -> tuple[int, str]:
+    """How many requests the probe at load ``x`` sends, and why: enough for a steady state at that load
+    (module docstring), never fewer than ``budget`` (--requests), never more than MAX_PROBE_REQUESTS."""
+    if plan.mode == "concurrency":
+        need = STEADY_WAVES * int(x)
+        rule = f"{STEADY_WAVES} per stream × {int(x)} stream{'' if int(x) == 1 else 's'}"
+    else:
+        window = plan.duration_s or RATE_WINDOW_S
+        need = math.ceil(x * window)
+        rule = f"{x:g} req/s × {window:g} s"
+    if need <= budget:
+        return budget, f"--requests {budget} (≥ {rule})"
+    if need > MAX_PROBE_REQUESTS:
+        return MAX_PROBE_REQUESTS, f"{rule}, capped at {MAX_PROBE_REQUESTS}"
+    return need, f"{rule} (above --requests {budget})"
 
 
 def _positive(name: str, value: float | None, *, integer: bool = False) -> None:
@@ -181,20 +205,37 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
     lo: float | None = None  # highest load that met the SLOs
     hi: float | None = None  # lowest load that missed one
     x = plan.start
+    budget = max(1, len(cfg.requests) - cfg.warmup)  # --requests
     status = "probe-limit"
     while len(probes) < plan.max_probes:
         phase = "grow" if hi is None else "bisect"
-        progress(f"SLO search ({plan.mode}), probe {len(probes) + 1}: {plan.load(x).label()} [{phase}]")
-        run, interrupted, stop = measure_point(cfg, plan.load(x), progress, first=not runs)
+        n, sizing = probe_size(plan, x, budget)
+        progress(
+            f"SLO search ({plan.mode}), probe {len(probes) + 1}: {plan.load(x).label()} [{phase}], "
+            f"{n} requests: {sizing}"
+        )
+        probe_cfg = replace(cfg, requests=cfg.requests_for(n))
+        run, interrupted, stop = measure_point(probe_cfg, plan.load(x), progress, first=not runs)
         if run is None:  # the server was gone before this probe
             status = "server-gone"
             break
         runs.append(run)
         passed, reasons, figures = verdict(run["summary"], slo)
+        if not run["summary"].get("completed"):  # why they failed, in the server's words (the first one)
+            why = next((r["error"] for r in run["records"] if r.get("error") and not r.get("warmup")), None)
+            reasons = [f"{reason}: {why[:200]}" if reason.startswith("all ") and why else reason for reason in reasons]
         if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
             passed, reasons = False, [f"probe cut short: {interrupted}"]
         probes.append(
-            {"load": x, "label": run["label"], "phase": phase, "passed": passed, "reasons": reasons, **figures}
+            {
+                "load": x,
+                "label": run["label"],
+                "phase": phase,
+                "passed": passed,
+                "reasons": reasons,
+                **figures,
+                "sizing": f"{n} requests: {sizing}",
+            }
         )
         run["slo_probe"] = {"passed": passed, "reasons": reasons}
         if stop is not None:

@@ -4,6 +4,7 @@ provenance."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.bench.options import PROTOCOLS as PROTOCOLS
 from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchConfig
-from toolchain.bench.workload import Dist, Request, dataset, shared_prefix, synthetic
+from toolchain.bench.workload import Dist, Request, RequestSource, dataset, shared_prefix_stream, synthetic_stream
 from toolchain.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -107,13 +108,26 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
             "input_tokens": f"trace mean {sum(r.prompt_tokens for r in replay) / len(replay):.0f}",
             "output_tokens": f"trace mean {sum(r.max_tokens for r in replay) / len(replay):.0f}",
         }
-    else:
-        reqs = _workload(
+    more: Callable[[int], list[Request]] | None = None
+    if entries is None:
+        reqs, more = _workload(
             tok, opts.dataset_path, opts.shared, input_tokens, output_tokens, opts.seed, opts.requests + opts.warmup
         )
+    if opts.protocol.startswith("openai"):
+        stand_in = _stand_in(opts.url)
+        if stand_in:  # a measurement of the stand-in sizes nothing (`plan --measured` refuses it)
+            prov["reference"] = stand_in
     if opts.num_draft_tokens is not None:
-        reqs = [replace(r, num_draft_tokens=opts.num_draft_tokens) for r in reqs]
-        prov["workload"]["num_draft_tokens"] = opts.num_draft_tokens
+        drafts = opts.num_draft_tokens
+        reqs = [replace(r, num_draft_tokens=drafts) for r in reqs]
+        if more is not None:
+            grow = more
+
+            def more_with_drafts(m: int) -> list[Request]:
+                return [replace(r, num_draft_tokens=drafts) for r in grow(m)]
+
+            more = more_with_drafts
+        prov["workload"]["num_draft_tokens"] = drafts
     cfg = BenchConfig(
         protocol=opts.protocol.split("-")[0],
         url=opts.url,
@@ -131,10 +145,26 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
         idle_timeout=opts.idle_timeout,
         provenance=prov,
         workers=opts.workers,
+        more=more,
     )
     if opts.workers > 1:
         prov["workers"] = opts.workers
     return cfg, cell
+
+
+def _stand_in(url: str) -> str | None:
+    """What the server says it is when it is the toolchain's stand-in (toolchain.bench.standin), else None; a server
+    that cannot be asked is left to the load generator's own check, which names the problem."""
+    import urllib.request
+
+    from toolchain.bench.standin import HEADER
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=5) as r:
+            value = r.headers.get(HEADER)
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
 
 
 def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, dict[str, float | None], Any]:
@@ -171,15 +201,21 @@ def _workload(
     output_tokens: str,
     seed: int,
     n: int,
-) -> list[Request]:
-    """``n`` requests from the dataset, the shared-prefix shape (K:P:FRACTION) or the synthetic distributions."""
+) -> tuple[list[Request], Callable[[int], list[Request]]]:
+    """The first ``n`` requests from the dataset, the shared-prefix shape (K:P:FRACTION) or the synthetic
+    distributions, and the function that gives the first N of the same sequence for any N (an SLO search's
+    larger probes; a dataset holds no more prompts than its file)."""
     out_d = Dist.parse(output_tokens)
     if dataset_path:
-        return dataset(dataset_path, tok, out_d, seed, n)
+        path = dataset_path
+        return dataset(path, tok, out_d, seed, n), lambda m: dataset(path, tok, out_d, seed, m)
     if shared:
         try:
             k, p, frac = shared.split(":")
-            return shared_prefix(tok, n, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed)
+            stream = shared_prefix_stream(tok, int(k), int(p), float(frac), Dist.parse(input_tokens), out_d, seed)
         except ValueError as exc:
             raise UserInputError(f"cannot read --shared-prefix {shared!r}", "use K:P:FRACTION, e.g. 2:64:0.5") from exc
-    return synthetic(tok, n, Dist.parse(input_tokens), out_d, seed)
+    else:
+        stream = synthetic_stream(tok, Dist.parse(input_tokens), out_d, seed)
+    source = RequestSource(stream)
+    return source.first(n), source.first

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -102,27 +104,36 @@ class PromptMaker:
 
 
 def synthetic(tokenizer: Any, n: int, inp: Dist, out: Dist, seed: int) -> list[Request]:
+    return list(islice(synthetic_stream(tokenizer, inp, out, seed), n))
+
+
+def synthetic_stream(tokenizer: Any, inp: Dist, out: Dist, seed: int) -> Iterator[Request]:
+    """The endless sequence ``synthetic`` takes its first n from (the same seed gives the same requests)."""
     pm = PromptMaker(tokenizer, seed)
     rng = random.Random(seed + 1)
-    reqs = []
-    for _ in range(n):
+    while True:
         k = inp.sample(rng)
         text = pm.make(k)
-        reqs.append(Request(text, pm.count(text), out.sample(rng)))
-    return reqs
+        yield Request(text, pm.count(text), out.sample(rng))
 
 
 def shared_prefix(
     tokenizer: Any, n: int, prompts: int, prefix_tokens: int, fraction: float, suffix: Dist, out: Dist, seed: int
 ) -> list[Request]:
     """K system prompts of P tokens; ``fraction`` of requests start with one of them, the rest are unique."""
+    return list(islice(shared_prefix_stream(tokenizer, prompts, prefix_tokens, fraction, suffix, out, seed), n))
+
+
+def shared_prefix_stream(
+    tokenizer: Any, prompts: int, prefix_tokens: int, fraction: float, suffix: Dist, out: Dist, seed: int
+) -> Iterator[Request]:
+    """The endless sequence ``shared_prefix`` takes its first n from."""
     if not 0 <= fraction <= 1 or prompts < 1 or prefix_tokens < 1:
         raise UserInputError("shared prefix needs K >= 1 prompts, P >= 1 tokens and a fraction in [0, 1]")
     pm = PromptMaker(tokenizer, seed)
     rng = random.Random(seed + 2)
     systems = [pm.make(prefix_tokens) for _ in range(prompts)]
-    reqs = []
-    for _ in range(n):
+    while True:
         tail = pm.make(suffix.sample(rng))
         if rng.random() < fraction:
             text = rng.choice(systems) + tail
@@ -130,8 +141,19 @@ def shared_prefix(
         else:
             text = pm.make(prefix_tokens) + tail
             shared = False
-        reqs.append(Request(text, pm.count(text), out.sample(rng), shared))
-    return reqs
+        yield Request(text, pm.count(text), out.sample(rng), shared)
+
+
+class RequestSource:
+    """The first n requests of one endless, reproducible sequence, each made when it is first asked for."""
+
+    def __init__(self, items: Iterator[Request]) -> None:
+        self._items = items
+        self._made: list[Request] = []
+
+    def first(self, n: int) -> list[Request]:
+        self._made.extend(islice(self._items, max(0, n - len(self._made))))
+        return self._made[:n]
 
 
 def dataset(path: Path, tokenizer: Any, out: Dist, seed: int, limit: int) -> list[Request]:

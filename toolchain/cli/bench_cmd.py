@@ -88,8 +88,8 @@ def bench(
         str | None,
         typer.Option(
             "--slo-search",
-            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); "
-            "--requests is each probe's budget",
+            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); each probe "
+            "sends at least --requests, 4 per stream or 4 s of its rate (docs/capacity.md)",
         ),
     ] = None,
     slo_start: Annotated[float | None, typer.Option("--slo-start", help="Lowest load the search probes [1]")] = None,
@@ -209,6 +209,8 @@ def print_table(result: dict[str, Any]) -> None:
     Stages.settle_all()  # the measurement ended: no bar redraws into the table
     res = BenchResult.model_validate(result)
     where = f"{res.provenance.model} @ {res.provenance.url}"
+    if res.provenance.reference:
+        err.print(f"served by the {res.provenance.reference}", highlight=False, markup=False)
     for r in table_rows([result]):
         t = Table(
             title=f"bench {where}: {r['load']}", caption=f"tokens counted by {r['tokens']}" if r["tokens"] else None
@@ -307,6 +309,44 @@ def report(
     files = render(load_results(paths, labels), out)
     for name, p in files.items():
         out_console.print(f"{name}: {p}", highlight=False, markup=False)
+
+
+@app.command("stand-in")
+def stand_in(
+    slots: Annotated[int, typer.Option("--slots", help="Decode slots: requests beyond them wait for one")] = 4,
+    first_token_ms: Annotated[
+        float, typer.Option("--first-token-ms", help="Time from taking a slot to the first token")
+    ] = 20.0,
+    token_ms: Annotated[float, typer.Option("--token-ms", help="Time per token after the first")] = 50.0,
+    host: Annotated[str, typer.Option("--host", help="Bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one)")] = 8000,
+    tokenizer_out: Annotated[
+        Path | None, typer.Option("--tokenizer-out", help="Write the stand-in's tokenizer here, for bench --tokenizer")
+    ] = None,
+) -> None:
+    """Serve a slot-limited stand-in for an LLM server (OpenAI API, no model) until Ctrl-C: the capacity example.
+
+    Each request holds one of --slots decode slots for --first-token-ms + (max_tokens - 1) x --token-ms; a
+    request that finds every slot busy waits for one, so a knee search finds --slots exactly (docs/capacity.md).
+
+    Examples:
+      toolchain bench stand-in --slots 3 --port 37021 --tokenizer-out ./standin-tok
+      toolchain bench stand-in --slots 8 --token-ms 10 --port 0
+    """
+    import signal
+    import threading
+
+    from toolchain.bench.standin import StandInOptions, serve
+    from toolchain.cli.render import err
+
+    opts = StandInOptions(slots=slots, first_token_ms=first_token_ms, token_ms=token_ms, host=host, port=port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+
+    def say(line: str) -> None:
+        err.print(line, highlight=False, markup=False)
+
+    serve(opts, stop=stop, say=say, tokenizer_out=tokenizer_out)
 
 
 def register(parent: typer.Typer) -> None:

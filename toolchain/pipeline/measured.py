@@ -240,7 +240,7 @@ def measured_plan(
         n = fleet["total_gpus"]
         would = (
             f"it would size {n} GPU{'' if n == 1 else 's'} from {measured:,.1f} tok/s per instance at "
-            f"{knee.label}" + (f" (roofline: {roof['total_gpus']})" if roof else "")
+            f"{knee.label}{_unfinished(search)}" + (f" (roofline: {roof['total_gpus']})" if roof else "")
         )
         raise MeasurementRefused(
             f"the measurement cannot size the {plan.gpu} fleet of cell {plan.cell_id}: {'; '.join(problems)}; "
@@ -248,6 +248,15 @@ def measured_plan(
             HINT,
         )
     return out
+
+
+def _unfinished(s: Search) -> str:
+    """Beside a quoted knee figure: that the search did not find a knee, when it did not."""
+    if s.status == "bound":
+        return ", where the search hit its bound (no knee within the bounds: the SLOs still held there)"
+    if s.status == "probe-limit":
+        return ", where the search hit its probe limit (the knee lies above it)"
+    return ""
 
 
 def _notes(spec: EngineSpec, prov: Provenance, s: Search, key: str | None, pending: str | None) -> list[str]:
