@@ -34,10 +34,10 @@ def test_push_of_an_unportable_file_name_is_one_line_and_stores_nothing(cli: Any
 def test_stdlib_failures_from_user_input_are_one_line(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import toolchain.registry.store as store
 
-    def refuse(self: Any) -> list[str]:
+    def refuse(self: Any) -> tuple[list[str], list[str]]:
         raise PermissionError(13, "Permission denied", "/registry/manifests")
 
-    monkeypatch.setattr(store.Registry, "ls", refuse)
+    monkeypatch.setattr(store.Registry, "listing", refuse)  # what `cache ls` reads
     r = cli("cache", "ls")
     assert r.exit_code == 1
     line = _one_error_line(r.output)

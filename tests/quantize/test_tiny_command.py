@@ -36,7 +36,10 @@ def test_a_directory_that_is_not_a_checkpoint_is_refused(cli: Cli, tmp_path: Pat
     r = cli("tiny-checkpoint", "--out", keep, "--json")
     assert r.exit_code == 2, r.output
     doc = json.loads(r.stdout)
-    assert "not a checkpoint" in doc["error"] and "--force" in doc["hint"]
+    assert "not a checkpoint" in doc["error"] and "another --out" in doc["hint"]
+    assert (keep / "notes.txt").read_text() == "mine"
+    # --force replaces a checkpoint, never someone's directory (on the branch it deleted it before importing torch)
+    assert cli("tiny-checkpoint", "--out", keep, "--force").exit_code == 2
     assert (keep / "notes.txt").read_text() == "mine"
 
 

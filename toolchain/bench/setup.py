@@ -155,15 +155,11 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
 def _stand_in(url: str) -> str | None:
     """What the server says it is when it is the toolchain's stand-in (toolchain.bench.standin), else None; a server
     that cannot be asked is left to the load generator's own check, which names the problem."""
-    import urllib.request
-
+    from toolchain import http
     from toolchain.bench.standin import HEADER
 
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=5) as r:
-            value = r.headers.get(HEADER)
-    except (OSError, ValueError):
-        return None
+    resp = http.probe("GET", url.rstrip("/") + "/v1/models", timeout=5)
+    value = resp.headers.get(HEADER) if resp is not None else None
     return str(value) if value else None
 
 

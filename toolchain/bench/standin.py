@@ -59,7 +59,7 @@ class StandInOptions:
         if self.slots < 1:
             raise UserInputError(f"--slots must be at least 1, not {self.slots}", "e.g. --slots 3")
         for flag, v in (("--first-token-ms", self.first_token_ms), ("--token-ms", self.token_ms)):
-            if not 0 <= v < 60_000:  # also NaN
+            if not 0 <= v <= 60_000:  # also NaN
                 raise UserInputError(f"{flag} must be from 0 to 60000 ms, not {v}")
         if not 0 <= self.port <= 65535:
             raise UserInputError(f"--port must be from 0 to 65535, not {self.port}", "0 picks a free port")
@@ -158,9 +158,15 @@ def _handler(opts: StandInOptions, counters: Counters) -> type[BaseHTTPRequestHa
                 self._error(404, f"model {model!r} not served; {served}")
                 return
             messages = req.get("messages") or []
+            if chat and (not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages)):
+                self._error(400, "messages must be a list of objects with a content")
+                return
             prompt = req.get("prompt") if not chat else " ".join(str(m.get("content", "")) for m in messages)
             prompt_tokens = len(str(prompt or "").split())
-            self._generate(n, prompt_tokens, chat, bool(req.get("stream")), req.get("stream_options") or {})
+            try:
+                self._generate(n, prompt_tokens, chat, bool(req.get("stream")), req.get("stream_options") or {})
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client went away mid-answer (Ctrl-C, a deadline): nothing to tell it
 
         def _event(self, obj: Any) -> None:
             data = f"data: {json.dumps(obj)}\n\n".encode()

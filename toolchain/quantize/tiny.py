@@ -149,15 +149,16 @@ def make_tiny_checkpoint(
 def create_tiny_checkpoint(out: Path, *, force: bool = False, progress: Progress = silent) -> bool:
     """``toolchain tiny-checkpoint --out DIR``: the tiny Llama of ``engine_specs/tiny.yaml`` at ``out``. Returns
     whether it was written; False when ``out`` already holds a checkpoint (config.json) and ``force`` is off.
-    A directory holding something else is refused unless ``force`` (it would be replaced)."""
+    ``force`` replaces a checkpoint; a directory holding something else is always refused."""
     out = Path(out)
     present = (out / "config.json").is_file()
     if present and not force:
         return False
-    if out.exists() and not present and not force and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not present and (not out.is_dir() or any(out.iterdir())):
+        # --force replaces a checkpoint, never a directory of something else (`--out . --force` would delete it)
         raise OutputExistsError(
-            f"{out} exists and is not a checkpoint (no config.json)",
-            "choose another --out, or pass --force to replace it",
+            f"{out} exists and is not a checkpoint (no config.json); it is left as it is",
+            "choose another --out (an empty or new directory)",
         )
     progress(f"creating the tiny checkpoint at {out} (random weights, no download)")
     importing(prefixed(progress, "  "), ("torch", "transformers"), "importing torch and transformers")

@@ -326,9 +326,9 @@ def stop_states(log_path: Path) -> str | None:
     postprocessing; 3 models still live' — not a raw log line."""
     text = tail(log_path, 400)
     start = text.rfind(_SHUTDOWN)
-    if start < 0:
+    if start < 0 and not _LIVE.search(text):
         return "waiting for tritonserver to begin its shutdown"
-    text = text[start:]
+    text = text[max(start, 0) :]  # the shutdown's start may have scrolled out of the tail: its counts are there
     unloaded = list(dict.fromkeys(_UNLOADED.findall(text)))
     live = _LIVE.findall(text)
     parts = [f"unloaded {', '.join(unloaded)}"] if unloaded else []
