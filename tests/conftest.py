@@ -57,8 +57,9 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def write_tiny_spec(dest: Path, ckpt: Path, *, calibration: dict[str, Any] | None = None, **serving: Any) -> Path:
-    """engine_specs/tiny.yaml with its model at ``ckpt`` (and, if given, other calibration and serving values)."""
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    """engine_specs/tiny-engine.yaml (the tiny model on the engine path, served by the ensemble) with its
+    model at ``ckpt`` (and, if given, other calibration and serving values)."""
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(calibration or {})
     d["serving"].update(serving)

@@ -103,7 +103,7 @@ def test_llmapi_options_follow_the_12_schema(cuda_graphs: bool) -> None:
     else:
         assert opts["cuda_graph_config"] is None
     assert validate_options({**opts, "use_cuda_graph": True}) == [
-        "use_cuda_graph is a legacy or TensorRT-backend-only key"
+        "use_cuda_graph is refused by TensorRT-LLM 1.2: replaced by cuda_graph_config"
     ]
 
 

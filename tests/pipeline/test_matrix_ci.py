@@ -26,8 +26,9 @@ def test_github_matrix_gives_no_job_to_cached_cells(cli: Cli, tmp_path: Path) ->
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)
     builds = _builds(m)
-    # 13 cells of the Triton specs, the LoRA and the draft-target examples, and 1 of the Dynamo spec (an LLM-API job)
-    assert len(builds) == 16 and m["build_0_count"] == 16 and m["cached"] == []
+    # 14 cells of the Triton specs (tiny-engine's included), the LoRA and the draft-target examples, and 1 of
+    # the Dynamo spec (an LLM-API job)
+    assert len(builds) == 17 and m["build_0_count"] == 17 and m["cached"] == []
     for b in builds:
         assert set(b) >= {"id", "spec", "cell", "gpu", "runner", "container", "needs"}
         assert None not in b.values(), b  # absent keys are left out, never null
@@ -39,7 +40,7 @@ def test_github_matrix_gives_no_job_to_cached_cells(cli: Cli, tmp_path: Path) ->
     open_registry(str(tmp_path / "reg")).put(h100["engine_key"], tmp_path / "eng")
     m2 = json.loads(cli("matrix", *ALL, "--format", "github", "--registry", tmp_path / "reg").stdout)
     assert m2["cached"] == [h100["id"]]
-    assert h100["id"] not in {b["id"] for b in _builds(m2)} and m2["build_0_count"] == 15
+    assert h100["id"] not in {b["id"] for b in _builds(m2)} and m2["build_0_count"] == 16
     # one quantize job per model x precision x mapping: the 8B spec's 8 cells share one
     q8 = [q for q in m["quantize"]["include"] if q["spec"].endswith("llama-3.1-8b-fp8.yaml")]
     assert len(q8) == 1
@@ -100,7 +101,7 @@ def test_gitlab_child_pipeline_structure(cli: Cli, tmp_path: Path) -> None:
             assert need in jobs, f"{name} needs unknown job {need}"
     assert doc["variables"]["TOOLCHAIN_CACHE"] == "$CI_PROJECT_DIR/.toolchain-cache"
     assert "before_script" not in doc["default"]  # no scripts/setup.sh venv hiding the container's TensorRT-LLM
-    assert sum(j["stage"] == "build" for j in jobs.values()) == 16  # 15 Triton cells + 1 Dynamo spec cell
+    assert sum(j["stage"] == "build" for j in jobs.values()) == 17  # 16 Triton cells + 1 Dynamo spec cell
     from toolchain.pipeline.matrix import gitlab
 
     done = gitlab(_synthetic(3, cached=3))
@@ -211,7 +212,7 @@ def test_gpu_e2e_dry_run_prints_every_step_and_runs_nothing(tmp_path: Path) -> N
 
 
 def test_a_draft_target_cell_is_cached_only_with_its_draft_engine(cli: Cli, tmp_path: Path) -> None:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = "hf://org/target@main"
     d["speculative"] = {"mode": "draft_target", "max_draft_len": 4, "draft": {"source": "hf://org/draft@main"}}
     d["serving"].update(streaming=False, decoupled=False)

@@ -17,7 +17,9 @@ from toolchain.specs.models import EngineSpec
 from toolchain.specs.speculative import draft_cell
 
 CKPT = {"digest": "sha256:" + "0" * 64}
-BASE = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
+# the 8B spec on the engine path: runtime fields then change the profile, never the engine key (on the
+# PyTorch runtime they are part of the artifact's options file, test_pytorch_artifact_key_follows_what_it_carries)
+BASE = EngineSpec.model_validate(load_spec(SPECS / "llama-3.1-8b-fp8.yaml").model_dump(mode="json") | {"runtime": "tensorrt"})
 
 
 def _set(d: dict[str, Any], path: str, value: Any) -> None:
@@ -56,6 +58,7 @@ def _candidates(path: str, current: Any) -> list[Any]:
             "disable",
             "int8_sq",
             "pytorch",
+            "tensorrt",
             "1.2.0",
             "10.13.2",
             "guaranteed_no_evict",
@@ -73,7 +76,7 @@ def _candidates(path: str, current: Any) -> list[Any]:
             2,  # int | Literal["plan"] fields (dynamo pool replicas)
         ]
     # None: try values of every common kind
-    return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], [[0]], "fp8"]
+    return [True, False, 7, 128, 0.5, "auto", "disable", [1, 2], [[0]], "fp8", "10.14.1"]
 
 
 # Optional blocks absent from BASE are mutated from a base that sets them (each mode's own fields).
@@ -158,7 +161,9 @@ def test_keys_are_stable_and_order_independent() -> None:
     assert a == b
     # A fixed input gives a fixed key: this value must not drift across runs, Pythons or releases
     # without a deliberate KEY_SCHEMA bump.
-    assert len(a[0]) == 64 and a[0] == _ids(load_spec(SPECS / "llama-3.1-8b-fp8.yaml"))[0]
+    assert len(a[0]) == 64 and a[0] == _ids(EngineSpec.model_validate(data))[0]
+    shipped = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
+    assert _ids(shipped) == _ids(EngineSpec.model_validate(dict(reversed(list(shipped.model_dump(mode="json").items())))))
 
 
 def test_checkpoint_and_cell_axes_change_the_key() -> None:

@@ -89,7 +89,12 @@ def test_container_tensorrt_version_matches_by_parts_not_by_prefix(
     import yaml
 
     d = yaml.safe_load((SPECS / "llama-3.1-8b-fp8.yaml").read_text())
-    d["target"]["tensorrt_version"] = tensorrt
+    d["runtime"] = "tensorrt"
+    d["target"] = {
+        "trtllm_version": "1.1.0",
+        "tensorrt_version": tensorrt,
+        "container": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+    }
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(d))
     r = cli("spec", "validate", spec)

@@ -142,7 +142,7 @@ def timing_cache_key(cell: Cell) -> str:
                 "kind": "timing-cache",
                 "gpu": cell.gpu.nvml_name,
                 "trtllm": t.trtllm_version,
-                "tensorrt": t.tensorrt_version,
+                "tensorrt": t.tensorrt(),
             }
         )
     )

@@ -148,9 +148,10 @@ def _check_versions(cell: Cell, versions: dict[str, str | None]) -> None:
             f"installed TensorRT-LLM is {got_llm}, the spec targets {t.trtllm_version}",
             f"build inside the container for {t.trtllm_version}, or change target.trtllm_version",
         )
-    if got_trt is not None and not version_matches(t.tensorrt_version, str(got_trt)):
+    want_trt = t.tensorrt()
+    if got_trt is not None and want_trt is not None and not version_matches(want_trt, str(got_trt)):
         raise CompatibilityError(
-            f"installed TensorRT is {got_trt}, the spec targets {t.tensorrt_version}",
+            f"installed TensorRT is {got_trt}, the spec targets {want_trt}",
             "use the matching container, or correct target.tensorrt_version",
         )
 

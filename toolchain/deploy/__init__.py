@@ -205,7 +205,7 @@ def _base_image(cell: Cell) -> ImageRef:
     if not cell.spec.target.container:
         raise DeployError(
             f"spec '{cell.spec.name}' names no target.container to build the image FROM",
-            "set target.container to e.g. nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+            "set target.container to e.g. nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3@sha256:<digest>",
         )
     return pinned_image(cell.spec.target.container, "target.container")
 

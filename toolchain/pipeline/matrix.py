@@ -15,7 +15,7 @@ pipeline's YAML comes from an artifact of at most 5 MB (``max_artifacts_content_
 ("Maximum number of jobs in a pipeline", "Maximum size of the CI artifacts archive"). Both are checked.
 
 Every job runs in the container its spec names (``target.container``); a spec that names none gets the Triton
-TensorRT-LLM container that ships its ``target.trtllm_version`` (``toolchain.specs.rules.CONTAINERS``), so the
+TensorRT-LLM container that ships its ``target.trtllm_version`` (``toolchain.specs.releases``), so the
 TensorRT-LLM version in the engine key is the one the job builds with. Keys with no value are left out of every
 entry (a ``null`` in an inlined matrix fails GitHub's workflow schema).
 """
@@ -38,11 +38,10 @@ from toolchain.errors import UserInputError
 from toolchain.specs.gate import checked_spec
 from toolchain.specs.loader import safe_yaml
 from toolchain.specs.models import EngineSpec
-from toolchain.specs.rules import CONTAINERS
+from toolchain.specs.releases import triton_container
 
 FORMATS = ("github", "gitlab", "json", "kubernetes", "argo")  # GitHub matrix, GitLab child pipeline, Jobs, Workflow
 CI_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # TensorRT-LLM 1.1.0
-TRITON_TRTLLM_IMAGE = "nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3"
 CPU_IMAGE = "busybox:1.37"  # the child pipeline's one CPU job when nothing is left to build
 DEFAULT_RUNNERS = {
     "A100-40GB-SXM": "gpu-a100",
@@ -86,9 +85,9 @@ def job_container(spec: EngineSpec, path: Path) -> str:
     container that ships its ``target.trtllm_version``."""
     if spec.target.container:
         return spec.target.container
-    for tag in sorted(CONTAINERS, reverse=True):
-        if CONTAINERS[tag][0] == spec.target.trtllm_version:
-            return TRITON_TRTLLM_IMAGE.format(tag=tag)
+    image = triton_container(spec.target.trtllm_version)
+    if image is not None:
+        return image
     raise UserInputError(
         f"{path}: no target.container, and no Triton container ships TensorRT-LLM {spec.target.trtllm_version}",
         "set target.container to the image that has that release (the CI jobs run in it)",

@@ -45,7 +45,9 @@ def _ensure_checkpoint(spec: EngineSpec, progress: Progress) -> str:
     src = spec.local_source()
     if src is None or (src / "config.json").is_file():
         return "present"
-    if spec.name != "tiny":
+    from toolchain.specs.sources import is_tiny
+
+    if not is_tiny(spec.name):
         raise SpecError(f"checkpoint not found at {src}", hint="download it there or fix model.source")
     from toolchain.quantize.tiny import make_tiny_checkpoint
 

@@ -15,7 +15,7 @@ from toolchain import settings
 from toolchain.errors import ModelConfigError
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.models import EngineSpec
-from toolchain.specs.sources import TINY_SPEC_NAME, missing_checkpoint_hint
+from toolchain.specs.sources import is_tiny, missing_checkpoint_hint
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
         raise ModelConfigError(
             f"{local}: no config.json, and the spec names no model.architecture",
             missing_checkpoint_hint(spec.name, local)
-            + ("" if spec.name == TINY_SPEC_NAME else " (or set model.architecture)"),
+            + ("" if is_tiny(spec.name) else " (or set model.architecture)"),
         )
     if not allow_network:
         raise ModelConfigError(f"{spec.model.source}: no model.architecture in the spec and network use is off")

@@ -1,20 +1,26 @@
-"""LLM-API options (``extra_llm_api_options`` YAML) for the PyTorch runtime, TensorRT-LLM 1.2.
+"""LLM-API options (``extra_llm_api_options`` YAML) for the PyTorch runtime, TensorRT-LLM 1.2.x and 1.3.
 
-Field names and rules: docs/llmapi.md. Every key we write is
-checked against the allowed sets below (TensorRT-LLM rejects unknown keys at every level).
+Field names and rules: docs/llmapi.md; what each release line accepts: docs/llm-args-versions.md. Every
+key we write is checked against the target line's argument model below (TensorRT-LLM rejects unknown
+keys at every level).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import CompatibilityError
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import EngineSpec
+from toolchain.specs.releases import llmapi_line
 from toolchain.specs.speculative import LLMAPI_DECODING_TYPE
 
-TOP = {
+# The keys the toolchain may write, per LLM-API argument model (``toolchain.specs.releases.llmapi_line``):
+# a strict subset of upstream's, whose models forbid unknown keys at every level. Sources and the
+# differences between the lines: docs/llm-args-versions.md (tensorrt_llm/llmapi/llm_args.py of each).
+TOP_12 = {
     "max_batch_size",
     "max_num_tokens",
     "max_seq_len",
@@ -31,10 +37,10 @@ TOP = {
     "model",
     "speculative_config",
     "lora_config",
+    "cache_transceiver_config",
+    "disable_overlap_scheduler",
 }
-SPECULATIVE = {"decoding_type", "max_draft_len", "speculative_model"}
-LORA = {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"}
-KV = {
+KV_12 = {
     "enable_block_reuse",
     "max_tokens",
     "free_gpu_memory_fraction",
@@ -43,24 +49,100 @@ KV = {
     "enable_partial_reuse",
     "host_cache_size",
 }
-CUDA_GRAPH = {"batch_sizes", "max_batch_size", "enable_padding"}
-SCHED = {"capacity_scheduler_policy", "context_chunking_policy"}
-LEGACY = {
-    "pytorch_backend_config",
-    "use_cuda_graph",
-    "cuda_graph_batch_sizes",
-    "cuda_graph_max_batch_size",
-    "cuda_graph_padding_enabled",
-    "enable_overlap_scheduler",
-    "kv_cache_dtype",
-    "enable_chunked_context",
-    "quant_config",
-    "build_config",
-    "calib_config",
+SCHED_12 = {"capacity_scheduler_policy", "context_chunking_policy"}
+SPECULATIVE = {"decoding_type", "max_draft_len", "speculative_model"}
+LORA = {"lora_dir", "max_lora_rank", "lora_target_modules", "max_loras", "max_cpu_loras"}
+
+
+@dataclass(frozen=True)
+class ArgModel:
+    """What one LLM-API line accepts of the keys the toolchain writes, and what it refuses with a reason."""
+
+    line: str
+    top: frozenset[str]
+    kv: frozenset[str]
+    kv_dtypes: frozenset[str]
+    cuda_graph: frozenset[str]
+    cuda_graph_modes: frozenset[str]  # the union's discriminator values (1.3); empty: no ``mode`` key
+    scheduler: frozenset[str]
+    removed: dict[str, str]  # top-level key -> why the line refuses it
+
+
+LEGACY_12 = {
+    "pytorch_backend_config": "folded into the top-level LLM arguments in 1.0",
+    "use_cuda_graph": "replaced by cuda_graph_config",
+    "cuda_graph_batch_sizes": "replaced by cuda_graph_config.batch_sizes",
+    "cuda_graph_max_batch_size": "replaced by cuda_graph_config.max_batch_size",
+    "cuda_graph_padding_enabled": "replaced by cuda_graph_config.enable_padding",
+    "enable_overlap_scheduler": "replaced by disable_overlap_scheduler",
+    "kv_cache_dtype": "replaced by kv_cache_config.dtype",
+    "enable_chunked_context": "replaced by enable_chunked_prefill",
+    "quant_config": "the PyTorch runtime reads quantization from the checkpoint",
+    "build_config": "a TensorRT-backend (engine) option",
+    "calib_config": "a TensorRT-backend (engine) option",
 }
+ARG_MODELS = {
+    "1.2": ArgModel(
+        "1.2",
+        frozenset(TOP_12),
+        frozenset(KV_12),
+        frozenset({"auto", "fp8"}),
+        frozenset({"batch_sizes", "max_batch_size", "enable_padding"}),
+        frozenset(),
+        frozenset(SCHED_12),
+        LEGACY_12,
+    ),
+    "1.3": ArgModel(
+        "1.3",
+        frozenset(TOP_12),
+        frozenset(KV_12),
+        frozenset({"auto", "fp8", "fp8_ds_mla", "nvfp4"}),
+        frozenset({"batch_sizes", "max_batch_size", "enable_padding", "mode"}),
+        frozenset({"decode", "encode"}),
+        frozenset(SCHED_12 | {"waiting_queue_policy", "enable_prefix_aware_scheduling"}),
+        LEGACY_12
+        | {
+            "sampler_type": "removed in the 1.3 line",
+            "build_config": "removed with the TensorRT backend in 1.3.0rc21 (no BuildConfig)",
+        },
+    ),
+}
+TOP = TOP_12  # the 1.2 names, kept for callers that list what the toolchain writes
+LEGACY = set(LEGACY_12)
+
+
+def arg_model(spec: EngineSpec) -> ArgModel:
+    """The argument model of the spec's target release (the newest known for a later release)."""
+    line = llmapi_line(spec.target.trtllm_version)
+    if line is None:
+        raise CompatibilityError(
+            f"TensorRT-LLM {spec.target.trtllm_version} has no LLM-API options the toolchain writes",
+            "target 1.2.x or the 1.3 line for runtime: pytorch",
+        )
+    return ARG_MODELS[line]
 
 
 def llmapi_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
+    """The options the cell's runtime is started with, checked against its release line's argument model."""
+    opts = _options(cell, draft_dir=draft_dir)
+    problems = validate_options(opts, arg_model(cell.spec))
+    if problems:
+        raise AssertionError(f"generated LLM-API options are invalid: {problems}")
+    return opts
+
+
+def option_problems(cell: Cell) -> list[str]:
+    """What the cell's target release refuses of the options the toolchain would write (``spec validate``)."""
+    line = llmapi_line(cell.spec.target.trtllm_version)
+    if line is None:
+        return []  # the release rules say why
+    try:
+        return validate_options(_options(cell), ARG_MODELS[line])
+    except CompatibilityError:
+        return []  # the speculative rules say why
+
+
+def _options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any]:
     spec = cell.spec
     s, b = spec.serving, spec.build
     kv: dict[str, Any] = {
@@ -97,28 +179,33 @@ def llmapi_options(cell: Cell, *, draft_dir: str | None = None) -> dict[str, Any
             g["batch_sizes"] = sizes
         opts["cuda_graph_config"] = g
     opts.update(llmapi_feature_options(cell, draft_dir=draft_dir))
-    problems = validate_options(opts)
-    if problems:
-        raise AssertionError(f"generated LLM-API options are invalid: {problems}")
     return opts
 
 
-def validate_options(opts: dict[str, Any]) -> list[str]:
-    """Problems with an options dict against the 1.2 schema (a subset we emit, strictly checked)."""
+def validate_options(opts: dict[str, Any], model: ArgModel | None = None) -> list[str]:
+    """Problems with an options dict against one line's argument model (default: 1.2), strictly checked."""
+    m = model or ARG_MODELS["1.2"]
     out = []
     for k in opts:
-        if k in LEGACY:
-            out.append(f"{k} is a legacy or TensorRT-backend-only key")
-        elif k not in TOP:
+        if k in m.removed:
+            out.append(f"{k} is refused by TensorRT-LLM {m.line}: {m.removed[k]}")
+        elif k not in m.top:
             out.append(f"unknown top-level key {k}")
     for k in opts.get("kv_cache_config") or {}:
-        if k not in KV:
+        if k not in m.kv:
             out.append(f"unknown kv_cache_config key {k}")
+    kv_dtype = (opts.get("kv_cache_config") or {}).get("dtype")
+    if kv_dtype is not None and kv_dtype not in m.kv_dtypes:
+        out.append(
+            f"kv_cache_config.dtype {kv_dtype} is not accepted by TensorRT-LLM {m.line} ({', '.join(sorted(m.kv_dtypes))})"
+        )
     cg = opts.get("cuda_graph_config")
     if cg:
         for k in cg:
-            if k not in CUDA_GRAPH:
+            if k not in m.cuda_graph:
                 out.append(f"unknown cuda_graph_config key {k}")
+        if "mode" in cg and cg["mode"] not in m.cuda_graph_modes:
+            out.append(f"cuda_graph_config.mode {cg['mode']} is not one of {sorted(m.cuda_graph_modes)}")
         if cg.get("batch_sizes") and cg.get("max_batch_size") not in (0, max(cg["batch_sizes"])):
             out.append("cuda_graph_config.max_batch_size must equal max(batch_sizes)")
     for name, allowed in (("speculative_config", SPECULATIVE), ("lora_config", LORA)):
@@ -127,7 +214,7 @@ def validate_options(opts: dict[str, Any]) -> list[str]:
                 out.append(f"unknown {name} key {k}")
     sc = opts.get("scheduler_config") or {}
     for k in sc:
-        if k not in SCHED:
+        if k not in m.scheduler:
             out.append(f"unknown scheduler_config key {k}")
     if sc.get("capacity_scheduler_policy") not in (None, "MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"):
         out.append(f"bad capacity_scheduler_policy {sc.get('capacity_scheduler_policy')}")

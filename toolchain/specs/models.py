@@ -387,22 +387,34 @@ class Traffic(Strict):
 class Target(Strict):
     trtllm_version: str = Field(
         max_length=64,
-        description="TensorRT-LLM release the engines are built with (1.0-1.2.x)",
+        description="TensorRT-LLM release: 1.0-1.2.x build engines; 1.2.x and the 1.3 line run the PyTorch runtime",
         json_schema_extra=BUILD,
     )
-    tensorrt_version: str = Field(
-        max_length=64, description="TensorRT version inside that release's container", json_schema_extra=BUILD
+    tensorrt_version: str | None = Field(
+        None,
+        max_length=64,
+        description="TensorRT inside that release's container (runtime tensorrt; default: the release's own)",
+        json_schema_extra=BUILD,
     )
     container: str | None = Field(
-        None, max_length=512, description="Container image the build runs in", json_schema_extra=PLAN
+        None,
+        max_length=512,
+        description="Container image the build runs in (default: the Triton container of the release)",
+        json_schema_extra=PLAN,
     )
 
     @field_validator("trtllm_version", "tensorrt_version")
     @classmethod
-    def _ver(cls, v: str) -> str:
-        if not _VERSION.fullmatch(v):
+    def _ver(cls, v: str | None) -> str | None:
+        if v is not None and not _VERSION.fullmatch(v):
             raise ValueError(f"'{v}' is not a version like 1.2.1")
         return v
+
+    def tensorrt(self) -> str | None:
+        """The TensorRT version: the spec's, else the one the release ships (None for 1.3: no TensorRT)."""
+        from toolchain.specs.releases import tensorrt_of
+
+        return self.tensorrt_version or tensorrt_of(self.trtllm_version)
 
 
 class EngineSpec(Strict):
@@ -410,7 +422,11 @@ class EngineSpec(Strict):
     description: str = Field("", max_length=10_000, description="Free text", json_schema_extra=PLAN)
     model: ModelSource
     quantization: Quantization = Field(default_factory=Quantization)
-    runtime: Runtime = Field("tensorrt", description="tensorrt (engines) or pytorch (LLM API)", json_schema_extra=BUILD)
+    runtime: Runtime = Field(
+        "pytorch",
+        description="pytorch (LLM API; the default from TensorRT-LLM 1.2) or tensorrt (engines, 1.0-1.2.x)",
+        json_schema_extra=BUILD,
+    )
     target: Target
     parallelism: Parallelism = Field(default_factory=Parallelism)
     matrix: Matrix
@@ -423,6 +439,20 @@ class EngineSpec(Strict):
     traffic: Traffic | None = None
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_runtime(cls, data: Any) -> Any:
+        """An omitted ``runtime`` is ``pytorch`` on every release whose LLM API the toolchain writes for
+        (1.2.x and the 1.3 line), ``tensorrt`` on 1.0-1.1 (docs/releases.md)."""
+        if isinstance(data, dict) and "runtime" not in data:
+            target = data.get("target")
+            version = target.get("trtllm_version") if isinstance(target, dict) else None
+            if isinstance(version, str):
+                from toolchain.specs.releases import default_runtime
+
+                return {**data, "runtime": default_runtime(version)}
+        return data
 
     @property
     def base_dir(self) -> Path:

@@ -12,24 +12,14 @@ from typing import Any
 from toolchain.specs.base import Problem
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import EngineSpec
-
-SUPPORTED_TENSORRT = ((1, 0), (1, 2))  # TensorRT engine path: 1.0 .. 1.2.x
-PYTORCH_MIN = (1, 2)
-# What each Triton TensorRT-LLM container ships (NVIDIA's Triton "Release Compatibility Matrix",
-# container trtllm-python-py3: docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/
-# introduction/compatibility.html): tag -> (TensorRT-LLM, TensorRT).
-CONTAINERS = {
-    "25.12": ("1.1.0", "10.13.3.9"),
-    "25.11": ("1.0.3.2510", "10.13.3.9"),
-    "25.10": ("1.0.0", "10.11.0.33"),
-    "25.09": ("1.0.0", "10.11.0.33"),
-}
-
-
-def _version_tuple(v: str) -> tuple[int, int]:
-    parts = v.split(".")
-    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
-
+from toolchain.specs.releases import (
+    ENGINE_LINE,
+    LAST_ENGINES,
+    builds_engines,
+    container_tags,
+    llmapi_line,
+    release_of,
+)
 
 def version_matches(asked: str, actual: str) -> bool:
     """``actual`` is the release ``asked`` names, compared part by part: "10.13" matches 10.13.3.9,
@@ -42,45 +32,67 @@ def _container_problem(spec: EngineSpec) -> Problem | None:
     """A Triton TensorRT-LLM container whose shipped releases differ from the spec's target versions."""
     image = spec.target.container or ""
     tag = image.rsplit(":", 1)[-1].split("-", 1)[0] if "tritonserver:" in image and "-trtllm" in image else None
-    if tag not in CONTAINERS:
+    tags = container_tags()
+    if tag not in tags:
         return None
-    llm, trt = CONTAINERS[tag]
-    if spec.target.trtllm_version == llm and version_matches(spec.target.tensorrt_version, trt):
+    llm, trt = tags[tag]
+    asked_trt = spec.target.tensorrt_version
+    if spec.target.trtllm_version == llm and (asked_trt is None or trt is None or version_matches(asked_trt, trt)):
         return None
+    shipped = f"TensorRT-LLM {llm}" + (f" and TensorRT {trt}" if trt else "")
+    targeted = f"TensorRT-LLM {spec.target.trtllm_version}" + (f" and TensorRT {asked_trt}" if asked_trt else "")
     return Problem(
         None,
-        f"{image} ships TensorRT-LLM {llm} and TensorRT {trt}, but the spec targets "
-        f"TensorRT-LLM {spec.target.trtllm_version} and TensorRT "
-        f"{spec.target.tensorrt_version}",
-        f'set target.trtllm_version: "{llm}" and target.tensorrt_version: '
-        f'"{".".join(trt.split(".")[:3])}", or pick the container of the release you want',
+        f"{image} ships {shipped}, but the spec targets {targeted}",
+        f'set target.trtllm_version: "{llm}" (and remove target.tensorrt_version), '
+        "or pick the container of the release you want",
     )
 
 
 def _release_problems(spec: EngineSpec) -> list[Problem]:
-    """The targeted TensorRT-LLM release against the runtime and the container."""
+    """The targeted TensorRT-LLM release against the runtime and the container (docs/releases.md)."""
     out: list[Problem] = []
-    ver = _version_tuple(spec.target.trtllm_version)
-    if spec.runtime == "tensorrt" and not (SUPPORTED_TENSORRT[0] <= ver <= SUPPORTED_TENSORRT[1]):
+    version = spec.target.trtllm_version
+    release = release_of(version)
+    if spec.runtime == "tensorrt":
+        if release is not None and not release.engines:
+            out.append(
+                Problem(
+                    None,
+                    f"TensorRT-LLM {version} has no TensorRT engine backend: trtllm-build, TensorRT engines and "
+                    "the tensorrtllm Triton backend were removed in 1.3.0rc21",
+                    f'use runtime: pytorch (the LLM API), or target.trtllm_version: "{LAST_ENGINES}" for engines',
+                )
+            )
+        elif not builds_engines(version):
+            out.append(
+                Problem(
+                    None,
+                    f"TensorRT-LLM {version} is outside {ENGINE_LINE}, the releases the toolchain builds "
+                    "engines with (trtllm-build and the tensorrtllm Triton backend)",
+                    f'set target.trtllm_version: "{LAST_ENGINES}", or use runtime: pytorch',
+                )
+            )
+        elif spec.target.tensorrt() is None:
+            out.append(
+                Problem(
+                    None,
+                    f"the toolchain does not know which TensorRT TensorRT-LLM {version} ships",
+                    "set target.tensorrt_version (the TensorRT in that release's container)",
+                )
+            )
+    if spec.runtime == "pytorch" and llmapi_line(version) is None:
         out.append(
             Problem(
                 None,
-                f"TensorRT-LLM {spec.target.trtllm_version} is outside 1.0-1.2.x, the releases "
-                "that ship trtllm-build and the tensorrtllm Triton backend",
-                "set target.trtllm_version to a 1.2.x release, or use runtime: pytorch",
+                f"runtime pytorch needs TensorRT-LLM 1.2 or later (got {version}): the toolchain writes the "
+                "LLM-API options of 1.2.x and the 1.3 line",
+                f'set target.trtllm_version: "{LAST_ENGINES}" or later, or use runtime: tensorrt',
             )
         )
     container = _container_problem(spec)
     if container is not None:
         out.append(container)
-    if spec.runtime == "pytorch" and ver < PYTORCH_MIN:
-        out.append(
-            Problem(
-                None,
-                f"runtime pytorch needs TensorRT-LLM >= 1.2 (got {spec.target.trtllm_version})",
-                "set target.trtllm_version to 1.2.x or later",
-            )
-        )
     return out
 
 
@@ -332,6 +344,13 @@ def all_problems(spec: EngineSpec, cells: list[Cell] | None = None) -> list[Prob
         arch = None
     for cell in expand(spec) if cells is None else cells:
         problems.extend(check_cell(cell, arch))
+        if spec.runtime == "pytorch":
+            from toolchain.specs.llmapi import option_problems
+
+            problems.extend(
+                Problem(cell.id, f"TensorRT-LLM {spec.target.trtllm_version}: {p}", "see docs/llm-args-versions.md")
+                for p in option_problems(cell)
+            )
     return problems
 
 

@@ -27,10 +27,16 @@ def hf_repo_revision(source: str) -> tuple[str, str | None]:
 
 
 TINY_SPEC_NAME = "tiny"  # engine_specs/tiny.yaml: its checkpoint is made locally, never downloaded
+TINY_SPEC_NAMES = (TINY_SPEC_NAME, "tiny-engine")  # tiny-engine.yaml: the same model on the engine path
+
+
+def is_tiny(spec_name: str) -> bool:
+    """The built-in tiny specs, whose random-weight checkpoint the toolchain makes itself."""
+    return spec_name in TINY_SPEC_NAMES
 
 
 def missing_checkpoint_hint(spec_name: str, where: Path) -> str:
     """What to do when a spec's local checkpoint is not at ``where``: the tiny spec's is one command away."""
-    if spec_name == TINY_SPEC_NAME:
+    if is_tiny(spec_name):
         return f"create the tiny one there: toolchain tiny-checkpoint --out {where}"
     return "download the checkpoint there, or fix model.source"
