@@ -32,6 +32,7 @@ from toolchain.errors import BenchError
 from toolchain.progress import Progress, silent
 
 PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
+LLMAPI_MAX_TOKENS = "sampling_param_max_tokens"  # TensorRT-LLM's llmapi model names its inputs after SamplingParams
 
 
 @dataclass
@@ -160,6 +161,8 @@ class TritonTarget:
         self.outputs: list[str] = list(PERF_OUT)
         self.on_text: Callable[[str], None] | None = None  # each streamed piece of text (toolchain infer)
         self.stand_in: str | None = None  # what serves the model when it is not TensorRT-LLM (set by check)
+        self.names = {"max_tokens": "max_tokens", "stream": "stream"}  # the ensemble's and BLS's input names
+        self.batched = True
 
     async def check(self) -> None:
         try:
@@ -186,13 +189,16 @@ class TritonTarget:
             ) from e
         self.inputs = {i["name"] for i in cfg.get("input", [])}
         self.outputs = [o for o in PERF_OUT if o in {x["name"] for x in cfg.get("output", [])}]
-        missing = {"text_input", "max_tokens"} - self.inputs
+        if "max_tokens" not in self.inputs and LLMAPI_MAX_TOKENS in self.inputs:  # TensorRT-LLM's llmapi model
+            self.names = {"max_tokens": LLMAPI_MAX_TOKENS, "stream": "streaming"}
+        self.batched = int(cfg.get("max_batch_size", 0) or 0) > 0  # inputs carry a batch dimension
+        missing = {"text_input", self.names["max_tokens"]} - self.inputs
         if missing or "text_output" not in self.outputs:
             raise BenchError(
                 f"model {self.model!r} does not take text_input/max_tokens and return text_output",
-                "benchmark the ensemble or tensorrt_llm_bls model",
+                "benchmark the ensemble, tensorrt_llm_bls or llmapi (tensorrt_llm) model",
             )
-        if self.stream and "stream" not in self.inputs:
+        if self.stream and self.names["stream"] not in self.inputs:
             raise BenchError(f"model {self.model!r} has no 'stream' input", "pass --no-stream or pick another model")
         steps = [cfg]
         if cfg.get("platform") == "ensemble":
@@ -219,15 +225,17 @@ class TritonTarget:
 
     def _inputs(self, req: Request) -> list[Any]:
         def inp(name: str, arr: Any, dt: str) -> Any:
+            arr = arr if self.batched else arr.reshape(-1)
             i = self.g.InferInput(name, list(arr.shape), dt)
             i.set_data_from_numpy(arr)
             return i
 
         out = [
             inp("text_input", np.array([[req.prompt]], dtype=object), "BYTES"),
-            inp("max_tokens", np.array([[req.max_tokens]], dtype=np.int32), "INT32"),
+            inp(self.names["max_tokens"], np.array([[req.max_tokens]], dtype=np.int32), "INT32"),
         ]
-        for name, value in (("stream", self.stream), ("return_perf_metrics", True), ("return_num_output_tokens", True)):
+        flags = ((self.names["stream"], self.stream), ("return_perf_metrics", True), ("return_num_output_tokens", True))
+        for name, value in flags:
             if name in self.inputs:
                 out.append(inp(name, np.array([[value]], dtype=bool), "BOOL"))
         if req.num_draft_tokens:

@@ -9,6 +9,7 @@ from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.artifacts.layout import cache
+from toolchain.errors import TritonRepoError
 from toolchain.registry import open_registry
 from toolchain.triton.repository import emit_for_cell
 
@@ -31,9 +32,18 @@ def emit_cell(
     registry: str | None = None,
     force: bool = False,
     engines_root: str | None = None,
+    standin: bool = False,
 ) -> dict[str, Any]:
     """Emit ``art``'s repository for ``engine``: ``reference``, an engine directory, or a registry reference.
-    ``engines_root``: see ``toolchain.triton.repository.emit_for_cell``."""
+    ``engines_root``: see ``toolchain.triton.repository.emit_for_cell``. ``standin`` (runtime pytorch): the
+    CPU stand-in for the LLM API serves the artifact's checkpoint (the quantized export, dequantized)."""
+    if standin and engine != "reference":
+        served = dequantized_export(art) or _source_weights(art)
+        path, key = (Path(engine), None) if Path(engine).is_dir() else fetch_engine(engine, registry)
+        return emit_for_cell(
+            art, str(path), out, engine_key=key, force=force, engines_root=engines_root,
+            reference_weights=served, standin=True,
+        )  # fmt: skip
     if engine == "reference":
         weights = dequantized_export(art)
         return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, reference_weights=weights)
@@ -59,6 +69,17 @@ def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
     dest = art.quantized_dir.with_name(art.quantized_dir.name + "-dequantized")
     w = art.spec.quantization.weights
     return dequantized_checkpoint(export, dest, source_digest=digest), f"quantized export ({w}) dequantized to float32"
+
+
+def _source_weights(art: CellArtifacts) -> tuple[Path, str]:
+    """An unquantized spec's stand-in weights: its own checkpoint."""
+    src = art.spec.local_source()
+    if src is None:
+        raise TritonRepoError(
+            f"the CPU stand-in needs a local checkpoint; spec {art.spec.name} names {art.spec.model.source}",
+            "point model.source at a local directory to serve it here",
+        )
+    return src, "source checkpoint (unquantized spec)"
 
 
 def _draft_engine(art: CellArtifacts, registry: str | None) -> str | None:

@@ -22,9 +22,23 @@ from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import require_compatible
+from toolchain.triton.llmapi_repo import STANDIN_NOTE
 from toolchain.units import fmt_ms
 
 REFERENCE = "reference"
+
+
+def trtllm_installed() -> bool:
+    """Whether TensorRT-LLM's Python package is importable here (it needs an NVIDIA GPU host)."""
+    import importlib.util
+
+    return importlib.util.find_spec("tensorrt_llm") is not None
+
+
+def bundle_state(build: Any) -> str:
+    """What the PyTorch runtime's warm-start bundle holds: warm (caches from a warm-up on the target GPU) or cold."""
+    caches = getattr(build, "caches", None)
+    return "warm-start bundle" if caches else "cold bundle (no autotuner or CUDA-graph caches: no GPU here)"
 
 
 @dataclass
@@ -136,6 +150,12 @@ def _build(art: CellArtifacts, registry: str | None, res: UpResult, progress: Pr
         b = builds_for(art, open_registry(registry), progress=prefixed(progress, "  "))[-1]  # draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
+        if art.spec.runtime == "pytorch":
+            res.stages["build"] += f", {bundle_state(b)}"
+            if not trtllm_installed():
+                progress("  TensorRT-LLM is not installed here (needs an NVIDIA GPU host); serving the CPU stand-in")
+                res.served_by = STANDIN_NOTE
+                return engine
     except NeedsGPUError as e:
         res.stages["build"] = "skipped: TensorRT-LLM is not installed here (needs an NVIDIA GPU host)"
         progress(f"  {e.message.split(';')[0]}; serving the CPU reference model instead")
@@ -151,8 +171,18 @@ def _emit(art: CellArtifacts, engine: str, registry: str | None, work: Path, res
     from toolchain.pipeline.emit import emit_cell
 
     repo = work / "repo"
-    progress(f"emit Triton repository ({'CPU reference model' if engine == REFERENCE else 'tensorrtllm'})")
-    emitted = emit_cell(art, engine, repo, registry=registry, force=True)
+    standin = res.served_by == STANDIN_NOTE
+    what = (
+        "llmapi, CPU stand-in"
+        if standin
+        else "llmapi"
+        if art.spec.runtime == "pytorch"
+        else "CPU reference model"
+        if engine == REFERENCE
+        else "tensorrtllm"
+    )
+    progress(f"emit Triton repository ({what})")
+    emitted = emit_cell(art, engine, repo, registry=registry, force=True, standin=standin)
     if emitted.get("reference_weights"):  # what the CPU reference model serves (the quantized export, dequantized)
         res.served_by = f"{res.served_by}, serving the {emitted['reference_weights']}"
     res.artifacts["triton repository"] = str(repo)
@@ -183,7 +213,8 @@ def _serve_and_bench(
     )
     res.artifacts["server log"] = str(srv.log_path)
     try:
-        progress(f"bench: streaming gRPC through the ensemble, concurrency {','.join(map(str, concurrency))}")
+        through = "the llmapi model" if art.spec.runtime == "pytorch" else "the ensemble"
+        progress(f"bench: streaming gRPC through {through}, concurrency {','.join(map(str, concurrency))}")
         result = _bench(art, plan, srv.grpc_url, srv.metrics_url, engine, requests, concurrency, res, progress)
         progress("report: Markdown/HTML with plots, and the diagnosis")
         _report(art, plan, result, work, res)
@@ -220,7 +251,7 @@ def _bench(
     cfg = BenchConfig(
         "triton",
         grpc_url,
-        "ensemble",
+        "tensorrt_llm" if spec.runtime == "pytorch" else "ensemble",
         [Load(concurrency=c) for c in concurrency],
         synthetic(tok, requests + 1, inp, outd, seed=0),
         warmup=1,
@@ -229,7 +260,7 @@ def _bench(
         provenance={
             **art.identity(),
             "gpu": cell.gpu.name,
-            "reference": res.served_by if engine == REFERENCE else None,
+            "reference": res.served_by if engine == REFERENCE or res.served_by.startswith(STANDIN_NOTE) else None,
         },
     )
     result = run_bench(cfg, progress=prefixed(progress, "  "))

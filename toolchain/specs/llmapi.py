@@ -107,6 +107,23 @@ ARG_MODELS = {
         },
     ),
 }
+def arg_model_json(model: ArgModel, version: str) -> dict[str, Any]:
+    """The argument model as data, for the CPU stand-in to refuse what the release refuses."""
+    return {
+        "version": version,
+        "line": model.line,
+        "top": sorted(model.top),
+        "removed": dict(sorted(model.removed.items())),
+        "nested": {
+            "kv_cache_config": sorted(model.kv),
+            "cuda_graph_config": sorted(model.cuda_graph),
+            "scheduler_config": sorted(model.scheduler),
+            "speculative_config": sorted(SPECULATIVE),
+            "lora_config": sorted(LORA),
+        },
+    }
+
+
 TOP = TOP_12  # the 1.2 names, kept for callers that list what the toolchain writes
 LEGACY = set(LEGACY_12)
 

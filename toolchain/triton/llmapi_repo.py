@@ -9,11 +9,12 @@ resolves a relative ``model`` against its own directory and serves with the cont
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from toolchain import yamlout
-from toolchain.specs.llmapi import llmapi_options
+from toolchain.specs.llmapi import arg_model, arg_model_json, llmapi_options
 from toolchain.specs.matrix import Cell
 
 INPUTS = [
@@ -64,11 +65,23 @@ def model_source() -> Path:
     return model_sources() / "llmapi" / "1" / "model.py"
 
 
-def llmapi_files(cell: Cell, model: str, revision: str | None = None) -> dict[str, str]:
+STANDIN_WEIGHTS = "standin-weights"  # beside model.yaml: what the CPU stand-in runs (the export, dequantized)
+STANDIN_NOTE = "CPU stand-in for TensorRT-LLM's LLM API (PyTorch + transformers), not TensorRT-LLM"
+
+
+def standin_source() -> Path:
+    from toolchain.triton.emit import model_sources
+
+    return model_sources() / "llmapi_cpu_standin" / "1" / "model.py"
+
+
+def llmapi_files(cell: Cell, model: str, revision: str | None = None, *, standin: bool = False) -> dict[str, str]:
     """Relative path -> text of the llmapi model (config.pbtxt built as a ModelConfig message).
 
     ``model``: what model.yaml names: a path relative to ``tensorrt_llm/1/``, an absolute path where
     the server runs, or a Hugging Face repo id (pinned to ``revision`` when given).
+    ``standin``: the CPU stand-in serves it (no TensorRT-LLM here): config.pbtxt names it, and the target
+    release's argument model is written beside model.yaml for the stand-in to refuse what the release refuses.
     """
     from toolchain._deps import require
     from toolchain.triton.emit import to_pbtxt
@@ -82,6 +95,9 @@ def llmapi_files(cell: Cell, model: str, revision: str | None = None) -> dict[st
     for name, dt, dims in OUTPUTS:
         cfg.output.append(pb.ModelOutput(name=name, data_type=pb.DataType.Value(dt), dims=dims))
     cfg.instance_group.append(pb.ModelInstanceGroup(count=1, kind=pb.ModelInstanceGroup.KIND_CPU))
+    if standin:
+        cfg.parameters["toolchain_reference"].string_value = STANDIN_NOTE
+        cfg.parameters["standin_weights"].string_value = STANDIN_WEIGHTS
     if cell.spec.serving.gpu_device_ids:
         cfg.parameters["gpu_device_ids"].string_value = ";".join(
             ",".join(map(str, g)) for g in cell.spec.serving.gpu_device_ids
@@ -95,8 +111,17 @@ def llmapi_files(cell: Cell, model: str, revision: str | None = None) -> dict[st
         "Serve it in NVIDIA's Triton container with TensorRT-LLM (the image provides tritonserver, the\n"
         "Python backend and the `tensorrt_llm` package); everything else is in this directory.\n"
     )
-    return {
+    files = {
         "tensorrt_llm/config.pbtxt": to_pbtxt(cfg),
         "tensorrt_llm/1/model.yaml": yamlout.dump(opts, sort_keys=False),
         "README.md": readme,
     }
+    if standin:
+        version = cell.spec.target.trtllm_version
+        files["tensorrt_llm/1/llm_args.json"] = json.dumps(arg_model_json(arg_model(cell.spec), version), indent=2)
+        files["README.md"] = (
+            f"{STANDIN_NOTE.upper()}: tensorrt_llm/1/model.py is the toolchain's CPU stand-in, emitted where\n"
+            "TensorRT-LLM's llmapi model.py goes because TensorRT-LLM is not installed here. model.yaml is what\n"
+            "TensorRT-LLM would be started with; emit on a GPU host (or without the stand-in) to serve it for real.\n"
+        )
+    return files

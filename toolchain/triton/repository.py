@@ -23,6 +23,7 @@ def emit_for_cell(
     engines_root: str | None = None,
     draft_engine: str | None = None,
     reference_weights: tuple[Path, str] | None = None,
+    standin: bool = False,
 ) -> dict[str, Any]:
     """Emit the repository of one cell (a draft-target cell's also serves ``draft_engine``, its draft's
     engine directory; with ``"reference"`` the draft checkpoint runs on the CPU reference model).
@@ -37,13 +38,18 @@ def emit_for_cell(
     server runs (an image build copies it there, a pod mounts it).
     ``reference_weights``: the checkpoint the CPU reference model serves and what it is (the dequantized
     quantized export, from ``pipeline.emit``); the source checkpoint when not given.
+    ``standin`` (runtime pytorch): the llmapi model is the toolchain's CPU stand-in for the LLM API, serving
+    ``reference_weights`` (``"reference"`` on a pytorch spec means the same).
     """
     cell = art.cell
     identity = art.identity()
     if engine_key is not None:
         identity["engine_key"] = engine_key
     if cell.spec.runtime == "pytorch":
-        return _emit_llmapi(art, engine, Path(out), identity, force, engines_root)
+        weights: tuple[Path | None, str] | None = None
+        if standin or engine == "reference":
+            weights = reference_weights or _reference_weights(art)
+        return _emit_llmapi(art, engine, Path(out), identity, force, engines_root, weights)
     tok = art.tokenizer_dir()
     if engine == "reference":
         return _emit_reference(art, tok, out, identity, force, reference_weights)
@@ -200,9 +206,11 @@ def _emit_llmapi(
     identity: dict[str, Any],
     force: bool,
     engines_root: str | None,
+    standin_weights: tuple[Path | None, str] | None = None,
 ) -> dict[str, Any]:
+    """``standin_weights``: serve with the CPU stand-in for the LLM API, running these weights (and what they are)."""
     from toolchain.specs.llmapi import bundled_models
-    from toolchain.triton.llmapi_repo import MODEL_REL, llmapi_files, model_source
+    from toolchain.triton.llmapi_repo import MODEL_REL, STANDIN_WEIGHTS, llmapi_files, model_source, standin_source
 
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not force:
@@ -237,16 +245,29 @@ def _emit_llmapi(
         name = MODEL_REL
     with staged_dir(out) as tmp:
         hub_id, _, revision = name.partition("@") if isinstance(model, str) else (name, "", "")
-        for rel, text in llmapi_files(cell, hub_id, revision or None).items():
+        standin = standin_weights is not None
+        for rel, text in llmapi_files(cell, hub_id, revision or None, standin=standin).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
-        (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(model_source().read_bytes())
+        source = standin_source() if standin else model_source()
+        (tmp / "tensorrt_llm" / "1" / "model.py").write_bytes(source.read_bytes())
+        if standin_weights is not None:
+            weights, served = standin_weights
+            if weights is None or not (weights / "config.json").is_file():
+                raise TritonRepoError(
+                    f"the CPU stand-in has no checkpoint to run at {weights}",
+                    "run `toolchain quantize SPEC` (or `toolchain up SPEC`) first",
+                )
+            copy_tree(weights, tmp / "tensorrt_llm" / "1" / STANDIN_WEIGHTS)
+            identity = {**identity, "reference_weights": served}
         if isinstance(model, Path) and engines_root is None:
             copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
         _carry_models(art, engine, tmp / "tensorrt_llm" / "1")
         inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
         carried = sorted(bundled_models(cell.spec))  # directories beside model.yaml that it names
         meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside, "carried": carried}
+        if standin:
+            meta["stand_in"] = "CPU stand-in for TensorRT-LLM's LLM API (PyTorch + transformers), not TensorRT-LLM"
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
-    return _result(out, "llmapi", False, identity, str(model) if mounts else "")
+    return _result(out, "llmapi", standin, identity, str(model) if mounts else "")
