@@ -45,7 +45,10 @@ def test_interrupted_up_resumes_then_finishes_with_a_benchmark(
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
     assert res["stages"]["checkpoint"] == "present" and res["stages"]["quantize"] == "reused"
-    assert "not TensorRT-LLM" in res["served_by"] and res["stages"]["build"].startswith("skipped")
+    # the PyTorch runtime (the default): a cold bundle is published, the CPU stand-in for the LLM API serves it
+    assert "stand-in for TensorRT-LLM's LLM API" in res["served_by"] and "not TensorRT-LLM" in res["served_by"]
+    assert res["stages"]["build"].startswith(("published", "cached")) and "cold bundle" in res["stages"]["build"]
+    assert res["bench"]["provenance"]["reference"] == res["served_by"]
     runs = res["bench"]["runs"]
     assert [run["summary"]["completed"] for run in runs] == [3, 3]
     assert all(run["summary"]["errors"] == 0 and run["summary"]["ttft_ms"]["p50"] > 0 for run in runs)

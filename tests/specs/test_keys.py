@@ -19,7 +19,8 @@ from toolchain.specs.speculative import draft_cell
 CKPT = {"digest": "sha256:" + "0" * 64}
 # the 8B spec on the engine path: runtime fields then change the profile, never the engine key (on the
 # PyTorch runtime they are part of the artifact's options file, test_pytorch_artifact_key_follows_what_it_carries)
-BASE = EngineSpec.model_validate(load_spec(SPECS / "llama-3.1-8b-fp8.yaml").model_dump(mode="json") | {"runtime": "tensorrt"})
+_SHIPPED = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
+BASE = EngineSpec.model_validate(_SHIPPED.model_dump(mode="json") | {"runtime": "tensorrt"})
 
 
 def _set(d: dict[str, Any], path: str, value: Any) -> None:
@@ -162,8 +163,8 @@ def test_keys_are_stable_and_order_independent() -> None:
     # A fixed input gives a fixed key: this value must not drift across runs, Pythons or releases
     # without a deliberate KEY_SCHEMA bump.
     assert len(a[0]) == 64 and a[0] == _ids(EngineSpec.model_validate(data))[0]
-    shipped = load_spec(SPECS / "llama-3.1-8b-fp8.yaml")
-    assert _ids(shipped) == _ids(EngineSpec.model_validate(dict(reversed(list(shipped.model_dump(mode="json").items())))))
+    shipped = _SHIPPED.model_dump(mode="json")
+    assert _ids(_SHIPPED) == _ids(EngineSpec.model_validate(dict(reversed(list(shipped.items())))))
 
 
 def test_checkpoint_and_cell_axes_change_the_key() -> None:

@@ -42,7 +42,13 @@ def _load(tmp_path: Path, d: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize(
     ("version", "runtime"),
-    [("1.0.0", "tensorrt"), ("1.1.0", "tensorrt"), ("1.2.0", "pytorch"), ("1.2.1", "pytorch"), ("1.3.0rc29", "pytorch")],
+    [
+        ("1.0.0", "tensorrt"),
+        ("1.1.0", "tensorrt"),
+        ("1.2.0", "pytorch"),
+        ("1.2.1", "pytorch"),
+        ("1.3.0rc29", "pytorch"),
+    ],
 )
 def test_an_omitted_runtime_is_pytorch_wherever_the_llm_api_is_supported(
     tmp_path: Path, version: str, runtime: str

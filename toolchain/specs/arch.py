@@ -323,8 +323,7 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
     if local is not None:
         raise ModelConfigError(
             f"{local}: no config.json, and the spec names no model.architecture",
-            missing_checkpoint_hint(spec.name, local)
-            + ("" if is_tiny(spec.name) else " (or set model.architecture)"),
+            missing_checkpoint_hint(spec.name, local) + ("" if is_tiny(spec.name) else " (or set model.architecture)"),
         )
     if not allow_network:
         raise ModelConfigError(f"{spec.model.source}: no model.architecture in the spec and network use is off")

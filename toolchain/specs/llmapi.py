@@ -107,6 +107,8 @@ ARG_MODELS = {
         },
     ),
 }
+
+
 def arg_model_json(model: ArgModel, version: str) -> dict[str, Any]:
     """The argument model as data, for the CPU stand-in to refuse what the release refuses."""
     return {
@@ -213,9 +215,8 @@ def validate_options(opts: dict[str, Any], model: ArgModel | None = None) -> lis
             out.append(f"unknown kv_cache_config key {k}")
     kv_dtype = (opts.get("kv_cache_config") or {}).get("dtype")
     if kv_dtype is not None and kv_dtype not in m.kv_dtypes:
-        out.append(
-            f"kv_cache_config.dtype {kv_dtype} is not accepted by TensorRT-LLM {m.line} ({', '.join(sorted(m.kv_dtypes))})"
-        )
+        accepted = ", ".join(sorted(m.kv_dtypes))
+        out.append(f"kv_cache_config.dtype {kv_dtype} is not accepted by TensorRT-LLM {m.line} ({accepted})")
     cg = opts.get("cuda_graph_config")
     if cg:
         for k in cg:

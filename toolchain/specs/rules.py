@@ -21,6 +21,7 @@ from toolchain.specs.releases import (
     release_of,
 )
 
+
 def version_matches(asked: str, actual: str) -> bool:
     """``actual`` is the release ``asked`` names, compared part by part: "10.13" matches 10.13.3.9,
     "10.1" does not."""

@@ -98,7 +98,8 @@ class TritonPythonModel:
         weights = os.path.normpath(os.path.join(here, params["standin_weights"]))
         torch.manual_seed(0)
         torch.set_num_threads(1)
-        self.model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+        self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
         self.tok: Any = AutoTokenizer.from_pretrained(weights)
         self.eos = self.tok.eos_token_id
         self.pool = ThreadPoolExecutor(max_workers=self.max_batch, thread_name_prefix="standin")
@@ -153,9 +154,7 @@ class TritonPythonModel:
                     sent = text
                 if len(generated) >= max_new or (getattr(req, "is_cancelled", None) and req.is_cancelled()):
                     break
-                out = self.model(
-                    input_ids=torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True
-                )
+                out = self.model(input_ids=torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
         text = self.tok.decode(generated, skip_special_tokens=True) if finish == "length" else sent
         if streaming:
             send(self._response(text[len(sent) :], finish), True)
