@@ -46,6 +46,8 @@ def _repo_meta(path: Path) -> dict[str, Any]:
 def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts | None) -> Path:
     if tokenizer:
         return tokenizer
+    if repo and (repo / LLMAPI_YAML).is_file() and not (repo / "preprocessing").is_dir():
+        return _llmapi_tokenizer(repo)
     if repo:
         from google.protobuf import text_format
         from tritonclient.grpc import model_config_pb2 as pb
@@ -60,6 +62,37 @@ def find_tokenizer(tokenizer: Path | None, repo: Path | None, art: CellArtifacts
         "the workload needs the deployment's tokenizer",
         "pass --tokenizer DIR, --repo DIR (an emitted repository) or --spec SPEC",
     )
+
+
+LLMAPI_YAML = Path("tensorrt_llm") / "1" / "model.yaml"  # an llmapi repository (runtime pytorch)
+
+
+def _llmapi_tokenizer(repo: Path) -> Path:
+    """An llmapi repository's tokenizer: the checkpoint its model.yaml names (the LLM API tokenizes with it)."""
+    import yaml
+
+    here = repo / LLMAPI_YAML.parent
+    try:
+        opts = yaml.safe_load((repo / LLMAPI_YAML).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise UserInputError(f"{repo / LLMAPI_YAML} is not readable YAML", "emit the repository again") from e
+    model = opts.get("tokenizer") or opts.get("model") if isinstance(opts, dict) else None
+    path = here / str(model) if model and not Path(str(model)).is_absolute() else Path(str(model or ""))
+    if model and path.is_dir():
+        return path.resolve()
+    raise UserInputError(
+        f"the llmapi model in {repo} names no local checkpoint ({model!r}) to take the tokenizer from",
+        "pass --tokenizer DIR (the model's tokenizer)",
+    )
+
+
+def served_model(opts: BenchOptions) -> str:
+    """The model to benchmark: --model, where the default (the ensemble) means the llmapi model of an llmapi
+    repository given with --repo."""
+    repo = opts.repo
+    if opts.model == "ensemble" and repo is not None and (repo / LLMAPI_YAML).is_file():
+        return "tensorrt_llm"
+    return opts.model
 
 
 def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
@@ -131,7 +164,7 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     cfg = BenchConfig(
         protocol=opts.protocol.split("-")[0],
         url=opts.url,
-        model=opts.model,
+        model=served_model(opts),
         loads=list(opts.loads),
         requests=reqs,
         stream=opts.stream,
@@ -179,7 +212,7 @@ def _repo_provenance(marker: Path) -> dict[str, Any]:
     """What an emitted repository's marker says about its origin: spec, cell, keys and reference note."""
     meta = _repo_meta(marker)
     prov = {k: meta.get(k) for k in ("spec", "cell", "engine_key", "profile_id") if meta.get(k)}
-    prov["reference"] = meta.get("reference_note")
+    prov["reference"] = meta.get("reference_note") or meta.get("stand_in")
     for k, v in prov.items():  # the result's provenance holds them as text (toolchain.bench.result.Provenance)
         if v is not None and not isinstance(v, str):
             raise UserInputError(

@@ -128,7 +128,9 @@ RehashOpt = Annotated[
     ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
-ServedModelOpt = Annotated[str, typer.Option("--model", help="Name of the served model")]
+ServedModelOpt = Annotated[
+    str, typer.Option("--model", help="Served model (default ensemble; tensorrt_llm for an llmapi --repo)")
+]
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Hugging Face checkpoint directory")]
 WorldSizeOpt = Annotated[
     int | None, typer.Option("--world-size", help="Ranks (default: the engine's)", min=1, max=1024)

@@ -54,6 +54,7 @@ class CellBuild:
     log_path: Path | None = None
     seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    bundle: str | None = None  # runtime pytorch: "warm" or "cold" (toolchain.compile.bundle)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +67,7 @@ class CellBuild:
             "log": str(self.log_path) if self.log_path else None,
             "seconds": self.seconds,
             "notes": self.notes,
+            **({"bundle": self.bundle} if self.bundle else {}),
         }
 
 
@@ -192,6 +194,8 @@ def plan_cell_build(
     cached = key in held if held is not None else registry.exists(key)
     status = "cached" if cached and not force else "planned"
     plan = CellBuild(cell, key, status, cmd, ckpt)
+    if cell.spec.runtime == "pytorch" and status == "planned":
+        _plan_bundle(cell, plan)
     if status == "planned" and not is_unquantized(cell.spec) and not (ckpt / "manifest.json").is_file():
         plan.notes.append(  # no registry request per cell: a dry run of many cells lists the registry once
             f"the quantized checkpoint {ckpt} does not exist yet: run `toolchain quantize SPEC` "
@@ -424,7 +428,11 @@ def _carry_models(cell: Cell, out: Path) -> None:
 
 
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:
-    """PyTorch runtime: the artifact is the unified HF checkpoint plus the LLM-API options file."""
+    """PyTorch runtime: the warm-start bundle (toolchain.compile.bundle): the unified HF checkpoint, the
+    LLM-API options file and, on a GPU host with TensorRT-LLM, the caches a warm-up run on the cell's GPU
+    writes; elsewhere a cold bundle, said so in the build's notes."""
+    from toolchain.compile import bundle as B
+
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:
         out = work / "artifact"
@@ -432,6 +440,16 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
         opts = llmapi_options(cell)
         _carry_models(cell, out)
         (out / "extra_llm_api_options.yaml").write_text(yamlout.dump(opts, sort_keys=True))
+        (out / B.MANIFEST).write_text(json.dumps(B.manifest(cell, warm=False), indent=2))
+        warm_why = _warmup_refusal(cell)
+        if warm_why is None:
+            caches, seconds = _warm_up(cell, out, plan)
+            (out / B.MANIFEST).write_text(json.dumps(B.manifest(cell, warm=True, caches=caches, seconds=seconds)))
+            plan.bundle = "warm"
+            plan.notes.append(f"warm-start bundle: {len(caches)} cache files from a {seconds:.0f} s warm-up")
+        else:
+            plan.bundle = "cold"
+            plan.notes.append(f"cold bundle (checkpoint and options, no caches): {warm_why}")
         prov = provenance({"tensorrt_llm": None, "tensorrt": None}) | {
             "spec": cell.spec.model_dump(mode="json"),
             "cell": cell.axes(),
@@ -440,9 +458,57 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
             "cwd": "<artifact>",
             "command": ["trtllm-serve", "hf", "--extra_llm_api_options", "extra_llm_api_options.yaml"],
             "target": cell.spec.target.model_dump(),
+            "bundle": plan.bundle,
         }
-        registry.put(plan.key, out, kind="llmapi-profile", provenance=prov, force=force)  # --force replaces it
+        registry.put(plan.key, out, kind=B.KIND, provenance=prov, force=force)  # --force replaces it
         plan.status = "published"
         return plan
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _plan_bundle(cell: Cell, plan: CellBuild) -> None:
+    """What publishing the cell's warm-start bundle will do, and the cache paths it fills."""
+    from toolchain.compile import bundle as B
+
+    why = _warmup_refusal(cell)
+    plan.bundle = "cold" if why else "warm"
+    if why is None:
+        plan.command = B.warmup_command(Path("<bundle>"))
+    else:
+        plan.notes.append(f"cold bundle: {why}")
+    plan.notes.extend(B.warmup_steps(cell))
+
+
+def _warmup_refusal(cell: Cell) -> str | None:
+    """Why this host cannot warm the cell's bundle up (None: it can)."""
+    import importlib.util
+
+    from toolchain.hardware.detect import detect_gpus
+
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        return "TensorRT-LLM is not installed here (the warm-up runs on a GPU host)"
+    gpus = [g.name for g in detect_gpus()[0]]
+    if cell.gpu.nvml_name not in gpus or len(gpus) < cell.tp * cell.pp:
+        return f"the warm-up needs {cell.tp * cell.pp} × {cell.gpu.nvml_name}; this host has {gpus or 'no GPU'}"
+    return None
+
+
+def _warm_up(cell: Cell, out: Path, plan: CellBuild) -> tuple[list[str], float]:
+    """Run the warm-up in its own process with the cache variables pointing into the bundle; the cache
+    files it wrote, and how long it took."""
+    from toolchain.compile import bundle as B
+
+    env = {**os.environ, **{k: str(out / v) for k, v in B.CACHE_ENV.items()}}
+    (out / B.CACHES).mkdir()
+    log_path = cache().build_log(cell.id, plan.key)
+    plan.log_path = log_path
+    t0 = time.monotonic()
+    res = run_logged(B.warmup_command(out), log_path, cwd=out, env=env)
+    if res.returncode != 0:
+        raise EngineBuildError(
+            f"the warm-up run of cell {cell.id} exited {res.returncode}",
+            cmd=B.warmup_command(out), returncode=res.returncode, log_path=log_path,
+        )  # fmt: skip
+    files = sorted(str(p.relative_to(out)) for p in (out / B.CACHES).rglob("*") if p.is_file())
+    return files, time.monotonic() - t0

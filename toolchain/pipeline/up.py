@@ -15,6 +15,7 @@ from typing import Any
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
+from toolchain.compile.engine import CellBuild
 from toolchain.errors import NeedsGPUError, SpecError
 from toolchain.planning.plan import CellPlan, plan_cell
 from toolchain.progress import Progress, importing, prefixed, silent
@@ -35,10 +36,13 @@ def trtllm_installed() -> bool:
     return importlib.util.find_spec("tensorrt_llm") is not None
 
 
-def bundle_state(build: Any) -> str:
+def bundle_state(build: CellBuild) -> str:
     """What the PyTorch runtime's warm-start bundle holds: warm (caches from a warm-up on the target GPU) or cold."""
-    caches = getattr(build, "caches", None)
-    return "warm-start bundle" if caches else "cold bundle (no autotuner or CUDA-graph caches: no GPU here)"
+    if build.bundle == "warm":
+        return "warm-start bundle"
+    if build.bundle == "cold":
+        return "cold bundle (no autotuner or compile caches: made without a GPU)"
+    return "bundle as stored"  # cached: the registry entry says which (toolchain cache show)
 
 
 @dataclass

@@ -129,7 +129,9 @@ def lint_repository(repo: Path, *, world_size: int | None = None) -> list[Findin
         (
             n
             for n, c in configs.items()
-            if c.backend == "tensorrtllm" or _param(c, "gpt_model_type") or _param(c, "toolchain_reference")
+            if c.backend == "tensorrtllm"
+            or _param(c, "gpt_model_type")
+            or (_param(c, "toolchain_reference") and _param(c, "standin_weights") is None)  # the llmapi stand-in
         ),
         None,
     )

@@ -1,0 +1,159 @@
+"""The PyTorch runtime's warm-start bundle: what one cell's LLM-API server needs to start, and the
+GPU-specific state its start-up would otherwise redo (docs/bundles.md).
+
+A bundle is a registry entry (kind ``llmapi-bundle``) keyed like an engine (GPU × TensorRT-LLM version ×
+shape, ``toolchain.artifacts.keys``)::
+
+    hf/                          the quantized unified checkpoint (or the source, unquantized)
+    extra_llm_api_options.yaml   the LLM-API options of the cell
+    bundle.json                  this module's manifest: state, what it was made for, its caches
+    caches/                      warm bundles only: filled by a warm-up run on the target GPU
+      autotuner.cache            TLLM_AUTOTUNER_CACHE_PATH (TensorRT-LLM's autotuner profiles)
+      inductor/                  TORCHINDUCTOR_CACHE_DIR (torch.compile's compiled kernels)
+      triton/                    TRITON_CACHE_DIR (Triton-language JIT kernels)
+
+``toolchain build`` on a GPU host with TensorRT-LLM makes a **warm** bundle: it starts the LLM API once
+with the cell's shapes and the cache variables pointing into ``caches/``. Anywhere else it makes a **cold**
+bundle (checkpoint and options, no caches), named cold in every output. CUDA graphs are captured at every
+start and cannot be kept (TensorRT-LLM has no graph cache); what is kept shortens the autotuning and
+compilation around them.
+
+**Checked on load.** TensorRT-LLM records the version and GPU in its autotuner file but does not check
+them on load. Every consumer checks ``bundle.json`` against the GPU it runs on, the TensorRT-LLM it
+has and the cell it serves (``accept``): a bundle made for anything else never reaches the runtime; the
+server starts cold, with one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.specs.matrix import Cell
+
+KIND = "llmapi-bundle"
+LEGACY_KIND = "llmapi-profile"  # entries published before bundles: checkpoint + options, always cold
+MANIFEST = "bundle.json"
+CACHES = "caches"
+SCHEMA = 1
+# environment variable -> path inside the bundle (source: docs/bundles.md)
+CACHE_ENV = {
+    "TLLM_AUTOTUNER_CACHE_PATH": f"{CACHES}/autotuner.cache",
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHES}/inductor",
+    "TRITON_CACHE_DIR": f"{CACHES}/triton",
+}
+
+
+@dataclass(frozen=True)
+class MadeFor:
+    """What a bundle's caches are valid for."""
+
+    gpu: str  # NVML name, e.g. "NVIDIA H100 80GB HBM3"
+    trtllm_version: str
+    shape: dict[str, int]  # max_batch_size, max_seq_len, max_input_len, max_num_tokens, tp, pp
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "trtllm_version": self.trtllm_version, "shape": self.shape}
+
+    def tp_pp(self) -> str:
+        return f"{self.shape['tp']}, PP {self.shape['pp']}"
+
+
+def made_for(cell: Cell) -> MadeFor:
+    from toolchain.specs.llmapi import llmapi_options
+
+    opts = llmapi_options(cell)
+    shape = {
+        "max_batch_size": cell.max_batch_size,
+        "max_seq_len": cell.max_seq_len,
+        "max_input_len": cell.max_input_len,
+        "max_num_tokens": int(opts["max_num_tokens"]),
+        "tp": cell.tp,
+        "pp": cell.pp,
+    }
+    return MadeFor(cell.gpu.nvml_name, cell.spec.target.trtllm_version, shape)
+
+
+def manifest(
+    cell: Cell, *, warm: bool, caches: list[str] | None = None, seconds: float | None = None
+) -> dict[str, Any]:
+    """The bundle's ``bundle.json``: cold (no caches) or warm (the cache files a warm-up wrote)."""
+    return {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "state": "warm" if warm else "cold",
+        "made_for": made_for(cell).to_json(),
+        "caches": sorted(caches or []),
+        "env": CACHE_ENV if warm else {},
+        "warmup_seconds": seconds,
+    }
+
+
+def read_manifest(bundle: Path) -> dict[str, Any] | None:
+    """A bundle's manifest; None for a legacy ``llmapi-profile`` entry (no manifest: cold)."""
+    p = bundle / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def mismatches(m: dict[str, Any], want: MadeFor) -> list[str]:
+    """How a bundle's ``made_for`` differs from where it is loaded (empty: it fits)."""
+    got = m.get("made_for") or {}
+    out = []
+    if got.get("gpu") != want.gpu:
+        out.append(f"made on {got.get('gpu')}, this GPU is {want.gpu}")
+    if got.get("trtllm_version") != want.trtllm_version:
+        out.append(f"made with TensorRT-LLM {got.get('trtllm_version')}, this is {want.trtllm_version}")
+    if got.get("shape") != want.shape:
+        out.append(f"made for shape {got.get('shape')}, this cell is {want.shape}")
+    return out
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What a consumer hands the runtime: the cache variables (empty for a cold start) and why."""
+
+    env: dict[str, str]
+    state: str  # warm | cold
+    warning: str | None  # one line when a warm bundle was refused
+
+    def line(self) -> str:
+        if self.state == "warm":
+            return "warm start: the bundle's autotuner and compile caches are handed to the runtime"
+        return self.warning or "cold start: the bundle holds no caches (made without a GPU)"
+
+
+def accept(bundle: Path, want: MadeFor) -> Acceptance:
+    """The bundle's caches for a runtime on ``want``'s GPU, version and shape, or a cold start with one
+    warning when the bundle was made for anything else."""
+    m = read_manifest(bundle)
+    if m is None or m.get("state") != "warm":
+        return Acceptance({}, "cold", None)
+    wrong = mismatches(m, want)
+    if wrong:
+        return Acceptance({}, "cold", f"warning: cold start, the bundle's caches are not used: {'; '.join(wrong)}")
+    env = {k: str(bundle / v) for k, v in CACHE_ENV.items() if (bundle / v).exists()}
+    return Acceptance(env, "warm", None)
+
+
+def warmup_steps(cell: Cell) -> list[str]:
+    """What a warm-up run does and the cache paths it fills, for ``build --dry-run`` and the docs."""
+    f = made_for(cell)
+    return [
+        f"warm-up: tensorrt_llm.LLM on {f.gpu}, TensorRT-LLM {f.trtllm_version}, TP {f.tp_pp()}; "
+        f"batch {f.shape['max_batch_size']} and 1, {f.shape['max_input_len']}-token prompts",
+        *(f"fills {k}=<bundle>/{v}" for k, v in CACHE_ENV.items()),
+    ]
+
+
+def warmup_command(bundle: Path) -> list[str]:
+    """The warm-up run, in its own process (a crashed or hung warm-up never takes the build with it)."""
+    return [sys.executable, "-m", "toolchain.compile.warmup", str(bundle)]
