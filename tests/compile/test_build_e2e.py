@@ -162,7 +162,7 @@ def test_build_reports_log_path_elapsed_and_last_line(
     assert beats[0][3] is not None and beats[0][3].startswith("$ trtllm-build")  # the latest log line
 
 
-def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint: Path, tmp_path: Path) -> None:
+def test_pytorch_runtime_publishes_a_cold_bundle_without_a_gpu(tiny_checkpoint: Path, tmp_path: Path) -> None:
     reg = open_registry(str(tmp_path / "reg"))
     cell = _quantized_cell(
         _spec(
@@ -170,10 +170,16 @@ def test_pytorch_runtime_publishes_llmapi_profile(tiny_checkpoint: Path, tmp_pat
         )
     )
     res = build_cell(for_cell(cell), reg)
-    assert res.status == "published"
+    assert res.status == "published" and res.bundle == "cold"
+    assert any(n.startswith("cold bundle: TensorRT-LLM is not installed here") for n in res.notes), res.notes
     m = reg.show(res.key)
-    assert m.kind == "llmapi-profile" and "hf/hf_quant_config.json" in m.files
+    assert m.kind == "llmapi-bundle" and "hf/hf_quant_config.json" in m.files and "bundle.json" in m.files
     reg.get(res.key, tmp_path / "art")
+    manifest = json.loads((tmp_path / "art" / "bundle.json").read_text())
+    assert manifest["state"] == "cold" and manifest["caches"] == [] and manifest["env"] == {}
+    made = manifest["made_for"]
+    assert made["gpu"] == cell.gpu.nvml_name and made["trtllm_version"] == "1.2.1"
+    assert made["shape"]["max_batch_size"] == 8 and made["shape"]["tp"] == 1
     opts = yaml.safe_load((tmp_path / "art" / "extra_llm_api_options.yaml").read_text())
     assert opts["max_batch_size"] == 8 and opts["kv_cache_config"]["enable_block_reuse"] is True
     # --force replaces a profile whose content differs under the same key (an older options file, say)

@@ -3,6 +3,7 @@ verify, start tritonserver with the CPU reference model, answer the readiness pr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -299,6 +300,12 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
     for f in tiny_checkpoint.iterdir():
         (artifact / "hf" / f.name).write_bytes(f.read_bytes())
     (artifact / "extra_llm_api_options.yaml").write_text("kv_cache_config: {free_gpu_memory_fraction: 0.9}\n")
+    # a warm bundle made on an H100 with 1.2.1: this host has neither, so its caches never reach trtllm-serve
+    (artifact / "caches").mkdir()
+    (artifact / "caches" / "autotuner.cache").write_text("{}")
+    made = {"gpu": "NVIDIA H100 80GB HBM3", "trtllm_version": "1.2.1", "shape": {"tp": 2}}
+    env = {"TLLM_AUTOTUNER_CACHE_PATH": "caches/autotuner.cache"}
+    (artifact / "bundle.json").write_text(json.dumps({"state": "warm", "made_for": made, "env": env}))
     key = "c" * 64
     registry = tmp_path / "registry"
     open_registry(str(registry)).put(key, artifact, kind="llmapi")
@@ -317,7 +324,10 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
     )
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "trtllm-serve").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$FAKE_LOG"\n')
+    (fake / "trtllm-serve").write_text(
+        '#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$FAKE_LOG"\n'
+        'printf "%s" "${TLLM_AUTOTUNER_CACHE_PATH:-}" > "$FAKE_LOG.env"\n'
+    )
     (fake / "trtllm-serve").chmod(0o755)
     log = tmp_path / "serve.log"
     proc = _run(
@@ -352,6 +362,8 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
         "8000",
     ]
     assert (dest / "hf" / "config.json").is_file()
+    assert (tmp_path / "argv.env").read_text() == ""  # the bundle was made for another GPU and TensorRT-LLM
+    assert "warning: cold start, the bundle's caches are not used: made on NVIDIA H100" in log.read_text()
 
 
 def test_group_leader_waits_for_every_pod_to_restore_its_engine(group: tuple[Path, Path, str], tmp_path: Path) -> None:

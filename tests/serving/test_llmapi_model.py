@@ -61,6 +61,7 @@ def _pb_utils() -> types.ModuleType:
     m.TritonError = lambda msg: msg  # type: ignore[attr-defined]
     m.TritonModelException = RuntimeError  # type: ignore[attr-defined]
     m.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # type: ignore[attr-defined]
+    m.Logger = types.SimpleNamespace(log_info=lambda msg: None, log_warn=lambda msg: None)  # type: ignore[attr-defined]
     m.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)  # type: ignore[attr-defined]
     m.using_decoupled_model_transaction_policy = lambda cfg: cfg["model_transaction_policy"]["decoupled"]  # type: ignore[attr-defined]
     return m
@@ -199,4 +200,70 @@ def test_decoupled_streaming_sends_each_chunk_then_final(monkeypatch: pytest.Mon
     chunks = [r.tensors["text_output"].tolist()[0] for r, _ in req.sender.sent if r is not None]
     assert chunks == ["w0", "w1", "w2"] and req.sender.sent[-1] == (None, 1)
     assert seen["calls"][0][1] == {"max_tokens": 3, "stop": ["</s>"]}
+    m.finalize()
+
+
+def _bundle(here: Path, *, gpu: str, version: str, state: str = "warm") -> None:
+    """A warm-start bundle beside model.yaml, as `toolchain triton emit` carries it (toolchain.artifacts.bundle)."""
+    (here / "caches").mkdir(parents=True, exist_ok=True)
+    (here / "caches" / "autotuner.cache").write_text("{}")
+    shape = {"max_batch_size": 8, "max_seq_len": 256, "max_input_len": 128, "max_num_tokens": 1024, "tp": 1, "pp": 1}
+    manifest = {
+        "schema": 1,
+        "kind": "llmapi-bundle",
+        "state": state,
+        "made_for": {"gpu": gpu, "trtllm_version": version, "shape": shape},
+        "caches": ["caches/autotuner.cache"],
+        "env": {"TLLM_AUTOTUNER_CACHE_PATH": "caches/autotuner.cache"} if state == "warm" else {},
+    }
+    (here / "bundle.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "version", "warm"),
+    [
+        ("NVIDIA H100 80GB HBM3", "1.2.1", True),
+        ("NVIDIA H200", "1.2.1", False),  # made for another GPU
+        ("NVIDIA H100 80GB HBM3", "1.3.0rc29", False),  # made with another TensorRT-LLM
+    ],
+)
+def test_a_bundle_reaches_the_runtime_only_on_the_gpu_and_version_it_was_made_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpu: str, version: str, warm: bool
+) -> None:
+    """TensorRT-LLM loads an autotuner file without checking its GPU or version; the model checks
+    bundle.json first and starts cold, with one warning, on anything else."""
+    here = tmp_path / "tensorrt_llm" / "1"
+    _bundle(here, gpu=gpu, version=version)
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(get_device_name=lambda i=0: "NVIDIA H100 80GB HBM3")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setenv("TLLM_AUTOTUNER_CACHE_PATH", "unset")
+    monkeypatch.delenv("TLLM_AUTOTUNER_CACHE_PATH")
+    seen: dict[str, Any] = {}
+    real = _tensorrt_llm
+
+    def versioned(seen: dict[str, Any]) -> dict[str, types.ModuleType]:
+        mods = real(seen)
+        mods["tensorrt_llm"].__version__ = "1.2.1"  # type: ignore[attr-defined]
+        return mods
+
+    monkeypatch.setattr(sys.modules[__name__], "_tensorrt_llm", versioned)
+    extra = {"max_seq_len": 256, "max_num_tokens": 1024, "tensor_parallel_size": 1}
+    m = _model(monkeypatch, tmp_path, False, seen, extra)
+    import os
+
+    if warm:
+        assert os.environ.get("TLLM_AUTOTUNER_CACHE_PATH") == str(here / "caches" / "autotuner.cache")
+        assert m.start.startswith("warm start")
+    else:
+        assert "TLLM_AUTOTUNER_CACHE_PATH" not in os.environ
+        assert m.start.startswith("warning: cold start") and ("made on" in m.start or "made with" in m.start)
+    m.finalize()
+
+
+def test_a_cold_bundle_starts_cold_without_a_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _bundle(tmp_path / "tensorrt_llm" / "1", gpu="NVIDIA H100 80GB HBM3", version="1.2.1", state="cold")
+    seen: dict[str, Any] = {}
+    m = _model(monkeypatch, tmp_path, False, seen)
+    assert m.start == "cold start: the bundle holds no caches (made without a GPU)"
     m.finalize()

@@ -54,7 +54,7 @@ class CellBuild:
     log_path: Path | None = None
     seconds: float | None = None
     notes: list[str] = field(default_factory=list)
-    bundle: str | None = None  # runtime pytorch: "warm" or "cold" (toolchain.compile.bundle)
+    bundle: str | None = None  # runtime pytorch: "warm" or "cold" (toolchain.artifacts.bundle)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -428,10 +428,10 @@ def _carry_models(cell: Cell, out: Path) -> None:
 
 
 def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Path, *, force: bool) -> CellBuild:
-    """PyTorch runtime: the warm-start bundle (toolchain.compile.bundle): the unified HF checkpoint, the
+    """PyTorch runtime: the warm-start bundle (toolchain.artifacts.bundle): the unified HF checkpoint, the
     LLM-API options file and, on a GPU host with TensorRT-LLM, the caches a warm-up run on the cell's GPU
     writes; elsewhere a cold bundle, said so in the build's notes."""
-    from toolchain.compile import bundle as B
+    from toolchain.artifacts import bundle as B
 
     work = Path(tempfile.mkdtemp(prefix=f"llmapi-{plan.key[:12]}.", dir=_work_root()))
     try:
@@ -469,7 +469,7 @@ def _publish_llmapi(cell: Cell, plan: CellBuild, registry: ArtifactStore, hf: Pa
 
 def _plan_bundle(cell: Cell, plan: CellBuild) -> None:
     """What publishing the cell's warm-start bundle will do, and the cache paths it fills."""
-    from toolchain.compile import bundle as B
+    from toolchain.artifacts import bundle as B
 
     why = _warmup_refusal(cell)
     plan.bundle = "cold" if why else "warm"
@@ -497,7 +497,7 @@ def _warmup_refusal(cell: Cell) -> str | None:
 def _warm_up(cell: Cell, out: Path, plan: CellBuild) -> tuple[list[str], float]:
     """Run the warm-up in its own process with the cache variables pointing into the bundle; the cache
     files it wrote, and how long it took."""
-    from toolchain.compile import bundle as B
+    from toolchain.artifacts import bundle as B
 
     env = {**os.environ, **{k: str(out / v) for k, v in B.CACHE_ENV.items()}}
     (out / B.CACHES).mkdir()

@@ -1,5 +1,5 @@
 """``python -m toolchain.compile.warmup BUNDLE``: one warm-up run of TensorRT-LLM's LLM API on a GPU host,
-with the cache variables of ``toolchain.compile.bundle.CACHE_ENV`` pointing into ``BUNDLE/caches`` (the
+with the cache variables of ``toolchain.artifacts.bundle.CACHE_ENV`` pointing into ``BUNDLE/caches`` (the
 parent sets them). It starts the LLM with the bundle's options (as Triton's llmapi model and
 trtllm-serve do: ``update_llm_args_with_extra_dict``), generates at the cell's batch and at batch 1 with
 prompts of the cell's input length, and shuts down. Run in the bundle's directory: the options name

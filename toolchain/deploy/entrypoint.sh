@@ -67,6 +67,10 @@ if [ "$FRONTEND" = trtllm-serve ]; then
     if [ ! -f "$dest/hf/config.json" ] || [ ! -f "$dest/extra_llm_api_options.yaml" ]; then
         fail "entry $ENGINE_KEY is not an LLM-API artifact (hf/ + extra_llm_api_options.yaml); not serving"
     fi
+    # the warm-start bundle's caches, only when it was made on this GPU with this TensorRT-LLM (one warning
+    # and a cold start otherwise): TensorRT-LLM loads an autotuner file without checking either
+    bundle_env=$("$PY" -m toolchain.artifacts.bundle "$dest") || fail "the bundle in $dest could not be checked"
+    eval "$bundle_env"
     set -- trtllm-serve "$dest/hf" --backend pytorch --tp_size "${TOOLCHAIN_TP:-1}" --pp_size "${TOOLCHAIN_PP:-1}" \
         --extra_llm_api_options "$dest/extra_llm_api_options.yaml" --host "$HOST" --port "$HTTP_PORT"
     say "starting: $*"

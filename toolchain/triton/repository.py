@@ -190,6 +190,18 @@ def _carry_models(art: CellArtifacts, engine: str, dest: Path) -> None:
             copy_tree(carried_dir(rel, source), dest / rel)
 
 
+def _carry_bundle(artifact: Path | None, dest: Path) -> None:
+    """The warm-start bundle's manifest and caches beside model.yaml, where the llmapi model checks them
+    against its GPU and TensorRT-LLM before handing them to the runtime (toolchain.artifacts.bundle)."""
+    from toolchain.artifacts.bundle import CACHES, MANIFEST
+
+    if artifact is None or not (artifact / MANIFEST).is_file():
+        return
+    (dest / MANIFEST).write_bytes((artifact / MANIFEST).read_bytes())
+    if (artifact / CACHES).is_dir():
+        copy_tree(artifact / CACHES, dest / CACHES)
+
+
 def _is_engine_config(path: Path) -> bool:
     """A TensorRT-LLM engine's config.json (``build_config`` and ``pretrained_config``), not a checkpoint's."""
     try:
@@ -263,6 +275,7 @@ def _emit_llmapi(
             identity = {**identity, "reference_weights": served}
         if isinstance(model, Path) and engines_root is None:
             copy_tree(model, tmp / "tensorrt_llm" / "1" / Path(MODEL_REL).name)
+        _carry_bundle(Path(engine) if engine != "reference" else None, tmp / "tensorrt_llm" / "1")
         _carry_models(art, engine, tmp / "tensorrt_llm" / "1")
         inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
         carried = sorted(bundled_models(cell.spec))  # directories beside model.yaml that it names

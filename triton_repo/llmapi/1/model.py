@@ -77,8 +77,55 @@ def load_options(here: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return opts, triton
 
 
+BUNDLE_SHAPE = {  # the bundle's shape key -> the LLM argument that must match it
+    "max_batch_size": "max_batch_size",
+    "max_seq_len": "max_seq_len",
+    "max_num_tokens": "max_num_tokens",
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+}
+
+
+def _local_gpu() -> str | None:
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name(0))
+    except Exception:
+        return None
+
+
+def bundle_env(here: str, opts: dict[str, Any], version: str | None) -> tuple[dict[str, str], str]:
+    """The warm-start bundle's cache variables (bundle.json beside model.yaml, written by toolchain), and one
+    line saying what start this is. A bundle made for another GPU, TensorRT-LLM or shape is never handed
+    to the runtime: TensorRT-LLM would load its autotuner file without checking either."""
+    path = os.path.join(here, "bundle.json")
+    if not os.path.isfile(path):
+        return {}, "cold start: no warm-start bundle"
+    with open(path) as f:
+        m = json.load(f)
+    if m.get("state") != "warm":
+        return {}, "cold start: the bundle holds no caches (made without a GPU)"
+    made = m.get("made_for") or {}
+    wrong = []
+    gpu = _local_gpu()
+    if made.get("gpu") != gpu:
+        wrong.append(f"made on {made.get('gpu')}, this GPU is {gpu}")
+    if made.get("trtllm_version") != version:
+        wrong.append(f"made with TensorRT-LLM {made.get('trtllm_version')}, this is {version}")
+    shape = made.get("shape") or {}
+    for key, arg in BUNDLE_SHAPE.items():
+        if arg in opts and shape.get(key) != opts[arg]:
+            wrong.append(f"made for {arg} {shape.get(key)}, model.yaml says {opts[arg]}")
+    if wrong:
+        return {}, "warning: cold start, the bundle's caches are not used: " + "; ".join(wrong)
+    env = {k: os.path.join(here, v) for k, v in (m.get("env") or {}).items() if os.path.exists(os.path.join(here, v))}
+    return env, "warm start: the bundle's autotuner and compile caches are handed to TensorRT-LLM"
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        import tensorrt_llm
         from tensorrt_llm import LLM
         from tensorrt_llm.llmapi.llm_args import update_llm_args_with_extra_dict
 
@@ -88,6 +135,12 @@ class TritonPythonModel:
         self.decoupled: bool = pb_utils.using_decoupled_model_transaction_policy(cfg)
         if bool(triton.get("decoupled", self.decoupled)) != self.decoupled:
             raise pb_utils.TritonModelException("model.yaml triton_config.decoupled disagrees with config.pbtxt")
+        env, start = bundle_env(here, opts, getattr(tensorrt_llm, "__version__", None))
+        os.environ.update(env)  # before the LLM starts: its autotuner and compilers read them then
+        (pb_utils.Logger.log_warn if start.startswith("warning") else pb_utils.Logger.log_info)(
+            f"tensorrt_llm: {start}"
+        )
+        self.start = start
         model = opts.pop("model")
         kwargs = update_llm_args_with_extra_dict({"model": model}, opts)
         self.llm = LLM(**kwargs)

@@ -112,7 +112,7 @@ def mismatches(m: dict[str, Any], want: MadeFor) -> list[str]:
         out.append(f"made on {got.get('gpu')}, this GPU is {want.gpu}")
     if got.get("trtllm_version") != want.trtllm_version:
         out.append(f"made with TensorRT-LLM {got.get('trtllm_version')}, this is {want.trtllm_version}")
-    if got.get("shape") != want.shape:
+    if want.shape and got.get("shape") != want.shape:
         out.append(f"made for shape {got.get('shape')}, this cell is {want.shape}")
     return out
 
@@ -144,6 +144,35 @@ def accept(bundle: Path, want: MadeFor) -> Acceptance:
     return Acceptance(env, "warm", None)
 
 
+def local_made_for() -> MadeFor:
+    """This host's GPU and TensorRT-LLM (shape not checked: a pod serves the bundle its deployment named)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from toolchain.hardware.detect import detect_gpus
+
+    gpus = detect_gpus()[0]
+    try:
+        trtllm = version("tensorrt_llm")
+    except PackageNotFoundError:
+        trtllm = "not installed"
+    return MadeFor(gpus[0].name if gpus else "no GPU", trtllm, {})
+
+
+def main(argv: list[str]) -> int:
+    """``python -m toolchain.artifacts.bundle BUNDLE``: the ``export`` lines a server's start script evals to
+    hand the bundle's caches to TensorRT-LLM on this host, or nothing and one warning on stderr."""
+    import shlex
+
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print("usage: python -m toolchain.artifacts.bundle BUNDLE_DIR", file=sys.stderr)
+        return 2
+    a = accept(Path(argv[0]).resolve(), local_made_for())
+    print(f"toolchain: {a.line()}", file=sys.stderr)
+    for k, v in sorted(a.env.items()):
+        print(f"export {k}={shlex.quote(v)}")
+    return 0
+
+
 def warmup_steps(cell: Cell) -> list[str]:
     """What a warm-up run does and the cache paths it fills, for ``build --dry-run`` and the docs."""
     f = made_for(cell)
@@ -157,3 +186,7 @@ def warmup_steps(cell: Cell) -> list[str]:
 def warmup_command(bundle: Path) -> list[str]:
     """The warm-up run, in its own process (a crashed or hung warm-up never takes the build with it)."""
     return [sys.executable, "-m", "toolchain.compile.warmup", str(bundle)]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
