@@ -62,8 +62,14 @@ def test_an_oci_registry_is_one_the_pods_can_pull_from(cli: Cli, tmp_path: Path)
     r = cli("dynamo", "deploy", DISAGG, "--out", out, "--engine", KEY, "--registry", reg, "--toolchain-image", IMAGE)
     assert r.exit_code == 0, r.output
     for comp in _dgd(out)["spec"]["components"][1:]:
-        (init,) = comp["podTemplate"]["spec"]["initContainers"]
+        init, check = comp["podTemplate"]["spec"]["initContainers"]
         assert init["args"] == ["--registry", reg]
+        # the pulled warm-start bundle is checked against the pool's GPU and the image's TensorRT-LLM before the
+        # worker, pointed at its caches, starts: a bundle made for anything else starts cold
+        assert check["command"] == ["python3", "-m", "toolchain.artifacts.bundle", f"/models/{KEY}"]
+        assert check["args"] == ["--gpu", "NVIDIA H100 80GB HBM3", "--trtllm", "1.3.0rc29", "--quarantine"]
+        env = {e["name"]: e["value"] for e in comp["podTemplate"]["spec"]["containers"][0]["env"]}
+        assert env["TLLM_AUTOTUNER_CACHE_PATH"] == f"/models/{KEY}/caches/autotuner.cache"
 
 
 @pytest.mark.slow

@@ -159,16 +159,34 @@ def local_made_for() -> MadeFor:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m toolchain.artifacts.bundle BUNDLE``: the ``export`` lines a server's start script evals to
-    hand the bundle's caches to TensorRT-LLM on this host, or nothing and one warning on stderr."""
+    """``python -m toolchain.artifacts.bundle BUNDLE [--gpu NAME --trtllm VERSION] [--quarantine]``.
+
+    Without ``--quarantine``: the ``export`` lines a server's start script evals to hand the bundle's caches
+    to TensorRT-LLM on this host (or on the GPU and version given), or nothing and one warning on stderr.
+    With ``--quarantine`` (an init container that cannot see the GPU its pod is scheduled on): a refused
+    bundle's ``caches/`` is moved aside in this copy, so the runtime, pointed at it, starts cold."""
+    import argparse
     import shlex
 
-    if len(argv) != 1 or not Path(argv[0]).is_dir():
-        print("usage: python -m toolchain.artifacts.bundle BUNDLE_DIR", file=sys.stderr)
+    ap = argparse.ArgumentParser(prog="python -m toolchain.artifacts.bundle")
+    ap.add_argument("bundle", type=Path)
+    ap.add_argument("--gpu", help="the GPU the runtime runs on (default: this host's)")
+    ap.add_argument("--trtllm", help="the TensorRT-LLM the runtime has (default: this host's)")
+    ap.add_argument("--quarantine", action="store_true", help="move a refused bundle's caches aside")
+    a = ap.parse_args(argv)
+    if not a.bundle.is_dir():
+        print(f"toolchain: {a.bundle} is not a bundle directory", file=sys.stderr)
         return 2
-    a = accept(Path(argv[0]).resolve(), local_made_for())
-    print(f"toolchain: {a.line()}", file=sys.stderr)
-    for k, v in sorted(a.env.items()):
+    here = local_made_for() if a.gpu is None or a.trtllm is None else None
+    want = MadeFor(a.gpu or (here.gpu if here else ""), a.trtllm or (here.trtllm_version if here else ""), {})
+    bundle = a.bundle.resolve()
+    got = accept(bundle, want)
+    print(f"toolchain: {got.line()}", file=sys.stderr)
+    if a.quarantine:
+        if got.state == "cold" and (bundle / CACHES).is_dir():
+            (bundle / CACHES).rename(bundle / f"{CACHES}.refused")
+        return 0
+    for k, v in sorted(got.env.items()):
         print(f"export {k}={shlex.quote(v)}")
     return 0
 

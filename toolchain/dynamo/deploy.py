@@ -196,6 +196,26 @@ def _pull_container(a: Artifact) -> dict[str, Any]:
     return c
 
 
+def _bundle_container(a: Artifact, gpu: str, trtllm: str) -> dict[str, Any]:
+    """Checks the pulled warm-start bundle against the GPU the pool is scheduled on and the TensorRT-LLM of the
+    image: a bundle made for anything else has its caches moved aside, so the worker starts cold (with one
+    warning in this container's log) instead of loading another GPU's autotuner profiles."""
+    pull = _pull_container(a)
+    return {
+        **{k: v for k, v in pull.items() if k not in ("command", "args", "envFrom")},
+        "name": "bundle-check",
+        "command": ["python3", "-m", "toolchain.artifacts.bundle", f"{MODELS}/{a.key}"],
+        "args": ["--gpu", gpu, "--trtllm", trtllm, "--quarantine"],
+    }
+
+
+def _bundle_env(a: Artifact) -> dict[str, str]:
+    """The cache variables of the bundle, pointing into the pulled copy (toolchain.artifacts.bundle.CACHE_ENV)."""
+    from toolchain.artifacts.bundle import CACHE_ENV
+
+    return {k: f"{MODELS}/{a.key}/{v}" for k, v in CACHE_ENV.items()}
+
+
 def _env(extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
     base = {"HOME": "/home/dynamo", "HF_HOME": "/home/dynamo/.cache/huggingface", **(extra or {})}
     return [{"name": k, "value": v} for k, v in base.items()]
@@ -233,7 +253,8 @@ def dgd(
     for pool in plan.pools:
         cname, ctype = COMPONENT[pool.role]
         args_file = f"/etc/dynamo/{cname}.yaml"
-        c = _container(image, worker_command(cell, pool, model=model, args_file=args_file), _env())
+        env = _env(_bundle_env(artifact) if artifact is not None else None)
+        c = _container(image, worker_command(cell, pool, model=model, args_file=args_file), env)
         c["volumeMounts"].append({"name": "engine-args", "mountPath": "/etc/dynamo", "readOnly": True})
         c["resources"] = {"limits": {"nvidia.com/gpu": str(pool.tp)}, "requests": {"nvidia.com/gpu": str(pool.tp)}}
         from toolchain.hardware.catalog import lookup_gpu
@@ -252,7 +273,9 @@ def dgd(
             c["envFrom"] = [{"secretRef": {"name": HF_TOKEN_SECRET, "optional": True}}]
         tmpl = _pod_template(c, volumes, labels)
         if artifact is not None:
-            tmpl["spec"]["initContainers"] = [_pull_container(artifact)]
+            gpu_name = lookup_gpu(pool.gpu).nvml_name
+            check = _bundle_container(artifact, gpu_name, cell.spec.target.trtllm_version)
+            tmpl["spec"]["initContainers"] = [_pull_container(artifact), check]
         tmpl["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": lookup_gpu(pool.gpu).gfd_product}
         tmpl["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         components.append({"name": cname, "type": ctype, "replicas": pool.replicas, "podTemplate": tmpl})
