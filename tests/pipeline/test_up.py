@@ -49,6 +49,11 @@ def test_interrupted_up_resumes_then_finishes_with_a_benchmark(
     assert "stand-in for TensorRT-LLM's LLM API" in res["served_by"] and "not TensorRT-LLM" in res["served_by"]
     assert res["stages"]["build"].startswith(("published", "cached")) and "cold bundle" in res["stages"]["build"]
     assert res["bench"]["provenance"]["reference"] == res["served_by"]
+    # start-up: launch to ready and the first request, with what the runtime started with, as the stand-in's
+    startup = res["bench"]["startup"]
+    assert startup["ready_s"] > 0 and startup["first_request_ms"] > 0 and startup["bundle"] == "cold"
+    assert startup["start"].startswith("cold start") and "stand-in" in startup["measured_on"]
+    assert "the CPU stand-in's figures" in res["stages"]["startup"]
     runs = res["bench"]["runs"]
     assert [run["summary"]["completed"] for run in runs] == [3, 3]
     assert all(run["summary"]["errors"] == 0 and run["summary"]["ttft_ms"]["p50"] > 0 for run in runs)

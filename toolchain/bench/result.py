@@ -247,6 +247,16 @@ class Planner(_Part):
     gpu: str
 
 
+class Startup(_Part):
+    """How long the server took to start and to answer its first request (``toolchain up``)."""
+
+    ready_s: float = Field(ge=0, description="from launching the server to every model ready, in seconds")
+    first_request_ms: float | None = Field(None, ge=0, description="the first request's end-to-end latency")
+    bundle: str = Field(description="the warm-start bundle the runtime started with: warm, cold or none (engines)")
+    start: str = Field(description="what the runtime was handed, in words (warm start, cold start and why)")
+    measured_on: str = Field(description="what served: TensorRT-LLM, or the CPU stand-in whose figures these are")
+
+
 class SearchPlan(_Part):
     mode: str
     start: float
@@ -324,6 +334,7 @@ class BenchResult(_Part):
     stop: str | None = Field(None, description="interrupted, server-gone or stop-on-error when it stopped early")
     search: Search | None = None
     planner: Planner | None = None
+    startup: Startup | None = None
 
     def document(self) -> dict[str, Any]:
         """The JSON document (what was set, unknown keys kept): what `bench --save` writes."""

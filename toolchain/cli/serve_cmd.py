@@ -40,8 +40,15 @@ def serve(
         # From here SIGTERM asks for a clean stop (before, it ends the start as it always did).
         signal.signal(signal.SIGTERM, lambda *a: stop.set())
         stages.settle()  # every model is ready: no bar or "still ..." line after the ready line
-        if meta.get("reference"):
+        if meta.get("stand_in"):
+            err.print(f"serving the {meta['stand_in']}", highlight=False, markup=False)
+        elif meta.get("reference"):
             err.print("serving the CPU reference model (PyTorch), not TensorRT-LLM", highlight=False)
+        if srv.ready_s is not None:
+            from toolchain.triton.llmapi_repo import start_from_log
+
+            start = start_from_log(srv.log_path)
+            err.print(f"ready in {srv.ready_s:.1f} s{f' ({start})' if start else ''}", highlight=False, markup=False)
         err.print(
             f"ready: HTTP {srv.http_url}  gRPC {srv.grpc_url}  metrics {srv.metrics_url}  log {srv.log_path}",
             highlight=False,

@@ -42,7 +42,7 @@ def bundle_state(build: CellBuild) -> str:
         return "warm-start bundle"
     if build.bundle == "cold":
         return "cold bundle (no autotuner or compile caches: made without a GPU)"
-    return "bundle as stored"  # cached: the registry entry says which (toolchain cache show)
+    return "bundle"
 
 
 @dataclass
@@ -151,10 +151,13 @@ def _build(art: CellArtifacts, registry: str | None, res: UpResult, progress: Pr
     progress("build (or fetch from the registry)")
     engine = REFERENCE
     try:
-        b = builds_for(art, open_registry(registry), progress=prefixed(progress, "  "))[-1]  # draft first
+        reg = open_registry(registry)
+        b = builds_for(art, reg, progress=prefixed(progress, "  "))[-1]  # draft first
         res.stages["build"] = f"{b.status} ({b.key[:16]})"
         engine = b.key
         if art.spec.runtime == "pytorch":
+            if b.status == "cached":  # what the stored bundle is (entries from before bundles are cold)
+                b.bundle = str(reg.show(b.key).provenance.get("bundle") or "cold")
             res.stages["build"] += f", {bundle_state(b)}"
             if not trtllm_installed():
                 progress("  TensorRT-LLM is not installed here (needs an NVIDIA GPU host); serving the CPU stand-in")
@@ -217,15 +220,49 @@ def _serve_and_bench(
     )
     res.artifacts["server log"] = str(srv.log_path)
     try:
+        startup = _startup(art, repo, srv, res, progress)
         through = "the llmapi model" if art.spec.runtime == "pytorch" else "the ensemble"
         progress(f"bench: streaming gRPC through {through}, concurrency {','.join(map(str, concurrency))}")
         result = _bench(art, plan, srv.grpc_url, srv.metrics_url, engine, requests, concurrency, res, progress)
+        result["startup"] = startup
         progress("report: Markdown/HTML with plots, and the diagnosis")
         _report(art, plan, result, work, res)
         res.stages["bench"] = "done"
     finally:
         progress("stop the server")
         srv.stop(progress=prefixed(progress, "  "))
+
+
+def _startup(art: CellArtifacts, repo: Path, srv: Any, res: UpResult, progress: Progress) -> dict[str, Any]:
+    """Start-up as the bench result records it: launch to ready, the first request's latency, and what the
+    runtime started with (a warm or cold bundle; engines have none). Here, with the stand-in, its figures."""
+    from toolchain.triton.client import stream_generate
+    from toolchain.triton.llmapi_repo import start_from_log
+
+    pytorch = art.spec.runtime == "pytorch"
+    progress("  first request (start-up latency)")
+    first = stream_generate(srv.grpc_url, "tensorrt_llm" if pytorch else "ensemble", "Hello", 8, llmapi=pytorch)
+    first_ms = round((first.times[-1] - first.sent) * 1000, 1) if first.times and first.error is None else None
+    standin = res.served_by.startswith(STANDIN_NOTE)
+    if pytorch:  # what the llmapi model said it handed the runtime, from the server log
+        start = start_from_log(srv.log_path) or "not reported by the model"
+        bundle = "warm" if start.startswith("warm") else "cold"
+    else:
+        bundle, start = "none", "engines load prebuilt; no warm-up caches"
+    stand_in = standin or res.served_by.startswith("CPU")
+    measured_on = res.served_by.split(", serving")[0] if stand_in else "TensorRT-LLM"
+    ready = srv.ready_s or 0.0
+    figures = " (the CPU stand-in's figures)" if stand_in else ""
+    first_text = f"first request {first_ms:.0f} ms" if first_ms is not None else "first request failed"
+    how = "engines" if bundle == "none" else f"{bundle} start"
+    res.stages["startup"] = f"ready in {ready:.1f} s, {first_text}, {how}{figures}"
+    return {
+        "ready_s": ready,
+        "first_request_ms": first_ms,
+        "bundle": bundle,
+        "start": start,
+        "measured_on": measured_on,
+    }
 
 
 def _bench(

@@ -17,7 +17,17 @@ def _inp(g: Any, name: str, arr: np.ndarray[Any, Any], dtype: str) -> Any:
     return i
 
 
-def text_inputs(g: Any, prompt: str, max_tokens: int, *, stream: bool, perf: bool = True) -> list[Any]:
+def text_inputs(
+    g: Any, prompt: str, max_tokens: int, *, stream: bool, perf: bool = True, llmapi: bool = False
+) -> list[Any]:
+    """The inputs of one request: the ensemble's and BLS's names, or the llmapi model's (unbatched, named
+    after SamplingParams, no perf switch)."""
+    if llmapi:
+        return [
+            _inp(g, "text_input", np.array([prompt], dtype=object), "BYTES"),
+            _inp(g, "sampling_param_max_tokens", np.array([max_tokens], dtype=np.int32), "INT32"),
+            _inp(g, "streaming", np.array([stream], dtype=bool), "BOOL"),
+        ]
     return [
         _inp(g, "text_input", np.array([[prompt]], dtype=object), "BYTES"),
         _inp(g, "max_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
@@ -39,9 +49,17 @@ PERF_NAMES = ("kv_cache_reused_blocks", "kv_cache_alloc_total_blocks", "num_outp
 
 
 def stream_generate(
-    url: str, model: str, prompt: str, max_tokens: int, *, stream: bool = True, timeout: float = 120.0
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    stream: bool = True,
+    timeout: float = 120.0,
+    llmapi: bool = False,
 ) -> StreamResult:
-    """One request over a gRPC bidirectional stream; returns every chunk with its arrival time."""
+    """One request over a gRPC bidirectional stream; returns every chunk with its arrival time. ``llmapi``:
+    the model is TensorRT-LLM's llmapi model (runtime pytorch), which has no perf outputs."""
     import tritonclient.grpc as g
 
     client = g.InferenceServerClient(url)
@@ -49,11 +67,11 @@ def stream_generate(
     client.start_stream(callback=lambda result, error: q.put((time.perf_counter(), result, error)))
     res = StreamResult()
     try:
-        outputs = [g.InferRequestedOutput(n) for n in ("text_output", *PERF_NAMES)]
+        names = ("text_output",) if llmapi else ("text_output", *PERF_NAMES)
+        outputs = [g.InferRequestedOutput(n) for n in names]
         res.sent = time.perf_counter()
-        client.async_stream_infer(
-            model, text_inputs(g, prompt, max_tokens, stream=stream), outputs=outputs, enable_empty_final_response=True
-        )
+        inputs = text_inputs(g, prompt, max_tokens, stream=stream, llmapi=llmapi)
+        client.async_stream_infer(model, inputs, outputs=outputs, enable_empty_final_response=True)
         deadline = time.monotonic() + timeout
         while True:
             ts, r, err = q.get(timeout=max(0.1, deadline - time.monotonic()))

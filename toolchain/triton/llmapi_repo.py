@@ -10,6 +10,7 @@ resolves a relative ``model`` against its own directory and serves with the cont
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,17 @@ def llmapi_files(cell: Cell, model: str, revision: str | None = None, *, standin
             "TensorRT-LLM would be started with; emit on a GPU host (or without the stand-in) to serve it for real.\n"
         )
     return files
+
+
+START_LINE = re.compile(r"tensorrt_llm: ((?:warning: )?(?:warm|cold) start[^\n\"]*)")  # Triton quotes it
+
+
+def start_from_log(log: Path) -> str | None:
+    """What the llmapi model (TensorRT-LLM's or the stand-in) said it started with: the warm-start bundle's
+    check, as it logged it in the server log (the last start in the log)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = START_LINE.findall(text)
+    return found[-1].strip() if found else None

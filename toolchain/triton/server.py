@@ -50,6 +50,7 @@ class Server:
     log_path: Path
     shm_prefix: str
     command: list[str] = field(default_factory=list)
+    ready_s: float | None = None  # from launching the process to every model ready
 
     @property
     def http_url(self) -> str:
@@ -212,9 +213,10 @@ def start(
     else:
         cmd = _pytriton_command(repo, net, shm_prefix, world_size, env)
     cmd += extra_args or []
+    launched = time.monotonic()
     proc = _launch(cmd, log_path, env, shm_prefix)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
-    deadline = time.monotonic() + ready_timeout
+    deadline = launched + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
     beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path))
     try:
@@ -222,6 +224,7 @@ def start(
         while True:
             _raise_if_failed(proc, log_path)
             if _is_ready(server.http_url):
+                server.ready_s = round(time.monotonic() - launched, 2)
                 return server
             if time.monotonic() > deadline:
                 raise ServerError(

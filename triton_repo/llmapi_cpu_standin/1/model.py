@@ -75,6 +75,20 @@ def refused(opts: dict[str, Any], model: dict[str, Any]) -> list[str]:
     return out
 
 
+def bundle_start(here: str) -> str:
+    """What TensorRT-LLM's llmapi model would hand the runtime of the bundle beside model.yaml, said as it
+    says it. The stand-in has no GPU, so a warm bundle (made on one) is refused: a cold start."""
+    path = os.path.join(here, "bundle.json")
+    if not os.path.isfile(path):
+        return "cold start: no warm-start bundle"
+    with open(path) as f:
+        m = json.load(f)
+    if m.get("state") != "warm":
+        return "cold start: the bundle holds no caches (made without a GPU)"
+    gpu = (m.get("made_for") or {}).get("gpu")
+    return f"warning: cold start, the bundle's caches are not used: made on {gpu}, this is the CPU stand-in (no GPU)"
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         cfg = json.loads(args["model_config"])
@@ -85,11 +99,11 @@ class TritonPythonModel:
         if bool(triton.get("decoupled", self.decoupled)) != self.decoupled:
             raise pb_utils.TritonModelException("model.yaml triton_config.decoupled disagrees with config.pbtxt")
         with open(os.path.join(here, "llm_args.json")) as f:
-            model = json.load(f)
-        bad = refused(opts, model)
+            args_model = json.load(f)
+        bad = refused(opts, args_model)
         if bad:
             raise pb_utils.TritonModelException(
-                f"TensorRT-LLM {model['version']} refuses these LLM arguments: {'; '.join(bad)}"
+                f"TensorRT-LLM {args_model['version']} refuses these LLM arguments: {'; '.join(bad)}"
             )
         if "model" not in opts:
             raise pb_utils.TritonModelException("model.yaml names no model")
@@ -106,6 +120,7 @@ class TritonPythonModel:
         self.lock = threading.Lock()
         self.active = 0
         pb_utils.Logger.log_info(f"tensorrt_llm: {NOTE}; max_batch_size {self.max_batch}")
+        pb_utils.Logger.log_info(f"tensorrt_llm: {bundle_start(here)}")
 
     @staticmethod
     def _response(text: str, finish: str | None = None) -> Any:
@@ -133,6 +148,7 @@ class TritonPythonModel:
             )
         generated: list[int] = []
         sent = ""  # text already streamed: each response carries what is new since (text_diff)
+        text = ""  # the output so far, cut at a stop string
         finish = "length"
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
@@ -145,17 +161,14 @@ class TritonPythonModel:
                 text = self.tok.decode(generated, skip_special_tokens=True)
                 if stop and stop in text:
                     text, finish = text[: text.index(stop)], "stop"
-                    if streaming and text[len(sent) :]:
-                        send(self._response(text[len(sent) :]), False)
-                    sent = text
                     break
+                # a piece that ends inside a character (a byte-level token) waits for the rest of it
                 if streaming and not text.endswith("\ufffd") and text[len(sent) :]:
                     send(self._response(text[len(sent) :]), False)
                     sent = text
                 if len(generated) >= max_new or (getattr(req, "is_cancelled", None) and req.is_cancelled()):
                     break
                 out = self.model(input_ids=torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
-        text = self.tok.decode(generated, skip_special_tokens=True) if finish == "length" else sent
         if streaming:
             send(self._response(text[len(sent) :], finish), True)
         else:
