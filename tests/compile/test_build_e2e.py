@@ -65,9 +65,9 @@ def test_built_once_cached_then_rebuilt_only_for_build_fields(
     m = reg.show(first.key)
     assert {"config.json", "rank0.engine", "toolchain-build.log"} <= set(m.files)
     prov = m.provenance
-    assert prov["tensorrt_llm"] == "1.1.0" and prov["tensorrt"].startswith("10.13.3")
+    assert prov["tensorrt_llm"] == "1.2.1" and prov["tensorrt"].startswith("10.14.1")
     assert prov["cell"]["gpu"] == "H100-SXM" and prov["command"][0] == "trtllm-build"
-    assert prov["container_image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert prov["container_image"] == "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
     assert build_cell(for_cell(cell), reg).status == "cached"
     # runtime field: same key, still cached
     rt = _quantized_cell(_spec(tmp_path, tiny_checkpoint, **{"serving.kv_cache_free_gpu_mem_fraction": 0.5}))

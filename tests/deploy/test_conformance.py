@@ -25,11 +25,22 @@ from toolchain.pipeline.fleet import deploy_cell
 from toolchain.planning.plan import plan_cell
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
+from toolchain.specs.models import EngineSpec
 from toolchain.specs.matrix import Cell, expand
 
 pytestmark = [pytest.mark.slow, pytest.mark.validator]
 
 DIGEST = "sha256:" + "ab" * 32
+
+
+def _engine_70b() -> EngineSpec:
+    """The 70B TP2 spec on the engine path (its Triton ranks span nodes; trtllm-serve runs on one node)."""
+    spec = load_spec(SHIPPED[1])
+    return EngineSpec.model_validate(spec.model_dump(mode="json") | {"runtime": "tensorrt"}).with_base_dir(
+        spec.base_dir
+    )
+
+
 CELLS = [c for spec in SHIPPED for c in expand(load_spec(spec))]
 # the conditional skips, by the marker in a manifest set's directory or file name
 WHEN_MARK = {
@@ -98,7 +109,7 @@ def written(tiny_spec_file: Path, tiny_checkpoint: Path, tmp_path_factory: pytes
         registry="s3://engines/prod", namespace="llm", image=f"registry.example.com/llm/70b@{DIGEST}", gpus_per_node=1
     )
     res = deploy_cell(
-        load_spec(SHIPPED[1]), cell_id=None, out=root / "lws", options=lws, engine="a" * 64, tokenizer=tiny_checkpoint
+        _engine_70b(), cell_id=None, out=root / "lws", options=lws, engine="a" * 64, tokenizer=tiny_checkpoint
     )
     assert res.sizing.multi_node
     out["lws"] = res.out
@@ -115,7 +126,7 @@ def scanned(written: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
             manifests(_target(image=f"r.example.com/llm@{DIGEST}", namespace="llm"), cell, _sized(cell)),
             "llm",
         )
-    lws_cell = expand(load_spec(SHIPPED[1]))[0]  # the 70B TP2 cell across two nodes: a LeaderWorkerSet
+    lws_cell = expand(_engine_70b())[0]  # the 70B TP2 cell across two nodes: a LeaderWorkerSet
     multi = _sized(lws_cell, gpus_per_node=1)
     assert multi.multi_node
     _write_set(
@@ -223,7 +234,7 @@ def _pods(res: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_pods_run_restricted_as_the_images_user_with_memory_limits() -> None:
-    cell = expand(load_spec(SHIPPED[1]))[0]
+    cell = expand(_engine_70b())[0]
     for s in (_sized(cell), _sized(cell, gpus_per_node=1)):
         res = manifests(_target(image="r.example.com/llm:v1", namespace=None), cell, s)
         for role, pod in _pods(res):

@@ -138,7 +138,8 @@ def test_registry_artifact_is_pulled_and_verified_by_an_init_container(
         validate_manifest(res)
     for c in _dgd(out)["spec"]["components"][1:]:
         pod = c["podTemplate"]["spec"]
-        (init,) = pod["initContainers"]
+        init, check = pod["initContainers"]  # the pull, then the bundle's check against the pool's GPU
+        assert check["name"] == "bundle-check" and "--quarantine" in check["args"]
         assert init["command"][-4:] == ["cache", "pull", KEY, f"/models/{KEY}"]
         assert init["args"] == ["--registry", "s3://models/llm"]
         assert init["envFrom"] == [{"secretRef": {"name": "registry-creds", "optional": False}}]

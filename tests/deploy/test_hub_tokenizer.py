@@ -82,7 +82,8 @@ def _hub_env(monkeypatch: pytest.MonkeyPatch, url: str, offline: bool, cache: Pa
 
 
 def _hub_spec(tmp_path: Path, architecture: str | None = None) -> Path:
-    d = yaml.safe_load((Path(__file__).resolve().parents[2] / "engine_specs" / "tiny.yaml").read_text())
+    # the engine path: its preprocessing/postprocessing models need the tokenizer (the LLM API brings its own)
+    d = yaml.safe_load((Path(__file__).resolve().parents[2] / "engine_specs" / "tiny-engine.yaml").read_text())
     d["model"]["source"] = f"hf://{REPO_ID}@{COMMIT}"
     if architecture:  # plans offline from the catalog; without it the planner reads config.json from the Hub
         d["model"]["architecture"] = architecture

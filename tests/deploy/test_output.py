@@ -136,7 +136,7 @@ def test_dockerfile_from_the_spec_container_and_respects_the_image(written: Path
     assert from_line == f"FROM {load_spec(tiny_spec_file).target.container}"
     assert "pip list --format=freeze > /opt/toolchain/image-constraints.txt" in text
     assert "-c /opt/toolchain/image-constraints.txt" in text
-    assert 'm.version("tensorrt_llm")' in text and '"1.1.0"' in text
+    assert 'm.version("tensorrt_llm")' in text and f'"{load_spec(tiny_spec_file).target.trtllm_version}"' in text
     assert "${" not in text
     assert "kubectl" not in text  # only a multi-node group's leader needs it
 
@@ -205,9 +205,14 @@ def test_a_host_path_registry_needs_a_volume(tiny_spec_file: Path, tmp_path: Pat
 
 
 def test_no_tokenizer_names_the_deploy_option(cli: Cli, tmp_path: Path) -> None:
+    # the engine path: its preprocessing/postprocessing models need the tokenizer (trtllm-serve brings its own)
+    engine = tmp_path / "engine.yaml"
+    engine.write_text(
+        Path("engine_specs/llama-3.1-8b-fp8.yaml").read_text().replace("runtime: pytorch", "runtime: tensorrt")
+    )
     r = cli(
         "deploy",
-        "engine_specs/llama-3.1-8b-fp8.yaml",
+        engine,
         "--cell",
         "h100-sxm-b64-s4096-i2048-tp1",
         "--registry",

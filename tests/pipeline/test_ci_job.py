@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def image(tmp_path: Path) -> dict[str, str]:
-    """The container: /usr/bin/python3 (here a wrapper) whose site-packages hold tensorrt_llm 1.1.0."""
+    """The container: /usr/bin/python3 (here a wrapper) whose site-packages hold tensorrt_llm 1.2.1."""
     site = tmp_path / "image" / "site-packages"
-    for pkg, version in (("tensorrt_llm", "1.1.0"), ("tensorrt", "10.13.3.9")):
+    for pkg, version in (("tensorrt_llm", "1.2.1"), ("tensorrt", "10.14.1.48")):
         (site / pkg).mkdir(parents=True)
         (site / pkg / "__init__.py").write_text(f'__version__ = "{version}"\n')
     py = tmp_path / "image" / "bin" / "python3"

@@ -336,7 +336,6 @@ def _pytorch_copy(src: Path, dest: Path, version: str) -> Path:
     data = yaml.safe_load(src.read_text())
     data["runtime"] = "pytorch"
     data.setdefault("target", {})["trtllm_version"] = version
-    data["target"].setdefault("tensorrt_version", "10.13.3")  # still required by the spec schema on this branch
     data.get("serving", {}).pop("instances", None)  # Triton C++-backend instance counts
     out = dest / src.name
     out.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -1,3 +1,3 @@
 """Test stand-in: only the version string the toolchain probes."""
 
-__version__ = "10.13.3.9"
+__version__ = "10.14.1.48"
