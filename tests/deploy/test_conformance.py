@@ -25,8 +25,8 @@ from toolchain.pipeline.fleet import deploy_cell
 from toolchain.planning.plan import plan_cell
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
-from toolchain.specs.models import EngineSpec
 from toolchain.specs.matrix import Cell, expand
+from toolchain.specs.models import EngineSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.validator]
 
