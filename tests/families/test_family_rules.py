@@ -165,7 +165,7 @@ def test_a_family_the_toolchain_does_not_name_is_refused_by_validate(
 
 
 def test_catalog_architecture_is_judged_too(cli: Cli, tmp_path: Path) -> None:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"] = {"source": "hf://mistralai/Mixtral-8x7B-v0.1@main", "architecture": "mixtral-8x7b"}
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(d))
     res = cli("spec", "validate", tmp_path / "m.yaml")
@@ -252,7 +252,7 @@ def test_an_hf_source_in_the_hub_cache_is_judged_offline(
     (repo / "refs" / "main").write_text(rev)
     cfg = {**_config("gemma2"), "architectures": ["Gemma2ForCausalLM"]}
     (repo / "snapshots" / rev / "config.json").write_text(json.dumps(cfg))
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"] = {"source": f"hf://acme/tiny-gemma2@{rev}"}
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(d))
     res = cli("spec", "validate", tmp_path / "g.yaml")

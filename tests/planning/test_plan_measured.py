@@ -212,7 +212,11 @@ def test_calibration_is_the_estimate_over_the_measurement_at_every_probe(cli: Cl
 
     spec = SPECS / "llama-3.1-8b-fp8.yaml"
     ident = {"spec": "llama-3.1-8b-instruct-fp8", "cell": "h100-sxm-b64-s4096-i2048-tp1", "gpu": "H100-SXM"}
-    ident["engine_key"] = "0c7673635c300eae76882b1d5ee9d11495300be05ab15595f9224fa0a775d970"
+    from toolchain.artifacts.cell import for_cell
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
+
+    ident["engine_key"] = str(for_cell(expand(load_spec(SPECS / "llama-3.1-8b-fp8.yaml"))[0]).engine_key)
     measured = {1: (40.0, 6.5, 150.0), 64: (120.0, 14.0, 4000.0)}
     res = _search_result(tmp_path / "k.json", [(c, *m, True) for c, m in measured.items()], **ident)
     r = cli("plan", spec, "--measured", res, "--json")
@@ -245,7 +249,11 @@ def test_a_rate_search_says_why_it_has_no_calibration(cli: Cli, tmp_path: Path) 
     from tests.conftest import SPECS
 
     ident = {"spec": "llama-3.1-8b-instruct-fp8", "cell": "h100-sxm-b64-s4096-i2048-tp1", "gpu": "H100-SXM"}
-    ident["engine_key"] = "0c7673635c300eae76882b1d5ee9d11495300be05ab15595f9224fa0a775d970"
+    from toolchain.artifacts.cell import for_cell
+    from toolchain.specs.loader import load_spec
+    from toolchain.specs.matrix import expand
+
+    ident["engine_key"] = str(for_cell(expand(load_spec(SPECS / "llama-3.1-8b-fp8.yaml"))[0]).engine_key)
     res = _search_result(tmp_path / "k.json", [(2, 40.0, 6.5, 300.0, True)], **ident)
     doc = json.loads(res.read_text())
     doc["search"]["mode"] = "rate"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import SPECS
+from tests.conftest import SPECS, Cli
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.specs.rules import all_problems
@@ -113,3 +113,14 @@ def test_shipped_specs_run_todays_tensorrt_llm_and_keep_one_engine_example() -> 
         assert all_problems(spec, expand(spec)) == [], path.name
     engines = [name for name, rt in runtimes.items() if rt == "tensorrt"]
     assert engines == ["tiny-engine.yaml"], runtimes
+
+
+def test_spec_validate_refuses_engines_on_1_3_in_one_line_and_in_json(cli: Cli, tmp_path: Path) -> None:
+    p = tmp_path / "engines-on-1.3.yaml"
+    p.write_text(yaml.safe_dump(_tiny(runtime="tensorrt", target={"trtllm_version": "1.3.0rc29"})))
+    r = cli("spec", "validate", p)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    assert "TensorRT-LLM 1.3.0rc29 has no TensorRT engine backend" in line and "use runtime: pytorch" in line
+    doc = json.loads(cli("spec", "validate", p, "--json").stdout)
+    assert doc[0]["ok"] is False and doc[0]["exit"] == 2 and "removed in 1.3.0rc21" in doc[0]["error"]

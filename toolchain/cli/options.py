@@ -129,7 +129,7 @@ RehashOpt = Annotated[
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation")]
 ServedModelOpt = Annotated[
-    str, typer.Option("--model", help="Served model (default ensemble; tensorrt_llm for an llmapi --repo)")
+    str, typer.Option("--model", help="Name of the served model (ensemble; tensorrt_llm for an llmapi --repo)")
 ]
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Hugging Face checkpoint directory")]
 WorldSizeOpt = Annotated[

@@ -21,7 +21,8 @@ def emit(
         typer.Option("--engine", help="Registry key, tag or digest of the engine to serve, or an engine directory"),
     ] = None,
     reference: Annotated[
-        bool, typer.Option("--reference", help="Serve the CPU reference model from the spec's checkpoint (no GPU)")
+        bool,
+        typer.Option("--reference", help="Serve the CPU reference model (pytorch: the LLM API's CPU stand-in); no GPU"),
     ] = False,
     cell: CellOpt = None,
     registry: RegistryOpt = None,
@@ -66,14 +67,16 @@ def emit(
     s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     require_reference_servable(s, engine)
     c = find_cell(s, cell) if cell else expand(s)[0]
-    res = emit_cell(for_cell(c), engine, out, registry=registry, force=force, engines_root=engines_root)
+    standin = engine == "reference" and s.runtime == "pytorch"  # the llmapi model's CPU stand-in
+    res = emit_cell(
+        for_cell(c), engine, out, registry=registry, force=force, engines_root=engines_root, standin=standin
+    )
     if json_out:
         print_json(res)
     else:
+        what = "the CPU stand-in for TensorRT-LLM's LLM API" if standin else "the CPU reference model"
         note = (
-            f" with the CPU reference model (not TensorRT-LLM), serving the {res.get('reference_weights')}"
-            if res["reference"]
-            else ""
+            f" with {what} (not TensorRT-LLM), serving the {res.get('reference_weights')}" if res["reference"] else ""
         )
         err.print(f"wrote {res['repository']} for cell {c.id}{note}", highlight=False, markup=False)
         for m in res["mounts"]:

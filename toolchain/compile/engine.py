@@ -499,7 +499,8 @@ def _warm_up(cell: Cell, out: Path, plan: CellBuild) -> tuple[list[str], float]:
     files it wrote, and how long it took."""
     from toolchain.artifacts import bundle as B
 
-    env = {**os.environ, **{k: str(out / v) for k, v in B.CACHE_ENV.items()}}
+    env = dict(os.environ)  # the warm-up inherits the environment, with the caches pointed into the bundle
+    env.update({k: str(out / v) for k, v in B.CACHE_ENV.items()})
     (out / B.CACHES).mkdir()
     log_path = cache().build_log(cell.id, plan.key)
     plan.log_path = log_path

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
+from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.layout import cache
 from toolchain.errors import TritonRepoError
 from toolchain.registry import open_registry
@@ -46,7 +47,11 @@ def emit_cell(
         )  # fmt: skip
     if engine == "reference":
         weights = dequantized_export(art)
-        return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, reference_weights=weights)
+        if standin and weights is None and art.spec.runtime == "pytorch":
+            weights = _source_weights(art) if is_unquantized(art.spec) else None
+        return emit_for_cell(
+            art, engine, out, force=force, engines_root=engines_root, reference_weights=weights, standin=standin
+        )
     draft = _draft_engine(art, registry)
     if Path(engine).is_dir():
         return emit_for_cell(art, engine, out, force=force, engines_root=engines_root, draft_engine=draft)

@@ -39,7 +39,8 @@ def emit_for_cell(
     ``reference_weights``: the checkpoint the CPU reference model serves and what it is (the dequantized
     quantized export, from ``pipeline.emit``); the source checkpoint when not given.
     ``standin`` (runtime pytorch): the llmapi model is the toolchain's CPU stand-in for the LLM API, serving
-    ``reference_weights`` (``"reference"`` on a pytorch spec means the same).
+    ``reference_weights`` (default: the source checkpoint); without it, ``"reference"`` on a pytorch spec is
+    TensorRT-LLM's llmapi model over the spec's own checkpoint.
     """
     cell = art.cell
     identity = art.identity()
@@ -47,7 +48,7 @@ def emit_for_cell(
         identity["engine_key"] = engine_key
     if cell.spec.runtime == "pytorch":
         weights: tuple[Path | None, str] | None = None
-        if standin or engine == "reference":
+        if standin:
             weights = reference_weights or _reference_weights(art)
         return _emit_llmapi(art, engine, Path(out), identity, force, engines_root, weights)
     tok = art.tokenizer_dir()
