@@ -10,11 +10,11 @@ import typer
 
 from toolchain.cli.options import (
     CellOpt,
+    DynamoRegistryOpt,
     Estimator,
     EstimatorOpt,
     ForceOpt,
     JsonOpt,
-    RegistryOpt,
     SpecArg,
     out_dir_opt,
 )
@@ -142,7 +142,7 @@ def deploy(
             "--engine", help="Registry key, tag or digest of the LLM-API artifact the workers pull and verify"
         ),
     ] = None,
-    registry: RegistryOpt = None,
+    registry: DynamoRegistryOpt = None,
     registry_secret: Annotated[
         str | None, typer.Option("--registry-secret", help="Secret with the registry credentials (envFrom)")
     ] = None,
