@@ -10,6 +10,7 @@ from typing import Any
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.digest import check_replaceable, copy_tree, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.specs.slo import slo_targets
 from toolchain.triton.emit import EngineInfo, emit_repository
 
 
@@ -248,5 +249,6 @@ def _emit_llmapi(
         inside = [{k: v for k, v in m.items() if k != "source"} for m in mounts]  # no host path inside
         carried = sorted(bundled_models(cell.spec))  # directories beside model.yaml that it names
         meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside, "carried": carried}
+        meta["slo"] = slo_targets(cell.spec)  # `bench --repo` measures against them without the spec
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
     return _result(out, "llmapi", False, identity, str(model) if mounts else "")
