@@ -156,3 +156,21 @@ def test_every_problem_is_in_the_error_in_order_unknown_keys_first() -> None:
     ], e.value.problems
     for p in e.value.problems:
         assert p.message in e.value.message
+
+
+def test_a_typo_of_a_required_key_on_a_terminal_at_80_columns(tmp_path: Path) -> None:
+    """As a person sees it: one Error line naming the unknown key, its did-you-mean and the missing key."""
+    import os
+    import sys
+
+    from tests.conftest import REPO
+    from tests.terminal.pty_harness import run_on_pty
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCHAIN_")}
+    env |= {"PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "80", "HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "toolchain.cli.main", "spec", "validate", str(TYPO_REQUIRED)]
+    r = run_on_pty(argv, env=env, timeout=120, cols=80)
+    assert r.returncode == 2, r.describe()
+    lines = [ln for ln in r.text.replace("\r", "").splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.describe()
+    assert "did you mean 'max_batch_size'?" in lines[0] and "'max_batch_size' is missing" in lines[0], r.describe()
