@@ -51,8 +51,10 @@ def test_an_unknown_field_is_listed_rounded() -> None:
 
 
 def _bench_file(tmp_path: Path) -> Path:
+    doc = _result(SERVER, shared=None)
+    doc["runs"][0]["summary"]["slo"] = SLO  # the spec's SLOs, as bench --spec (or --repo) records them
     p = tmp_path / "run.json"
-    p.write_text(json.dumps(_result(SERVER, shared=None)))
+    p.write_text(json.dumps(doc))
     return p
 
 
@@ -62,6 +64,7 @@ def test_diagnose_prints_the_figures_for_a_person_and_keeps_json_fields(cli: Cli
     assert r.exit_code == 0, r.output
     assert "compute mean 41.00 ms per request" in r.stderr and "KV cache used mean 0.0041%" in r.stderr, r.stderr
     assert not RAW.search(r.stderr), r.stderr
+    assert "SLOs the benchmark measured against: TTFT 400 ms, TPOT 40 ms per request" in r.stderr, r.stderr
     r = cli("diagnose", "--bench", p, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["server"] == SERVER  # the machine's document: every field, full precision

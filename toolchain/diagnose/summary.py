@@ -107,3 +107,11 @@ def server_lines(server: dict[str, Any]) -> list[str]:
     if rest:
         lines.append("  " + "; ".join(rest))
     return lines
+
+
+def slo_line(slo: dict[str, float]) -> str | None:
+    """The per-request SLOs a benchmark measured against, named and in ms ("SLOs: TTFT 2000 ms, TPOT 500 ms per
+    request"), or None without any."""
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT"}
+    parts = [f"{names.get(k, k)} {v:g} ms" for k, v in slo.items()]  # as the spec writes them
+    return f"SLOs the benchmark measured against: {', '.join(parts)} per request" if parts else None
