@@ -301,8 +301,21 @@ def test_command_blocks_print_what_they_show(page: str, tmp_path: Path, request:
     needs_tiny = any("tiny" in c.text for b in blocks for c in b.commands)
     tiny = request.getfixturevalue("tiny_checkpoint") if needs_tiny else None
     work, env = _workdir(tmp_path, tiny)
+    before = _files(work)
     bad = failures(run_page(blocks, work, env), page)
     assert not bad, "\n\n".join(bad)
+    left = sorted({path.split(os.sep)[0] for path in _files(work) - before})
+    assert left == [], (
+        f"{page} leaves {left} in the reader's checkout: write under $WORK (mktemp -d) or $TOOLCHAIN_CACHE"
+    )
+
+
+def _files(work: Path) -> set[str]:
+    """Every path under the page's directory (the reader's checkout), links not followed."""
+    out = set()
+    for root, dirs, files in os.walk(work):
+        out |= {os.path.relpath(os.path.join(root, n), work) for n in [*dirs, *files]}
+    return out
 
 
 # --- the matcher and parser themselves -----------------------------------------------------------------------

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
-from toolchain.progress import Heartbeat, prefixed
+from toolchain.progress import Heartbeat, Progress, prefixed
 
 
 def test_lines_off_a_terminal_are_throttled_and_bytes_get_rate_and_eta(capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,3 +77,66 @@ def test_terminal_bars_render_and_close(capsys: pytest.CaptureFixture[str]) -> N
     st.close()
     err = capsys.readouterr().err
     assert "downloading" in err and "pull abc" in err and "done" in err
+
+
+def _recorder() -> tuple[list[tuple[str, float | None, float | None, str | None]], Progress]:
+    seen: list[tuple[str, float | None, float | None, str | None]] = []
+
+    def progress(
+        stage: str, done: float | None = None, total: float | None = None, *, unit: str = "", message: str | None = None
+    ) -> None:
+        seen.append((stage, done, total, message))
+
+    return seen, progress
+
+
+@pytest.mark.parametrize(("raised", "said"), [(KeyboardInterrupt, "interrupted"), (RuntimeError, "failed")])
+def test_a_wait_that_ends_by_an_exception_never_says_done(raised: type[BaseException], said: str) -> None:
+    """Issue 49: Ctrl-C in `up` printed "loading models: done in 8 s — ... LOADING", then "Interrupted"."""
+    seen, progress = _recorder()
+    with pytest.raises(raised), Heartbeat(progress, "waiting", lambda: "model LOADING", every=0.02):
+        time.sleep(0.1)
+        raise raised()
+    finished = [s for s in seen if s[1] is not None and s[2] is not None and s[1] >= s[2]]
+    assert finished == [], seen  # nothing a renderer draws as "done in N s"
+    assert seen[-1][0].startswith(f"waiting: {said} after ") and seen[-1][1] is None, seen
+
+
+def test_an_interrupted_tritonserver_load_wait_says_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (KeyboardInterrupt) inside `toolchain.triton.server.start`'s load wait: the wait's last line says
+    "interrupted", never "done", and the server is stopped."""
+    import subprocess
+
+    from toolchain.triton import server as S
+
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def launch(cmd: list[str], log_path: Path, env: dict[str, str], shm_prefix: str = "") -> subprocess.Popen[bytes]:
+        log_path.write_text("loading\n")
+        procs.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+        return procs[-1]
+
+    calls = [0]
+
+    def ready(url: str) -> bool:
+        calls[0] += 1
+        if calls[0] == 5:
+            raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(S, "_launch", launch)
+    monkeypatch.setattr(S, "_pytriton_command", lambda *a, **k: ["tritonserver"])
+    monkeypatch.setattr(S, "CONTAINER_TRITON", tmp_path / "absent")
+    monkeypatch.setattr(S, "_is_ready", ready)
+    monkeypatch.setattr(S, "model_states", lambda *a, **k: "postprocessing LOADING")
+    (tmp_path / "repo").mkdir()
+    ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
+    seen, progress = _recorder()
+    with pytest.raises(KeyboardInterrupt):
+        S.start(tmp_path / "repo", ports=ports, log_path=tmp_path / "server.log", progress=progress)
+    loading = [s for s in seen if s[0].startswith("tritonserver loading models")]
+    assert not [s for s in loading if s[1] is not None and s[2] is not None and s[1] >= s[2]], loading
+    assert any(s[0].startswith("tritonserver loading models: interrupted after") for s in loading), seen
+    assert procs and procs[0].poll() is not None  # stopped, not left running

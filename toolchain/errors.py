@@ -7,7 +7,9 @@ for these (``TOOLCHAIN_DEBUG=1`` does).
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 
 class ToolchainError(Exception):
@@ -31,8 +33,24 @@ class UserInputError(ToolchainError):
     exit_code = 2
 
 
+@dataclass(frozen=True)
+class SpecProblem:
+    """One thing wrong in a spec: where (YAML path, line) and what; an unknown key names itself and its likely
+    intended name."""
+
+    message: str
+    yaml_path: str | None = None
+    line: int | None = None
+    key: str | None = None  # an unknown key, as written
+    did_you_mean: str | None = None  # the allowed key closest to it
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 class SpecError(UserInputError):
-    """An engine spec that does not parse or validate."""
+    """An engine spec that does not parse or validate. ``problems`` lists every problem found (the message
+    leads with the first and names the others)."""
 
     default_hint = "fix the spec, then run `toolchain spec validate SPEC`"
 
@@ -44,6 +62,7 @@ class SpecError(UserInputError):
         yaml_path: str | None = None,
         line: int | None = None,
         hint: str | None = None,
+        problems: tuple[SpecProblem, ...] = (),
     ) -> None:
         where = []
         if file is not None:
@@ -55,6 +74,7 @@ class SpecError(UserInputError):
         self.file = str(file) if file is not None else None
         self.yaml_path = yaml_path
         self.line = line
+        self.problems = problems or (SpecProblem(message, yaml_path, line),)
 
 
 class CompatibilityError(UserInputError):

@@ -87,12 +87,18 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None = None, *exc: object) -> None:
         self._stop.set()
         self._thread.join(2)
+        elapsed = time.monotonic() - self.t0
+        if exc_type is not None:
+            # the wait did not finish: its last line says so ("interrupted", "failed"), never "done" (a line of
+            # its own, which a renderer prints whole and never throttles)
+            ended = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+            self.progress(f"{self.stage}: {ended} after {elapsed:.0f} s")
+            return
         # the stage ended: one last report (probed afresh: the states now, not a second ago) with done ==
         # total, so a renderer turns its live line into a final one
-        elapsed = time.monotonic() - self.t0
         self.progress(self.stage, elapsed, elapsed, unit="s", message=self._probe())
 
 

@@ -73,8 +73,13 @@ def _first_line(proc: subprocess.Popen[str], limit_s: float) -> str:
 
 
 def test_the_capacity_example_runs_as_the_page_shows(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    port = str(free_port())
-    steps = [(c.replace(PORT, port), [x.replace(PORT, port) for x in shown_]) for c, shown_ in example_block()]
+    port, work = str(free_port()), tmp_path / "work"  # $WORK: where the page's example writes (mktemp -d)
+    work.mkdir()
+
+    def here(text: str) -> str:
+        return text.replace(PORT, port).replace("$WORK", str(work))
+
+    steps = [(here(c), [here(x) for x in shown_]) for c, shown_ in example_block()]
     assert [c.split()[1] for c, _ in steps] == ["bench", "bench", "plan", "bench"], steps
     (tmp_path / "engine_specs").mkdir()
     write_tiny_spec(tmp_path / "engine_specs" / "tiny.yaml", tiny_checkpoint)  # tiny.yaml, its checkpoint made here
@@ -109,7 +114,8 @@ def test_the_capacity_example_runs_as_the_page_shows(tiny_checkpoint: Path, tmp_
             rest = standin.communicate()[1]
     assert standin.returncode == 0, rest
     assert "stand-in stopped:" in rest
-    search = json.loads((tmp_path / "knee.json").read_text())["search"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["engine_specs", "work"]  # nothing outside $WORK
+    search = json.loads((work / "knee.json").read_text())["search"]
     assert search["status"] == "found", search["message"]
     assert search["knee"]["load"] == 3 and search["knee"]["first_failing_load"] == 4  # --slots 3: the knee exactly
-    assert (tmp_path / "knee-report" / "slo_search.png").is_file()
+    assert (work / "knee-report" / "slo_search.png").is_file()

@@ -84,7 +84,7 @@ def test_labelled_comparison_csv_and_plots(two_results: list[Path], tmp_path: Pa
     assert "| result | load |" in md and "| int4 | concurrency=2 | 12 | 2 |" in md
     assert "2 of 14 requests failed (server: 2); first: HTTP 500: boom" in md
     assert "client warning:** concurrency=4: the client lagged" in md
-    assert "Planner TPOT floor on H100-SXM (batch 1): 5.50 ms" in md and "tpot_ms SLO: 40.0 ms" in md
+    assert "Planner TPOT floor on H100-SXM (batch 1): 5.50 ms" in md and "TPOT SLO: 40 ms per request" in md
     assert "(AIPerf `inter_token_latency`)" in md and "(AIPerf `inter_chunk_latency`)" in md
 
 

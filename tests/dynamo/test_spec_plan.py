@@ -47,6 +47,19 @@ def test_explain_shows_the_kv_arithmetic(cli: Cli) -> None:
     assert "2 × 80 layers × 8 KV heads × 128 head dim × 1 B × 2048 tokens = 335,544,320 B = 0.34 GB" in r.output
 
 
+@pytest.mark.parametrize("estimator", ["floor", "auto"])
+def test_explain_says_each_fact_once(cli: Cli, estimator: str) -> None:
+    """Issue 49: `dynamo plan --explain` printed the notes twice (in the explanation and on stderr), and the
+    summary's verdict and TTFT/TPOT line before the explanation that repeats them."""
+    r = cli("dynamo", "plan", DISAGG, "--explain", "--estimator", estimator)
+    assert r.exit_code == 0, r.output
+    assert r.output.count("prefill worker KV budget") == 1, r.output
+    lines = [ln.strip() for ln in r.output.splitlines() if ln.strip()]
+    assert sum(ln.startswith("verdict") for ln in lines) <= 1, r.output
+    repeated = {ln for ln in lines if lines.count(ln) > 1 and any(c.isalpha() for c in ln)}
+    assert repeated == set(), r.output
+
+
 @pytest.mark.slow
 def test_json_plan_has_both_fleets(cli: Cli) -> None:
     r = cli("dynamo", "plan", DISAGG, "--json")

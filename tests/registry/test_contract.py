@@ -45,6 +45,34 @@ def test_tags_resolve(registry_url: str, engine_dir: Path) -> None:
         r.tag(K2, "x")
 
 
+def test_a_short_key_is_asked_for_as_a_tag_only_where_the_listing_holds_that_tag(
+    registry_url: str, engine_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: each short key tried as a tag was a "manifest unknown" error in an OCI registry's log."""
+    r = open_registry(registry_url)
+    r.put(K1, engine_dir)
+    r.put(K2, engine_dir / "sub")
+    r.tag(K2, "deadbeef")  # a tag that looks like a short key still resolves to what it tags
+    asked: list[str] = []
+    exists, read = r.backend.exists, r.backend.read_bytes
+
+    def spy_exists(path: str) -> bool:
+        asked.append(path)
+        return exists(path)
+
+    def spy_read(path: str) -> bytes:
+        asked.append(path)
+        return read(path)
+
+    monkeypatch.setattr(r.backend, "exists", spy_exists)
+    monkeypatch.setattr(r.backend, "read_bytes", spy_read)
+    assert r.resolve(K1[:8]) == K1 and r.resolve(K2[:12]) == K2
+    with pytest.raises(ArtifactNotFoundError):
+        r.resolve("abcdef01")
+    assert not [p for p in asked if p.startswith("refs/tags/")], asked
+    assert r.resolve("deadbeef") == K2
+
+
 def test_missing_key_names_the_registry(registry_url: str, tmp_path: Path) -> None:
     r = open_registry(registry_url)
     with pytest.raises(ArtifactNotFoundError) as e:

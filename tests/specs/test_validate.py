@@ -110,3 +110,72 @@ def test_validate_json_errors_carry_the_exit_code(cli: Cli) -> None:
     docs = json.loads(r.stdout)
     assert [d["ok"] for d in docs] == [True, False]
     assert docs[1]["exit"] == 2 and docs[1]["error"] and docs[1]["hint"]
+
+
+TYPO_REQUIRED = Path(__file__).parent / "bad-typo-required.yaml"
+
+
+def test_a_typo_of_a_required_key_shows_the_unknown_key_and_its_did_you_mean(cli: Cli) -> None:
+    """Issue 49: `max_batch_sizes:` under matrix said only "required key 'max_batch_size' is missing (+1 more)";
+    the "+1 more" (the unknown key and its did-you-mean) was never shown, not even with --json."""
+    r = cli("spec", "validate", TYPO_REQUIRED)
+    assert r.exit_code == 2
+    error = [ln for ln in r.output.splitlines() if ln.startswith("Error:")]
+    assert len(error) == 1 and len(r.output.strip().splitlines()) == 1, r.output
+    line = error[0]
+    assert "unknown key 'max_batch_sizes'; did you mean 'max_batch_size'?" in line, line
+    assert "bad-typo-required.yaml:7 matrix.max_batch_sizes" in line, line
+    assert "required key 'max_batch_size' is missing" in line and "more)" not in line, line
+
+
+@pytest.mark.parametrize("argv", [("spec", "validate"), ("plan",), ("spec", "expand")])
+def test_json_lists_every_problem_of_a_spec(cli: Cli, argv: tuple[str, ...]) -> None:
+    r = cli(*argv, TYPO_REQUIRED, "--json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    if isinstance(doc, list):  # spec validate: one document per spec, with each problem as data
+        (doc,) = doc
+        problems = doc["problems"]
+        assert problems[0] == {
+            "message": "unknown key 'max_batch_sizes'; did you mean 'max_batch_size'?",
+            "yaml_path": "matrix.max_batch_sizes",
+            "line": 7,
+            "key": "max_batch_sizes",
+            "did_you_mean": "max_batch_size",
+        }, problems
+        assert [p["message"] for p in problems[1:]] == ["required key 'max_batch_size' is missing"], problems
+    assert "did you mean 'max_batch_size'?" in doc["error"] and "'max_batch_size' is missing" in doc["error"], doc
+
+
+def test_every_problem_is_in_the_error_in_order_unknown_keys_first() -> None:
+    from toolchain.errors import SpecError
+    from toolchain.specs.loader import parse_spec_text
+
+    text = TYPO_REQUIRED.read_text().replace("quantization: {weights: fp8}", "quantization: {weigths: fp8}")
+    with pytest.raises(SpecError) as e:
+        parse_spec_text(text, "s.yaml")
+    assert [(p.key, p.did_you_mean) for p in e.value.problems] == [
+        ("weigths", "weights"),
+        ("max_batch_sizes", "max_batch_size"),
+        (None, None),
+    ], e.value.problems
+    for p in e.value.problems:
+        assert p.message in e.value.message
+
+
+def test_a_typo_of_a_required_key_on_a_terminal_at_80_columns(tmp_path: Path) -> None:
+    """As a person sees it: one Error line naming the unknown key, its did-you-mean and the missing key."""
+    import os
+    import sys
+
+    from tests.conftest import REPO
+    from tests.terminal.pty_harness import run_on_pty
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLCHAIN_")}
+    env |= {"PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "80", "HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "toolchain.cli.main", "spec", "validate", str(TYPO_REQUIRED)]
+    r = run_on_pty(argv, env=env, timeout=120, cols=80)
+    assert r.returncode == 2, r.describe()
+    lines = [ln for ln in r.text.replace("\r", "").splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.describe()
+    assert "did you mean 'max_batch_size'?" in lines[0] and "'max_batch_size' is missing" in lines[0], r.describe()

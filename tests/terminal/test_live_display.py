@@ -104,3 +104,42 @@ def test_a_bar_keeps_its_stage_whole_at_80_columns_and_the_ticker_forgets_an_end
         assert 13 + len(head) + len(info.rstrip()) <= 80, info  # the bar, the stage whole, its figures cut
     after = r.text.split("done in", 1)[1]
     assert "still stopping tritonserver" not in after, r.describe()
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import sys, time
+    from toolchain.cli.render import Stages
+    from toolchain.progress import Heartbeat
+
+    st = Stages()
+    st("tritonserver starting")
+    try:
+        with Heartbeat(st, "tritonserver loading models", lambda: "postprocessing LOADING", every=0.2):
+            time.sleep(60)
+    except KeyboardInterrupt:
+        st.close()
+        sys.stderr.write("Interrupted\\n")
+        sys.exit(130)
+    """
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_wait_says_interrupted_not_done(tmp_path: Path) -> None:
+    """Issue 49: Ctrl-C in `up` left "tritonserver loading models: done in 8 s — postprocessing LOADIN…" on the
+    screen, then "Interrupted"."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "80"}
+    r = run_on_pty(
+        [sys.executable, str(script)],
+        env=env,
+        timeout=120,
+        cols=80,
+        interrupt_when=lambda out: b"elapsed" in out,
+        interrupt_after=1.0,
+    )
+    assert r.returncode == 130, r.describe()
+    assert "done in" not in r.text, r.describe()
+    assert re.search(r"tritonserver loading models: interrupted after \d+ s", r.text), r.describe()

@@ -220,6 +220,23 @@ def _notices(results: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
+SLO_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT"}  # a request meets each at or under the value (metrics.meets)
+
+
+def provenance_text(value: Any) -> str:
+    """A provenance value as a person reads it: a mapping as ``key value`` pairs (unset ones left out), a list
+    joined, a fraction rounded; never a Python repr (``{'shared_prefix': None}``)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {provenance_text(v)}" for k, v in value.items() if v not in (None, "", [], {})) or "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(provenance_text(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    return str(value)
+
+
 def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | None = None) -> dict[str, Path]:
     """Write report.md, report.html, report.csv and the plots into ``out_dir``; return their paths."""
     jinja2 = require("jinja2", "report")
@@ -246,12 +263,14 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
             {
                 "label": r["label"],
                 "created": r.get("created"),
-                "provenance": {k: v for k, v in r["provenance"].items() if v not in (None, "", [], {})},
+                "provenance": {
+                    k: provenance_text(v) for k, v in r["provenance"].items() if v not in (None, "", [], {})
+                },
                 "loads": ", ".join(run["label"] for run in r["runs"]) or "none",
             }
             for r in results
         ],
-        "slo": {k: v for k, v in slo.items() if v is not None},
+        "slo": {SLO_NAMES.get(k, k): f"{v:g}" for k, v in slo.items() if v is not None},
         "floor": floor,
         "best_tpot": best,
         "columns": columns,

@@ -118,6 +118,8 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     repo = opts.repo
     if repo and (repo / "toolchain-repo.json").is_file():
         prov.update(_repo_provenance(repo / "toolchain-repo.json"))
+        if not opts.spec:  # the emitted repository knows its spec's SLOs
+            slo = _repo_slo(repo / "toolchain-repo.json")
     tok_dir = find_tokenizer(opts.tokenizer, repo, art)  # a missing file is said before seconds of importing
     from transformers import AutoTokenizer
 
@@ -200,12 +202,29 @@ def _from_spec(spec: Path, cell_id: str | None) -> tuple[Cell, CellArtifacts, di
     """The spec's cell (the named one, else the first), its artifacts, its SLOs and its traffic shape (or None)."""
     from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
+    from toolchain.specs.slo import slo_targets
 
     s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     cell = find_cell(s, cell_id) if cell_id else expand(s)[0]
     art = for_cell(cell)
-    slo = {"ttft_ms": s.slo.ttft_ms.p99 or s.slo.ttft_ms.p50, "tpot_ms": s.slo.tpot_ms.p99 or s.slo.tpot_ms.p50}
-    return cell, art, slo, s.traffic
+    return cell, art, slo_targets(s), s.traffic
+
+
+def _repo_slo(marker: Path) -> dict[str, float | None]:
+    """The SLO targets an emitted repository's marker records (none for one emitted before it recorded them)."""
+    got = _repo_meta(marker).get("slo")
+    if not isinstance(got, dict):
+        return {}
+    out: dict[str, float | None] = {}
+    for k in ("ttft_ms", "tpot_ms"):
+        v = got.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf")):
+            raise UserInputError(
+                f"{marker}: slo.{k} is not a positive number",
+                "point --repo at a repository written by `toolchain triton emit`, or emit it again",
+            )
+        out[k] = float(v) if v is not None else None
+    return out
 
 
 def _repo_provenance(marker: Path) -> dict[str, Any]:

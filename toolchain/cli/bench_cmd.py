@@ -275,7 +275,7 @@ def print_search(search: Search) -> None:
     err.print(f"SLO search: {search.message}", highlight=False, markup=False)
 
 
-@app.command()
+@app.command(short_help="Print the JSON Schema of `toolchain bench --save` results.")
 def schema() -> None:
     """Print the JSON Schema of the result file `toolchain bench --save` writes (docs/bench-result.md).
 
@@ -289,7 +289,7 @@ def schema() -> None:
     print_json(json_schema())
 
 
-@app.command()
+@app.command(short_help="Render HTML and Markdown reports, a CSV and plots.")
 def report(
     results: Annotated[
         list[str], typer.Argument(help="Result JSON files from `toolchain bench --save`, each PATH or LABEL=PATH")
@@ -311,7 +311,7 @@ def report(
         out_console.print(f"{name}: {p}", highlight=False, markup=False)
 
 
-@app.command("stand-in")
+@app.command("stand-in", short_help="Serve a slot-limited stand-in LLM server (no model).")
 def stand_in(
     slots: Annotated[int, typer.Option("--slots", help="Decode slots: requests beyond them wait for one")] = 4,
     first_token_ms: Annotated[

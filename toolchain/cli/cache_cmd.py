@@ -71,7 +71,7 @@ def show(ref: RefArg, registry: RegistryOpt = None) -> None:
     print_json(open_registry(registry, must_exist=True).show(ref).model_dump())
 
 
-@app.command()
+@app.command(short_help="Restore an entry into DEST, checking every file's digest.")
 def pull(
     ref: RefArg,
     dest: Annotated[Path, typer.Argument(help="Destination directory (must not exist)")],
@@ -119,7 +119,7 @@ def pull(
     )
 
 
-@app.command()
+@app.command(short_help="Store a directory as one entry (--sign signs it).")
 def push(
     src: Annotated[Path, typer.Argument(help="Directory to store")],
     key: Annotated[
@@ -163,7 +163,7 @@ def push(
     err.print(f"stored {plural(len(m.files), 'file')} in {r.url}{signed}", highlight=False, markup=False)
 
 
-@app.command("sign")
+@app.command("sign", short_help="Sign an entry the registry holds (cosign format).")
 def sign_(ref: RefArg, sign: SignOpt = None, registry: RegistryOpt = None) -> None:
     """Sign an entry the registry holds (a cosign signature on oci://, manifests/KEY.sig elsewhere).
 
@@ -182,7 +182,7 @@ def sign_(ref: RefArg, sign: SignOpt = None, registry: RegistryOpt = None) -> No
     err.print(f"signed {digest} in {r.url} with {signer.path}", highlight=False, markup=False)
 
 
-@app.command()
+@app.command(short_help="Make an ECDSA P-256 key pair: cosign.key and cosign.pub.")
 def keygen(out_dir: Annotated[Path, typer.Argument(help="Directory to write cosign.key and cosign.pub into")]) -> None:
     """Make an ECDSA P-256 key pair in cosign's format: cosign.key (encrypted with TOOLCHAIN_SIGNING_PASSWORD
     or COSIGN_PASSWORD) and cosign.pub.
@@ -203,7 +203,7 @@ def keygen(out_dir: Annotated[Path, typer.Argument(help="Directory to write cosi
         )
 
 
-@app.command()
+@app.command(short_help="Re-hash every blob; with --public-key, check signatures.")
 def verify(
     registry: RegistryOpt = None,
     repair: Annotated[bool, typer.Option("--repair", help="Remove corrupt entries and blobs")] = False,
@@ -242,7 +242,7 @@ def verify(
         )
 
 
-@app.command()
+@app.command(short_help="Remove unreferenced blobs, stale uploads, dangling tags.")
 def gc(
     registry: RegistryOpt = None,
     yes: YesOpt = False,

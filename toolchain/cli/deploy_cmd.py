@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, Frontend, JsonOpt, RegistryOpt, SpecArg, out_dir_opt
+from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, Frontend, JsonOpt, PodRegistryOpt, SpecArg, out_dir_opt
 
 
 def deploy(
     spec: SpecArg,
     cell: CellOpt = None,
     out: Annotated[Path | None, out_dir_opt("image/, k8s/, deploy.json")] = None,
-    registry: RegistryOpt = None,
+    registry: PodRegistryOpt = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="Registry key or tag to serve (default: the cell's engine key)")
     ] = None,
@@ -80,12 +80,14 @@ def deploy(
         --registry s3://engines/prod --registry-secret engine-registry --image registry.example.com/llm:8b-v1 \\
         --out ./deploy/llama8b
     """
+    from toolchain import settings
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as stdout
     from toolchain.deploy import DeployOptions
     from toolchain.errors import UserInputError
     from toolchain.specs.gate import checked_spec
 
+    registry = registry or settings.registry_url()  # as the help says; never the local cache's registry
     s = checked_spec(spec)  # the rules `spec validate` applies (specs.gate)
     if s.dynamo is not None:  # the spec serves on NVIDIA Dynamo: its deployment is a DynamoGraphDeployment
         triton_only = {

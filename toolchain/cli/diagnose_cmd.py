@@ -29,8 +29,6 @@ def diagnose(
     Examples: toolchain diagnose --metrics-url http://127.0.0.1:8002/metrics --bench run.json;
     toolchain diagnose --rules
     """
-    import json
-
     from toolchain.cli.render import err, out, print_json
     from toolchain.pipeline.diagnose import diagnose_deployment
 
@@ -57,12 +55,14 @@ def diagnose(
         err.print("no findings: nothing in these metrics matches a rule")
     for f in d.findings:
         out.print(f"[{f.severity}] {f.rule}: {f.evidence}\n    action: {f.action}", markup=False, highlight=False)
-    if d.server:
-        err.print(
-            "server: " + json.dumps({k: v for k, v in d.server.items() if v is not None}),
-            highlight=False,
-            markup=False,
-        )
+    from toolchain.diagnose.summary import server_lines, slo_line
+
+    if d.server:  # the figures the rules read, with units and rounded (--json keeps the raw fields)
+        for line in server_lines(d.server):
+            err.print(line, highlight=False, markup=False)
+    slos = slo_line(d.slo)
+    if slos:
+        err.print(slos, highlight=False, markup=False)
 
 
 def _print_rules(json_out: bool) -> None:

@@ -10,11 +10,11 @@ import typer
 
 from toolchain.cli.options import (
     CellOpt,
+    DynamoRegistryOpt,
     Estimator,
     EstimatorOpt,
     ForceOpt,
     JsonOpt,
-    RegistryOpt,
     SpecArg,
     out_dir_opt,
 )
@@ -39,7 +39,7 @@ class Mode(str, Enum):
 ModeOpt = Annotated[Mode | None, typer.Option("--mode", help="Override the spec's dynamo.mode")]
 
 
-@app.command("plan")
+@app.command("plan", short_help="Size prefill and decode pools; say if disaggregation pays.")
 def plan(
     spec: SpecArg,
     cell: CellOpt = None,
@@ -95,6 +95,9 @@ def plan(
         out.print("* the aggregated fleet at the same SLOs, for comparison", markup=False, highlight=False)
     if any(not pp.replicas for pp in rows):
         out.print("† no worker count meets the TPOT SLO", markup=False, highlight=False)
+    if explain:  # the arithmetic, with the summary's figures, the verdict and the notes: each said once
+        out.print(explain_plan(p, planned.arch), markup=False, highlight=False)
+        return
     out.print(
         f"KV per request {p.kv_bytes_per_request / 1e9:.2f} GB; transfer {p.transfer_ms:.2f} ms over {p.link} "
         f"({p.link_gb_s:g} GB/s per GPU); TTFT ≈ {p.ttft_ms:.1f} ms, TPOT P99 ≈ {p.tpot_p99_ms:.2f} ms "
@@ -104,9 +107,7 @@ def plan(
     )
     out.print(p.verdict, markup=False, highlight=False)
     out.print(timed_line(p), markup=False, highlight=False)
-    if explain:
-        out.print(explain_plan(p, planned.arch), markup=False, highlight=False)
-    for n in p.notes:
+    for n in dict.fromkeys(p.notes):
         err.print(f"note: {n}", markup=False, highlight=False)
 
 
@@ -126,7 +127,7 @@ def _narrate(stage: str, *_a: object, **_k: object) -> None:
         err.print(f"dynamo plan: {stage}", markup=False, highlight=False)
 
 
-@app.command("deploy")
+@app.command("deploy", short_help="Write a DynamoGraphDeployment sized from the plan.")
 def deploy(
     spec: SpecArg,
     out: Annotated[Path, out_dir_opt("the DynamoGraphDeployment, the engine-args files and a kustomization")],
@@ -141,7 +142,7 @@ def deploy(
             "--engine", help="Registry key, tag or digest of the LLM-API artifact the workers pull and verify"
         ),
     ] = None,
-    registry: RegistryOpt = None,
+    registry: DynamoRegistryOpt = None,
     registry_secret: Annotated[
         str | None, typer.Option("--registry-secret", help="Secret with the registry credentials (envFrom)")
     ] = None,
@@ -194,7 +195,7 @@ def deploy(
     err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)
 
 
-@app.command("up")
+@app.command("up", short_help="Run the spec's topology here with the Dynamo mocker.")
 def up(
     spec: SpecArg,
     cell: CellOpt = None,

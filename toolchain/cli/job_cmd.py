@@ -32,7 +32,7 @@ def _render(result: dict[str, object], json_out: bool) -> None:
         )
 
 
-@app.command("build")
+@app.command("build", short_help="Build this pod's cell and push it (skip it when stored).")
 def build(
     cells: CellsOpt,
     index: IndexOpt = None,
@@ -57,7 +57,7 @@ def build(
     _render(r, json_out)
 
 
-@app.command("quantize")
+@app.command("quantize", short_help="Quantize this pod's group into the registry (skip if stored).")
 def quantize(
     cells: CellsOpt,
     index: IndexOpt = None,
@@ -77,7 +77,7 @@ def quantize(
     _render(r, json_out)
 
 
-@app.command("tag")
+@app.command("tag", short_help="Tag every engine of a build index once all are stored.")
 def tag(
     cells: CellsOpt,
     name: Annotated[str, typer.Option("--tag", help="Tag prefix: each engine is tagged <tag>-<cell job id>")],

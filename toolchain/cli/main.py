@@ -85,6 +85,14 @@ def _is_usage_error(e: BaseException) -> bool:
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        # Help piped to a file or another program is never wrapped nor cut to a terminal's width: it is read whole
+        # (on a terminal click fits it to the screen, at most 80 columns).
+        if parent is None and not sys.stdout.isatty():
+            extra.setdefault("terminal_width", 100_000)
+            extra.setdefault("max_content_width", 100_000)
+        return super().make_context(info_name, args, parent, **extra)
+
     def invoke(self, ctx: Any) -> Any:
         from toolchain.cli.render import json_printed
         from toolchain.errors import ToolchainError
@@ -191,6 +199,35 @@ COMMANDS = (
 )
 for _module in COMMANDS:
     _module.register(app)
+
+# The one-line summaries `toolchain --help` lists: each whole on one line of an 80-column terminal (click cuts a
+# longer first sentence with "..."); a command's own --help says the rest.
+SUMMARIES = {
+    "up": "Run one cell end to end: quantize to serve and bench.",
+    "gpus": "List catalog GPUs and the GPUs NVML sees here.",
+    "plan": "Fit, KV budget, latency floors and fleet size per cell.",
+    "quantize": "Quantize a checkpoint with ModelOpt and export it.",
+    "build": "Build or fetch each cell's engine or LLM-API profile.",
+    "serve": "Start tritonserver on a repository; wait until ready.",
+    "infer": "Send one prompt; stream the answer, timing on stderr.",
+    "deploy": "Write an image context and Kubernetes manifests.",
+    "diagnose": "Findings and actions from bench results or live metrics.",
+    "matrix": "CI or Kubernetes jobs per cell and quantize group.",
+    "tiny-checkpoint": "Write the tiny random Llama a tiny spec points at.",
+    "spec": "Validate specs, print their schema, expand the matrix.",
+    "cache": "The engine registry: local dir, s3://, hf://, oci://.",
+    "triton": "Emit and lint Triton TensorRT-LLM model repositories.",
+    "bench": "Benchmark a deployment: latency, throughput, goodput.",
+    "job": "One pod of `matrix --format kubernetes|argo`.",
+    "dynamo": "NVIDIA Dynamo: plan pools, deploy, run here (mocker).",
+}
+for _info in app.registered_commands:
+    _name = _info.name or (_info.callback.__name__.replace("_", "-") if _info.callback else "")
+    if _name in SUMMARIES and _info.short_help is None:
+        _info.short_help = SUMMARIES[_name]
+for _group in app.registered_groups:
+    if isinstance(_group.name, str) and _group.name in SUMMARIES:
+        _group.short_help = SUMMARIES[_group.name]
 
 
 def _keep_examples_as_lines(t: typer.Typer) -> None:

@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import JsonOpt, MatrixFormat, RegistryOpt, SpecsArg, timeout_opt
+from toolchain.cli.options import JsonOpt, MatrixFormat, MatrixRegistryOpt, SpecsArg, timeout_opt
 
 
 def matrix(
     specs: SpecsArg,
     fmt: Annotated[MatrixFormat, typer.Option("--format", help="What to print")] = MatrixFormat.json,
-    registry: RegistryOpt = None,
+    registry: MatrixRegistryOpt = None,
     runner_map: Annotated[Path | None, typer.Option("--runner-map", help="YAML: GPU name -> runner label")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Do not ask the registry what is cached")] = False,
     gitlab_max_jobs: Annotated[
@@ -61,6 +61,7 @@ def matrix(
             "set it to the shared registry, or pass --offline to list every cell as not cached",
         )
     if fmt in (MatrixFormat.kubernetes, MatrixFormat.argo):
+        from toolchain import settings
         from toolchain.pipeline.cluster import cluster_cmd
 
         result = cluster_cmd(
@@ -68,7 +69,7 @@ def matrix(
             fmt=fmt.value,
             out=out,
             image=image,
-            registry=registry,
+            registry=registry or settings.registry_url(),  # as the help says; never the local cache's registry
             offline=offline,
             node_map=node_map,
             registry_secret=registry_secret,

@@ -117,6 +117,35 @@ RegistryOpt = Annotated[
         "(default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry)",
     ),
 ]
+# Where pods pull from: a URL they can reach, never this machine's cache (a deploy that pointed pods at a local
+# path would write manifests no cluster can serve). Commands that write for a cluster take one of these.
+PodRegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry the pods pull the engine from: s3://bucket/prefix, hf://org/repo, "
+        "oci://host[:port]/repository, or a directory on --registry-pvc (required to write a deployment; "
+        "default: $TOOLCHAIN_REGISTRY, never the local cache)",
+    ),
+]
+DynamoRegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry the workers pull --engine from: s3://bucket/prefix, hf://org/repo or "
+        "oci://host[:port]/repository (required with --engine; default: $TOOLCHAIN_REGISTRY, never the local cache)",
+    ),
+]
+MatrixRegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry asked what is cached: a local path, s3://bucket/prefix, hf://org/repo or "
+        "oci://host[:port]/repository (default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry; "
+        "kubernetes and argo: the shared registry the pods push to, required, default: $TOOLCHAIN_REGISTRY, "
+        "never the local cache)",
+    ),
+]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]
 CellOpt = Annotated[str | None, typer.Option("--cell", help="One matrix cell id (see `toolchain spec expand`)")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing output / rebuild")]

@@ -11,14 +11,14 @@ from toolchain.cli.options import JsonOpt, SpecArg, SpecsArg, WideOpt
 app = typer.Typer(help="Validate engine specs, print their JSON Schema, expand their matrix.", no_args_is_help=True)
 
 
-@app.command()
+@app.command(short_help="Parse specs strictly; check every cell's compatibility rules.")
 def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
     """Parse every SPEC strictly and check its compatibility rules for every matrix cell.
 
     Examples: toolchain spec validate engine_specs/*.yaml
     """
     from toolchain.cli.render import err, plural, print_json
-    from toolchain.errors import ToolchainError
+    from toolchain.errors import SpecError, ToolchainError
     from toolchain.specs.cuda_graphs import notes
     from toolchain.specs.gate import caveats
     from toolchain.specs.rules import validate_spec_file
@@ -39,7 +39,10 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
                 for line in said:
                     err.print(f"  note: {line}", highlight=False, markup=False)
         except ToolchainError as e:
-            results.append({"spec": str(path), "ok": False, "error": e.message, "hint": e.hint, "exit": e.exit_code})
+            res = {"spec": str(path), "ok": False, "error": e.message, "hint": e.hint, "exit": e.exit_code}
+            if isinstance(e, SpecError):  # every problem, each with its path, line, unknown key and did-you-mean
+                res["problems"] = [p.to_json() for p in e.problems]
+            results.append(res)
             failures.append((str(path), e))
     if json_out:
         print_json(results)
@@ -51,7 +54,7 @@ def validate(specs: SpecsArg, json_out: JsonOpt = False) -> None:
         raise failures[-1][1]
 
 
-@app.command()
+@app.command(short_help="Print the engine spec JSON Schema (for editor completion).")
 def schema() -> None:
     """Print the JSON Schema of engine specs (for yaml-language-server / editor completion).
 
@@ -63,7 +66,7 @@ def schema() -> None:
     print_json(spec_schema())
 
 
-@app.command()
+@app.command(short_help="List every matrix cell with its engine key and profile id.")
 def expand(spec: SpecArg, wide: WideOpt = False, json_out: JsonOpt = False) -> None:
     """List every matrix cell of SPEC with its engine key and profile id.
 

@@ -12,7 +12,7 @@ from toolchain.cli.options import CellOpt, ForceOpt, JsonOpt, RegistryOpt, SpecA
 app = typer.Typer(help="Emit and lint Triton TensorRT-LLM model repositories.", no_args_is_help=True)
 
 
-@app.command()
+@app.command(short_help="Emit a cell's Triton repository (inflight_batcher_llm or llmapi).")
 def emit(
     spec: SpecArg,
     out: Annotated[Path, out_dir_opt("the model repository")],
@@ -83,7 +83,7 @@ def emit(
             err.print(f"  mount {m['source']} at {m['target']} ({m['what']})", highlight=False, markup=False)
 
 
-@app.command()
+@app.command(short_help="Check a repository against its engine, Triton and the backend.")
 def lint(
     repo: Annotated[Path, typer.Argument(help="Model repository directory")],
     world_size: Annotated[int | None, typer.Option("--world-size", help="Ranks you will launch with")] = None,

@@ -233,6 +233,11 @@ def build_cell(
     ckpt_root = plan.checkpoint
     assert ckpt_root is not None
     unquantized = is_unquantized(cell.spec)
+    trtllm_ckpt = Path("<converted>") if unquantized else ckpt_root / "trtllm"
+    if cell.spec.runtime == "tensorrt":
+        # an engine needs a GPU host: said first (exit 4), before asking for a quantized checkpoint that this
+        # machine could not build an engine from anyway (nor, for a large model, quantize)
+        _require_trtllm_build(cell, trtllm_ckpt)
     if not unquantized:
         _ensure_quantized(art, registry, ckpt_root, rehash=rehash)
     if cell.spec.runtime == "pytorch":
@@ -242,7 +247,6 @@ def build_cell(
     if log_dir is not None:
         log_path = log_dir / log_path.name
     plan.log_path = log_path
-    _require_trtllm_build(cell, Path("<converted>") if unquantized else ckpt_root / "trtllm")
     versions = installed_versions()
     _check_versions(cell, versions)
     _check_local_gpu(cell, plan.notes)

@@ -553,12 +553,14 @@ def explain(p: DynamoPlan, arch: ModelArch) -> str:
     lines.append(
         f"  chunk = prefill({p.chunk_tokens} tokens) = {p.chunk_ms:.2f} ms (rides on an aggregated decode step)"
     )
+    said: set[tuple[str, int, float]] = set()  # the floor's prefill formula: once per GPU and TP
     for pool in [*p.pools, *([] if p.mode == "aggregated" else [p.aggregated])]:
         label = pool.role if pool is not p.aggregated or p.mode == "aggregated" else "aggregated (for comparison)"
         lines.append(f"  {label}: {pool.gpu} TP{pool.tp}")
         if pool.source != "floor":
             lines += _explain_silicon(p, pool)
-        else:
+        elif (pool.gpu, pool.tp, pool.prefill_ms) not in said:  # the table has each pool's figure
+            said.add((pool.gpu, pool.tp, pool.prefill_ms))
             lines.append(
                 f"    prefill({p.avg_input}) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU) = "
                 f"{pool.prefill_ms:.1f} ms"
@@ -591,5 +593,5 @@ def explain(p: DynamoPlan, arch: ModelArch) -> str:
         f"{p.tpot_p99_ms:.2f} ms (aggregated {agg_step} = {p.aggregated_tpot_p99_ms:.2f} ms); no queueing"
     )
     lines.append(f"  verdict: {p.verdict}")
-    lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  note: {n}" for n in dict.fromkeys(p.notes)]  # each fact once
     return "\n".join(lines)

@@ -19,6 +19,7 @@ class Diagnosis:
     findings: list[Finding]
     server: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)  # where the metrics came from, when it matters
+    slo: dict[str, float] = field(default_factory=dict)  # the per-request SLOs the bench result measured against
 
 
 def sample_server(metrics_url: str, model: str, samples: int) -> dict[str, Any]:
@@ -56,4 +57,6 @@ def diagnose_deployment(
         server = sample_server(metrics_url, model, samples)
     if prefix_caching is None and result is not None:
         prefix_caching = True if any(r.get("prefix") for r in result["runs"]) else None
-    return Diagnosis(run_rules(observations_from(result, server, prefix_caching)), server, notes)
+    slo = next((r["summary"].get("slo") for r in (result or {}).get("runs") or [] if r.get("summary")), None) or {}
+    measured = {k: float(v) for k, v in slo.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return Diagnosis(run_rules(observations_from(result, server, prefix_caching)), server, notes, measured)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.artifacts.recipe import is_unquantized
 from toolchain.artifacts.layout import cache
+from toolchain.artifacts.recipe import is_unquantized
 from toolchain.errors import TritonRepoError
 from toolchain.registry import open_registry
 from toolchain.triton.repository import emit_for_cell

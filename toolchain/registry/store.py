@@ -122,12 +122,16 @@ class Registry:
             return ref
         if (hexd := digest_hex(ref)) != ref:
             return self._key_of_digest(hexd)
-        if TAG_RE.fullmatch(ref) and self.backend.exists(f"refs/tags/{ref}"):
+        short_key = len(ref) >= 8 and all(c in "0123456789abcdef" for c in ref)
+        # A short key is asked for as a tag only when the tag listing holds that name: on an OCI registry every
+        # tag asked for that does not exist is a "manifest unknown" error in the registry's log.
+        tag_may_exist = not short_key or ref in self._tag_names()
+        if TAG_RE.fullmatch(ref) and tag_may_exist and self.backend.exists(f"refs/tags/{ref}"):
             key = self.backend.read_bytes(f"refs/tags/{ref}").decode().strip()
             if not KEY_RE.fullmatch(key):
                 raise ManifestError(f"tag {ref} in {self.url} holds an invalid key")
             return key
-        if len(ref) >= 8 and all(c in "0123456789abcdef" for c in ref):
+        if short_key:
             hits = [k for k in self.keys() if k.startswith(ref)]
             if len(hits) == 1:
                 return hits[0]
@@ -172,6 +176,10 @@ class Registry:
             if name.endswith(".json") and KEY_RE.fullmatch(name[:-5]):
                 out.append(name[:-5])
         return sorted(out)
+
+    def _tag_names(self) -> set[str]:
+        """The names of the tags the registry holds, from its listing alone (no tag is read)."""
+        return {path.rsplit("/", 1)[-1] for path, _, _ in self.backend.list("refs/tags/")}
 
     def tags(self) -> dict[str, str]:
         out = {}

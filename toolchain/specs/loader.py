@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from toolchain.errors import SpecError
+from toolchain.errors import SpecError, SpecProblem
 from toolchain.specs.models import EngineSpec
 
 
@@ -105,6 +105,16 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out.lstrip(".")
 
 
+def _did_you_mean(err: dict[str, Any]) -> str | None:
+    """For an unknown key, the allowed key closest to it (difflib), if any is close."""
+    loc = tuple(err["loc"])
+    parent = _model_at(loc[:-1]) if err["type"] == "extra_forbidden" else None
+    if parent is None:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), list(parent.model_fields), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def _message(err: dict[str, Any]) -> str:
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
@@ -112,8 +122,8 @@ def _message(err: dict[str, Any]) -> str:
         name = str(loc[-1])
         if parent is not None:
             allowed = list(parent.model_fields)
-            close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
+            close = _did_you_mean(err)
+            hint = f"did you mean '{close}'?" if close else f"allowed: {', '.join(allowed)}"
             return f"unknown key {_quoted(name)}; {hint}"
         return f"unknown key {_quoted(name)}"
     if err["type"] == "missing":
@@ -124,6 +134,47 @@ def _message(err: dict[str, Any]) -> str:
         got = repr(err["input"])
         msg += f" (got {got[:60] + '...' if len(got) > 60 else got})"
     return msg
+
+
+# At most this many problems are written out in the one-line message; the error's ``problems`` (and `spec validate
+# --json`) hold every one.
+MAX_PROBLEMS_IN_MESSAGE = 8
+
+
+def _problems(e: ValidationError, root: yaml.Node | None) -> tuple[SpecProblem, ...]:
+    """Every problem pydantic found, unknown keys first (a typo's did-you-mean explains the "required key is
+    missing" it causes), each with its YAML path and line."""
+    errors: list[dict[str, Any]] = [dict(err) for err in e.errors()]
+    errors.sort(key=lambda err: err["type"] != "extra_forbidden")  # stable: pydantic's order within each kind
+    out = []
+    for err in errors:
+        loc: tuple[Any, ...] = tuple(err["loc"])
+        unknown = err["type"] == "extra_forbidden"
+        out.append(
+            SpecProblem(
+                _message(err),
+                _format_loc(loc) or None,
+                _node_line(root, loc),
+                key=str(loc[-1]) if unknown and loc else None,
+                did_you_mean=_did_you_mean(err),
+            )
+        )
+    return tuple(out)
+
+
+def _validation_error(e: ValidationError, root: yaml.Node | None, file: str) -> SpecError:
+    """One SpecError naming every problem: the first one where the message starts, then each other one with its
+    path and line ("also matrix (line 20): required key 'max_batch_size' is missing")."""
+    problems = _problems(e, root)
+    first, rest = problems[0], problems[1:]
+    message = first.message
+    for p in rest[:MAX_PROBLEMS_IN_MESSAGE]:
+        where = " ".join(w for w in (p.yaml_path, f"(line {p.line})" if p.line is not None else None) if w)
+        also = " Also" if message.endswith(("?", ".")) else "; also"
+        message += f"{also} {where}: {p.message}" if where else f"{also}: {p.message}"
+    if len(rest) > MAX_PROBLEMS_IN_MESSAGE:
+        message += f"; and {len(rest) - MAX_PROBLEMS_IN_MESSAGE} more (`toolchain spec validate SPEC --json` lists all)"
+    return SpecError(message, file=file, yaml_path=first.yaml_path, line=first.line, problems=problems)
 
 
 # Limits that keep every spec answer fast and bounded (a real spec is ~40 lines, 3 levels deep).
@@ -269,13 +320,7 @@ def parse_spec_text(text: str, file: str = "<string>") -> EngineSpec:
     try:
         spec = EngineSpec.model_validate(data)
     except ValidationError as e:
-        errors = e.errors()
-        first = errors[0]
-        loc = tuple(first["loc"])
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise SpecError(
-            _message(dict(first)) + more, file=file, yaml_path=_format_loc(loc) or None, line=_node_line(root, loc)
-        ) from e
+        raise _validation_error(e, root, file) from e
     # on the validated values: YAML reads 1e-320 (no dot) as a string, which pydantic then turns into a float
     tiny = _subnormal(spec.model_dump())
     if tiny is not None:

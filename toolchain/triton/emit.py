@@ -27,6 +27,7 @@ from toolchain.errors import OutputExistsError, TritonRepoError
 from toolchain.specs.cuda_graphs import tensorrt_cache_size
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import Serving
+from toolchain.specs.slo import slo_targets
 from toolchain.specs.speculative import engine_max_seq_len
 from toolchain.triton import speculative as SP
 from toolchain.triton import tensors as T
@@ -512,6 +513,7 @@ def _repo_meta(
         "features_build_config": SP.predicted_build_config(cell),
         "reference": reference,
         "reference_note": REFERENCE_NOTE if reference else None,
+        "slo": slo_targets(cell.spec),  # `bench --repo` measures against them without the spec
         "kv_cache": cell.spec.quantization.kv_cache,
         "engine": {
             **asdict(engine),

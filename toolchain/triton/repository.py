@@ -10,6 +10,7 @@ from typing import Any
 from toolchain.artifacts.cell import CellArtifacts
 from toolchain.digest import check_replaceable, copy_tree, staged_dir
 from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.specs.slo import slo_targets
 from toolchain.triton.emit import EngineInfo, emit_repository
 
 
@@ -283,5 +284,6 @@ def _emit_llmapi(
         meta = {**identity, "layout": "llmapi", "engines_root": engines_root, "mounts": inside, "carried": carried}
         if standin:
             meta["stand_in"] = "CPU stand-in for TensorRT-LLM's LLM API (PyTorch + transformers), not TensorRT-LLM"
+        meta["slo"] = slo_targets(cell.spec)  # `bench --repo` measures against them without the spec
         (tmp / "toolchain-repo.json").write_text(json.dumps(meta, indent=2))
     return _result(out, "llmapi", standin, identity, str(model) if mounts else "")

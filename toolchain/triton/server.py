@@ -218,24 +218,23 @@ def start(
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
     deadline = launched + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
-    beat = Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path))
     try:
-        beat.__enter__()
-        while True:
-            _raise_if_failed(proc, log_path)
-            if _is_ready(server.http_url):
-                server.ready_s = round(time.monotonic() - launched, 2)
-                return server
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}", log_path=log_path
-                )
-            time.sleep(0.2)
+        # the wait's last line tells how it ended: done, or interrupted (Ctrl-C) or failed before the stop
+        with Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path)):
+            while True:
+                _raise_if_failed(proc, log_path)
+                if _is_ready(server.http_url):
+                    server.ready_s = round(time.monotonic() - launched, 2)
+                    return server
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}",
+                        log_path=log_path,
+                    )
+                time.sleep(0.2)
     except BaseException:
         server.stop(5)
         raise
-    finally:
-        beat.__exit__()
 
 
 def _net_args(host: str, ports: Ports) -> list[str]:
