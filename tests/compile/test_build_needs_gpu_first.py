@@ -29,8 +29,8 @@ def no_trtllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _unquantized_spec(tmp_path: Path, ckpt: Path) -> Path:
-    """tiny.yaml (FP8, runtime tensorrt) whose quantized checkpoint was never made."""
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    """tiny-engine.yaml (FP8, runtime tensorrt) whose quantized checkpoint was never made."""
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     out = tmp_path / "tiny-cpu.yaml"
     out.write_text(yaml.safe_dump(d))

@@ -123,7 +123,7 @@ PodRegistryOpt = Annotated[
     str | None,
     typer.Option(
         "--registry",
-        help="Registry the pods pull the engine from: s3://bucket/prefix, hf://org/repo, "
+        help="Registry URL the pods pull the engine from: s3://bucket/prefix, hf://org/repo, "
         "oci://host[:port]/repository, or a directory on --registry-pvc (required to write a deployment; "
         "default: $TOOLCHAIN_REGISTRY, never the local cache)",
     ),
@@ -132,7 +132,7 @@ DynamoRegistryOpt = Annotated[
     str | None,
     typer.Option(
         "--registry",
-        help="Registry the workers pull --engine from: s3://bucket/prefix, hf://org/repo or "
+        help="Registry URL the workers pull --engine from: s3://bucket/prefix, hf://org/repo or "
         "oci://host[:port]/repository (required with --engine; default: $TOOLCHAIN_REGISTRY, never the local cache)",
     ),
 ]
@@ -140,7 +140,7 @@ MatrixRegistryOpt = Annotated[
     str | None,
     typer.Option(
         "--registry",
-        help="Registry asked what is cached: a local path, s3://bucket/prefix, hf://org/repo or "
+        help="Registry URL asked what is cached: a local path, s3://bucket/prefix, hf://org/repo or "
         "oci://host[:port]/repository (default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry; "
         "kubernetes and argo: the shared registry the pods push to, required, default: $TOOLCHAIN_REGISTRY, "
         "never the local cache)",
