@@ -197,7 +197,7 @@ def warmup_steps(cell: Cell) -> list[str]:
     return [
         f"warm-up: tensorrt_llm.LLM on {f.gpu}, TensorRT-LLM {f.trtllm_version}, TP {f.tp_pp()}; "
         f"batch {f.shape['max_batch_size']} and 1, {f.shape['max_input_len']}-token prompts",
-        *(f"fills {k}=<bundle>/{v}" for k, v in CACHE_ENV.items()),
+        "fills " + ", ".join(f"{k}=<bundle>/{v}" for k, v in CACHE_ENV.items()),
     ]
 
 
