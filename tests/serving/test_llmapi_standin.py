@@ -37,7 +37,7 @@ def _pytorch_spec(tmp_path: Path, ckpt: Path, version: str = "1.2.1") -> Path:
 def _emit(spec: Path, out: Path) -> dict[str, Any]:
     from toolchain.triton.repository import emit_for_cell
 
-    return emit_for_cell(for_cell(expand(load_spec(spec))[0]), "reference", out)
+    return emit_for_cell(for_cell(expand(load_spec(spec))[0]), "reference", out, standin=True)
 
 
 @pytest.mark.slow
@@ -162,3 +162,44 @@ def test_the_standin_streams_whole_characters_only(monkeypatch: pytest.MonkeyPat
     streamed, whole = run(True), run(False)
     assert whole == [text] and "".join(streamed) == text and len(streamed) > 1
     assert all("\ufffd" not in p for p in streamed)
+
+
+def test_the_standin_serves_at_most_max_batch_size_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM's max_batch_size (the cell's) bounds the requests in flight; the rest wait their turn."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    mod = _load_standin(monkeypatch)
+    mod.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+    m = mod.TritonPythonModel()
+    m.decoupled, m.max_batch = True, 2
+    m.pool, m.lock, m.active = ThreadPoolExecutor(max_workers=2), threading.Lock(), 0
+    running, peak, done = [0], [0], threading.Event()
+    count = threading.Lock()
+
+    def generate(req: Any, send: Any) -> None:
+        with count:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with count:
+            running[0] -= 1
+        send("ok", True)
+
+    m._generate = generate
+    finished: list[int] = []
+
+    def sent(r: Any, flags: int = 0) -> None:
+        finished.append(1)
+        if len(finished) == 5:
+            done.set()
+
+    class Req:
+        def get_response_sender(self) -> Any:
+            return types.SimpleNamespace(send=sent)
+
+    assert m.execute([Req() for _ in range(5)]) is None
+    assert done.wait(30)
+    m.finalize()
+    assert peak[0] == 2 and len(finished) == 5

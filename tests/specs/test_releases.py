@@ -124,3 +124,17 @@ def test_spec_validate_refuses_engines_on_1_3_in_one_line_and_in_json(cli: Cli, 
     assert "TensorRT-LLM 1.3.0rc29 has no TensorRT engine backend" in line and "use runtime: pytorch" in line
     doc = json.loads(cli("spec", "validate", p, "--json").stdout)
     assert doc[0]["ok"] is False and doc[0]["exit"] == 2 and "removed in 1.3.0rc21" in doc[0]["error"]
+
+
+def test_spec_validate_refuses_what_the_target_line_refuses_of_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Options the 1.2 line writes but the 1.3 line refuses (sampler_type is gone there) are a spec problem
+    on a 1.3 target, said up front, not a failure when the runtime starts."""
+    from toolchain.specs import llmapi
+
+    real = llmapi._options
+    monkeypatch.setattr(llmapi, "_options", lambda cell, **kw: {**real(cell, **kw), "sampler_type": "auto"})
+    on_13 = _load(tmp_path, _tiny(target={"trtllm_version": "1.3.0rc29"}))
+    lines = [p.line() for p in all_problems(on_13)]
+    assert any("TensorRT-LLM 1.3.0rc29: sampler_type is refused by TensorRT-LLM 1.3" in x for x in lines), lines
