@@ -168,13 +168,12 @@ def test_the_standin_serves_at_most_max_batch_size_at_once(monkeypatch: pytest.M
     """The LLM's max_batch_size (the cell's) bounds the requests in flight; the rest wait their turn."""
     import threading
     import time
-    from concurrent.futures import ThreadPoolExecutor
 
     mod = _load_standin(monkeypatch)
     mod.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
     m = mod.TritonPythonModel()
     m.decoupled, m.max_batch = True, 2
-    m.pool, m.lock, m.active = ThreadPoolExecutor(max_workers=2), threading.Lock(), 0
+    m._start_pool()
     running, peak, done = [0], [0], threading.Event()
     count = threading.Lock()
 

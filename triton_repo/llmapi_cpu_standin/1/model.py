@@ -116,11 +116,15 @@ class TritonPythonModel:
         self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
         self.tok: Any = AutoTokenizer.from_pretrained(weights)
         self.eos = self.tok.eos_token_id
+        self._start_pool()
+        pb_utils.Logger.log_info(f"tensorrt_llm: {NOTE}; max_batch_size {self.max_batch}")
+        pb_utils.Logger.log_info(f"tensorrt_llm: {bundle_start(here)}")
+
+    def _start_pool(self) -> None:
+        """At most ``max_batch_size`` requests generate at once (the LLM's batch); the rest wait in the queue."""
         self.pool = ThreadPoolExecutor(max_workers=self.max_batch, thread_name_prefix="standin")
         self.lock = threading.Lock()
         self.active = 0
-        pb_utils.Logger.log_info(f"tensorrt_llm: {NOTE}; max_batch_size {self.max_batch}")
-        pb_utils.Logger.log_info(f"tensorrt_llm: {bundle_start(here)}")
 
     @staticmethod
     def _response(text: str, finish: str | None = None) -> Any:
