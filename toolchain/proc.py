@@ -254,3 +254,38 @@ def finish(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float
         proc.kill()
         proc.wait()
     _ended(proc.pid, proc.returncode)
+
+
+def wait_ready(
+    not_ready: Callable[[], str | None],
+    *,
+    timeout: float,
+    stage: str,
+    progress: Callable[..., None] | None = None,
+    alive: Callable[[], None] = lambda: None,
+    probe: Callable[[], str | None] | None = None,
+    poll: float = 0.2,
+    on_timeout: Callable[[str], BaseException] | None = None,
+) -> float:
+    """The one readiness wait of every server launcher: until ``not_ready()`` returns None (it returns why the
+    thing is not ready yet), at most ``timeout`` seconds. ``alive()`` raises when the processes died; a line
+    every second says what it waits on (``probe()``, else the reason); the last line says how the wait ended
+    (done, interrupted, failed). Returns the seconds it took; past the deadline, raises ``on_timeout(reason)``
+    (a TimeoutError by default)."""
+    from toolchain.progress import Heartbeat, silent
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    state: dict[str, str | None] = {"why": "starting"}
+    with Heartbeat(progress or silent, stage, probe or (lambda: state["why"])):
+        while True:
+            alive()
+            state["why"] = not_ready()
+            if state["why"] is None:
+                return time.monotonic() - t0
+            if time.monotonic() > deadline:
+                why = state["why"] or "not ready"
+                raise (
+                    on_timeout(why) if on_timeout else TimeoutError(f"{stage}: not ready within {timeout:g} s ({why})")
+                )
+            time.sleep(poll)

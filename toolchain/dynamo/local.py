@@ -25,8 +25,8 @@ from typing import Any
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
 from toolchain.dynamo.timing import WorkerTiming, write_profile
 from toolchain.errors import ServerError, UserInputError
-from toolchain.proc import Popen, spawn_guarded, stop_group, tail
-from toolchain.progress import Heartbeat, Progress, silent
+from toolchain.proc import Popen, spawn_guarded, stop_group, tail, wait_ready
+from toolchain.progress import Progress, silent
 from toolchain.specs.matrix import Cell
 
 STAND_IN = "the Dynamo mocker (stand-in for dynamo.trtllm)"
@@ -337,21 +337,18 @@ def start_local(
 
 
 def _wait_ready(dep: LocalDeployment, timeout: float, progress: Progress) -> None:
-    deadline = time.monotonic() + timeout
-    state: dict[str, str | None] = {"why": "starting"}
-    with Heartbeat(progress, f"starting Dynamo ({dep.mode}, {STAND_IN})", lambda: state["why"]):
-        while True:
-            dep.check_alive()
-            state["why"] = _ready(dep)
-            if state["why"] is None:
-                return
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"the Dynamo deployment was not ready within {timeout:.0f} s ({state['why']}); logs in "
-                    f"{dep.workdir / 'logs'}",
-                    hint=f"read {dep.workdir / 'logs'}/*.log",
-                )
-            time.sleep(0.3)
+    wait_ready(
+        lambda: _ready(dep),
+        timeout=timeout,
+        stage=f"starting Dynamo ({dep.mode}, {STAND_IN})",
+        progress=progress,
+        alive=dep.check_alive,
+        poll=0.3,
+        on_timeout=lambda why: ServerError(
+            f"the Dynamo deployment was not ready within {timeout:.0f} s ({why}); logs in {dep.workdir / 'logs'}",
+            hint=f"read {dep.workdir / 'logs'}/*.log",
+        ),
+    )
 
 
 def serve_until(dep: LocalDeployment, stop: Callable[[], bool], poll: float = 0.5) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from toolchain.artifacts.layout import cache
 from toolchain.errors import ServerError, UserInputError
-from toolchain.proc import Popen, capture, spawn_guarded, stop_group, tail
+from toolchain.proc import Popen, capture, spawn_guarded, stop_group, tail, wait_ready
 from toolchain.progress import Heartbeat, Progress, silent
 from toolchain.triton.metrics_config import metrics_args
 
@@ -216,22 +216,21 @@ def start(
     launched = time.monotonic()
     proc = _launch(cmd, log_path, env, shm_prefix)
     server = Server(proc, repo, host, ports, log_path, shm_prefix, cmd)
-    deadline = launched + ready_timeout
     progress(f"tritonserver starting: log {log_path}")
     try:
-        # the wait's last line tells how it ended: done, or interrupted (Ctrl-C) or failed before the stop
-        with Heartbeat(progress, "tritonserver loading models", lambda: model_states(server.http_url, log_path)):
-            while True:
-                _raise_if_failed(proc, log_path)
-                if _is_ready(server.http_url):
-                    server.ready_s = round(time.monotonic() - launched, 2)
-                    return server
-                if time.monotonic() > deadline:
-                    raise ServerError(
-                        f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}",
-                        log_path=log_path,
-                    )
-                time.sleep(0.2)
+        wait_ready(
+            lambda: None if _is_ready(server.http_url) else "loading",
+            timeout=ready_timeout - (time.monotonic() - launched),
+            stage="tritonserver loading models",
+            progress=progress,
+            alive=lambda: _raise_if_failed(proc, log_path),
+            probe=lambda: model_states(server.http_url, log_path),
+            on_timeout=lambda why: ServerError(
+                f"tritonserver was not ready within {ready_timeout:.0f} s:\n{tail(log_path, 12)}", log_path=log_path
+            ),
+        )
+        server.ready_s = round(time.monotonic() - launched, 2)  # from the launch, not from the wait's start
+        return server
     except BaseException:
         server.stop(5)
         raise
