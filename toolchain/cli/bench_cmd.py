@@ -198,8 +198,9 @@ def bench(
         raise typer.Exit(code)
 
 
-def print_table(result: dict[str, Any]) -> None:
-    """One table per load, metrics as rows (readable at 80 columns), then the run's notes on stderr."""
+def print_table(result: dict[str, Any], *, served_by: bool = True) -> None:
+    """One table per load, metrics as rows (readable at 80 columns), then the run's notes on stderr.
+    ``served_by``: say what served a stand-in's figures (a caller that says it itself passes False)."""
     from rich.table import Table
 
     from toolchain.bench.report import STAT_COLUMNS, _f, metric_rows, table_rows
@@ -209,7 +210,7 @@ def print_table(result: dict[str, Any]) -> None:
     Stages.settle_all()  # the measurement ended: no bar redraws into the table
     res = BenchResult.model_validate(result)
     where = f"{res.provenance.model} @ {res.provenance.url}"
-    if res.provenance.reference:
+    if res.provenance.reference and served_by:
         err.print(f"served by the {res.provenance.reference}", highlight=False, markup=False)
     for r in table_rows([result]):
         t = Table(
@@ -244,7 +245,10 @@ def print_table(result: dict[str, Any]) -> None:
                 markup=False,
             )
     if res.planner:
-        err.print(f"planner TPOT floor on {res.planner.gpu}: {fmt_ms(res.planner.tpot_floor_b1_ms)}", highlight=False)
+        floor = f"planner TPOT floor on {res.planner.gpu}: {fmt_ms(res.planner.tpot_floor_b1_ms)}"
+        if res.provenance.reference:  # the tables above are a stand-in's, on this machine: not comparable
+            floor += " (that GPU's roofline, not what measured above)"
+        err.print(floor, highlight=False, markup=False)
     if res.search:
         print_search(res.search)
 

@@ -43,7 +43,7 @@ def up(
         print_json(d)
         return
     if res.bench:
-        print_table(res.bench)
+        print_table(res.bench, served_by=False)  # the summary below says what served
     # label: value lines, not a table: keys and paths are what a person copies, so a narrow terminal wraps them
     # (soft_wrap: no newline is inserted) instead of cutting them to "…"
     rows = [("engine key", res.engine_key or "-"), ("profile id", res.profile_id or "-"), ("served by", res.served_by)]

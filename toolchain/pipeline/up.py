@@ -24,7 +24,7 @@ from toolchain.specs.matrix import Cell, expand, find_cell
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import require_compatible
 from toolchain.triton.llmapi_repo import STANDIN_NOTE
-from toolchain.units import fmt_ms
+from toolchain.units import fmt_bytes, fmt_ms
 
 REFERENCE = "reference"
 
@@ -136,9 +136,10 @@ def _plan(cell: Cell, res: UpResult, progress: Progress) -> CellPlan:
     progress("plan")
     plan = plan_cell(cell, arch_for_spec(cell.spec))
     res.tpot_floor_ms = plan.tpot_floor_b1_ms
+    full = cell.max_batch_size * cell.max_seq_len * plan.kv_bytes_per_token  # the cell's whole batch at max_seq_len
     res.stages["plan"] = (
-        f"KV budget {plan.kv_budget_bytes / 1e9:.1f} GB, {plan.max_concurrency_at_max_seq} "
-        f"requests at max_seq_len, TPOT floor {fmt_ms(plan.tpot_floor_b1_ms)} on {cell.gpu.name}"
+        f"KV of {cell.max_batch_size} × {cell.max_seq_len} tokens: {fmt_bytes(full)} of "
+        f"{fmt_bytes(plan.kv_budget_bytes)} on {cell.gpu.name}; TPOT floor {fmt_ms(plan.tpot_floor_b1_ms)}"
     )
     return plan
 
