@@ -414,3 +414,65 @@ def manifest_block(results: dict[str, Accuracy], limits: Any, fake: Accuracy | N
         "exports": {n: a.to_json() for n, a in results.items()},
         "fakequant": fake.to_json() if fake else None,
     }
+
+
+@dataclass
+class Verdict:
+    """``toolchain accuracy``: an existing quantized checkpoint judged again by this gate."""
+
+    quantized: Path
+    results: dict[str, Accuracy]
+    failures: dict[str, list[str]]  # export -> each threshold it misses (empty: it passes)
+    notes: list[str]
+    limits: Any
+    recorded_gate: str | None  # the gate version its manifest names (None: judged by an older gate, or none)
+
+    @property
+    def passed(self) -> bool:
+        return not any(self.failures.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "quantized": str(self.quantized),
+            "gate_version": GATE_VERSION,
+            "recorded_gate_version": self.recorded_gate,
+            "passed": self.passed,
+            "limits": self.limits.model_dump(),
+            "exports": {
+                n: {**a.to_json(), "failures": self.failures[n], "passed": not self.failures[n]}
+                for n, a in self.results.items()
+            },
+            "notes": self.notes,
+        }
+
+
+def judge(checkpoint: Path, quantized: Path, limits: Any, *, device: str = "cpu") -> Verdict:
+    """Run every export of ``quantized`` (what ``toolchain quantize --out`` wrote) with the runtime's numerics
+    against the original ``checkpoint``, in the dtype its manifest's recipe names (bfloat16 without one), and
+    set each export's figures against ``limits`` (an AccuracyGate). Nothing is written."""
+    import torch
+
+    from toolchain.quantize.accuracy import failures
+
+    checkpoint, quantized = Path(checkpoint).resolve(), Path(quantized).resolve()
+    if not (checkpoint / "config.json").is_file():
+        raise QuantizeError(f"{checkpoint} has no config.json; it is not a Hugging Face checkpoint")
+    manifest: dict[str, Any] = {}
+    if (quantized / "manifest.json").is_file():
+        try:
+            manifest = json.loads((quantized / "manifest.json").read_text())
+        except ValueError as e:
+            raise QuantizeError(f"{quantized}/manifest.json is not JSON: {e}") from e
+    if not (quantized / "hf").is_dir() and not (quantized / "trtllm").is_dir():
+        raise QuantizeError(
+            f"{quantized} holds neither hf/ nor trtllm/",
+            "give the directory `toolchain quantize --out` wrote",
+        )
+    dtype: Any = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+        str((manifest.get("recipe") or {}).get("dtype")), torch.bfloat16
+    )
+    if dtype == torch.float16 and device == "cpu":
+        dtype = None  # float16 on the CPU is judged in float32, as quantize judges it there
+    results, notes = check_exports(checkpoint, quantized, device, dtype=dtype)
+    recorded = (manifest.get("accuracy") or {}).get("gate_version")
+    return Verdict(quantized, results, {n: failures(a, limits) for n, a in results.items()}, notes, limits, recorded)
