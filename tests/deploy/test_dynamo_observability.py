@@ -34,7 +34,18 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from toolchain.cli.main import app
 
     out = tmp_path_factory.mktemp("dgd") / "out"
-    args = ["dynamo", "deploy", str(DISAGG), "--out", str(out), "--namespace", "llm", "--estimator", "floor"]
+    args = [
+        "dynamo",
+        "deploy",
+        str(DISAGG),
+        "--out",
+        str(out),
+        "--namespace",
+        "llm",
+        "--estimator",
+        "floor",
+        "--allow-unquantized",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     return out
