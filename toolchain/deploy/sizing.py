@@ -123,7 +123,7 @@ def size_cell(
         source = (
             f"{basis}: peak {fleet['peak_tok_s']:,.0f} tok/s ÷ {fleet['tok_s_per_instance']:,.0f} tok/s per instance "
             f"= {fleet['raw_instances']:.2f} instances → min {lo}; ÷ {util} → {fleet['total_gpus']} GPUs "
-            f"= max {hi} instances of {fleet['gpus_per_instance']} GPUs"
+            f"= max {hi} instances of {fleet['gpus_per_instance']} GPU{'' if fleet['gpus_per_instance'] == 1 else 's'}"
         )
     else:
         lo, hi = 1, 1
