@@ -33,7 +33,7 @@ def _decimals(s: str) -> int:
 
 def _half_ulp(s: str) -> float:
     """Half the last printed digit: how far the printed number may be from the one it stands for."""
-    return 0.5 * 10 ** -_decimals(s)
+    return 0.5 * 10.0 ** -_decimals(s)
 
 
 def check_fleet_line(line: str, utilization: float, headroom: float) -> None:
