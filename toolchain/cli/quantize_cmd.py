@@ -45,7 +45,12 @@ def quantize(
     awq_group_size: Annotated[int, typer.Option("--awq-group-size")] = 128,
     tp: Annotated[int, typer.Option("--tp", min=1)] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1)] = 1,
-    gate: Annotated[AccuracyGate, typer.Option("--gate", help="How accuracy is checked")] = AccuracyGate.auto,
+    gate: Annotated[
+        AccuracyGate,
+        typer.Option(
+            "--gate", help="The fake-quant diagnostic beside the runtime-numerics gate: auto, fakequant, dequant (none)"
+        ),
+    ] = AccuracyGate.auto,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
     force: ForceOpt = False,
     rehash: RehashOpt = False,
