@@ -167,6 +167,16 @@ class TrtllmRuntime:
         self.group = int(q.get("group_size") or 128)
         self.heads, self.kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
         self.head = int(cfg.get("head_size") or cfg["hidden_size"] // self.heads)
+        if self.heads % self.tp or self.kv_heads % self.tp:
+            raise QuantizeError(
+                f"{root}: {self.heads} query / {self.kv_heads} KV heads do not split evenly over tp={self.tp} "
+                "(replicated KV heads are not read back)"
+            )
+        # the embedding table is split over the TP ranks only with use_parallel_embedding (along its vocab rows
+        # with embedding_sharding_dim 0); otherwise every rank holds all of it
+        self.embedding_dim: int | None = None
+        if cfg.get("use_parallel_embedding") and self.tp > 1:
+            self.embedding_dim = int(cfg.get("embedding_sharding_dim", 0))
         self.ranks = [
             DequantizedRank(root, f"rank{r}.safetensors", device, self.algo, self.group) for r in range(self.tp)
         ]
@@ -176,7 +186,7 @@ class TrtllmRuntime:
 
     def _add(self, name: str) -> None:
         if name == "transformer.vocab_embedding.weight":
-            self._map["model.embed_tokens.weight"] = ("transformer.vocab_embedding.weight", 0, None)
+            self._map["model.embed_tokens.weight"] = (name, self.embedding_dim, None)
         elif name == "transformer.ln_f.weight":
             self._map["model.norm.weight"] = (name, None, None)
         elif name == "lm_head.weight":
@@ -197,8 +207,7 @@ class TrtllmRuntime:
         return name in self._map
 
     def _qkv_rows(self, tp: int) -> tuple[int, int, int]:
-        q = self.heads // tp * self.head
-        kv = max(1, self.kv_heads // tp) * self.head
+        q, kv = self.heads // tp * self.head, self.kv_heads // tp * self.head
         return q, kv, kv
 
     def get(self, name: str, dtype: Any = None) -> Any:
@@ -474,5 +483,7 @@ def judge(checkpoint: Path, quantized: Path, limits: Any, *, device: str = "cpu"
     if dtype == torch.float16 and device == "cpu":
         dtype = None  # float16 on the CPU is judged in float32, as quantize judges it there
     results, notes = check_exports(checkpoint, quantized, device, dtype=dtype)
+    if not results:
+        raise QuantizeError(f"no export of {quantized} can be judged here: {'; '.join(notes)}")
     recorded = (manifest.get("accuracy") or {}).get("gate_version")
     return Verdict(quantized, results, {n: failures(a, limits) for n, a in results.items()}, notes, limits, recorded)
