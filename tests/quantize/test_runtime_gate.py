@@ -192,3 +192,14 @@ def test_activation_quantizers_follow_their_formats() -> None:
     # each value lands on an E2M1 value times the block's scale (amax 1 / 6, an FP8-representable step away)
     scale = q.abs().max().item() / 6.0
     assert {round(v / scale, 3) for v in q.abs().tolist()} <= {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
+
+
+@pytest.mark.slow
+def test_a_tp2_trtllm_checkpoint_is_joined_back(tiny_checkpoint: Path, tiny_fp8: Path, tmp_path: Path) -> None:
+    """Each rank's shard is dequantized with its own scales and the shards joined (qkv per rank is q, k, v of
+    its heads): the TP2 export runs exactly as the TP1 one, whose scales are the same."""
+    tp2 = quantize(tiny_checkpoint, Recipe("fp8", "fp8", **SPEC_CALIB, tp=2), tmp_path / "tp2").out
+    assert len(list((tp2 / "trtllm").glob("rank*.safetensors"))) == 2
+    one = json.loads((tiny_fp8 / "manifest.json").read_text())["accuracy"]["exports"]
+    two = json.loads((tp2 / "manifest.json").read_text())["accuracy"]["exports"]
+    assert two == one

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import QuantizeError
-from toolchain.quantize.accuracy import E2M1, Accuracy, CheckpointTensors, DequantizedExport
+from toolchain.quantize.accuracy import E2M1, Accuracy, DequantizedExport
 
 # The gate that judged a quantized checkpoint, recorded in its manifest (``accuracy.gate_version``).
 GATE_VERSION = "runtime-numerics/1"
@@ -262,8 +262,12 @@ class DequantizedRank(DequantizedExport):
     packing (ModelOpt writes the same layouts there under TensorRT-LLM's scale names)."""
 
     def __init__(self, root: Path, file: str, device: str, algo: str | None, group: int) -> None:
-        CheckpointTensors.__init__(self, root, device)
-        self._files = {n: f for n, f in self._files.items() if f.name == file}
+        from safetensors import safe_open
+
+        self.root, self.device = root, device
+        self._pickled = {}
+        with safe_open(str(root / file), framework="pt") as h:  # this rank's file only: every rank has the names
+            self._files = dict.fromkeys(h.keys(), root / file)
         self.algo, self.group = algo, group
         self.fold_pre_quant_scale = False
         self._aliases: dict[str, str] = {}
