@@ -203,3 +203,25 @@ def test_a_tp2_trtllm_checkpoint_is_joined_back(tiny_checkpoint: Path, tiny_fp8:
     one = json.loads((tiny_fp8 / "manifest.json").read_text())["accuracy"]["exports"]
     two = json.loads((tp2 / "manifest.json").read_text())["accuracy"]["exports"]
     assert two == one
+
+
+@pytest.mark.slow
+def test_a_reused_export_an_older_gate_passed_is_judged_again(
+    exports: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    """`up` reuses a quantized checkpoint whose manifest verifies; one judged by an older gate (weights only) is
+    judged again by this one, and refused when it misses a threshold."""
+    original, good = exports["fp8"]
+    recipe = Recipe("fp8", "fp8", **SPEC_CALIB)
+    old = tmp_path / "old"
+    shutil.copytree(good, old)
+    m = json.loads((old / "manifest.json").read_text())
+    m["accuracy"] = {"gate": "dequant", "dequant": m["accuracy"]["runtime"]}  # what the gate before wrote
+    (old / "manifest.json").write_text(json.dumps(m))
+    again = quantize(original, recipe, old, reuse=True, input_digest=m["input_digest"], accuracy_limits=SPEC_LIMITS)
+    assert again.reused and any("judged again by runtime-numerics/1: passed" in n for n in again.notes)
+    strict = AccuracyGate(max_rel_logit_error=0.01)
+    with pytest.raises(AccuracyGateError, match=r"passed by an older gate \(dequant\); judged again, accuracy gate"):
+        quantize(original, recipe, old, reuse=True, input_digest=m["input_digest"], accuracy_limits=strict)
+    current = quantize(original, recipe, good, reuse=True, input_digest=m["input_digest"], accuracy_limits=strict)
+    assert current.reused and current.notes == []  # this gate's own verdict stands

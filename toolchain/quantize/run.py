@@ -30,7 +30,14 @@ from toolchain.artifacts.keys import directory_digest
 from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import atomic_write_text, canonical_json, check_replaceable, sha256_text, staged_dir
-from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.errors import (
+    AccuracyGateError,
+    CheckpointError,
+    NeedsGPUError,
+    OutputExistsError,
+    QuantizeError,
+    UserInputError,
+)
 from toolchain.progress import Progress, importing, silent
 from toolchain.specs import families
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
@@ -179,7 +186,9 @@ def quantize(
             and existing.get("input_digest") == input_digest
             and existing.get("recipe") == recipe.to_json()
         ):
-            return QuantizeResult(out, existing, reused=True)
+            return QuantizeResult(
+                out, existing, reused=True, notes=_judge_again(model_dir, out, existing, accuracy_limits)
+            )
         if not force:
             raise OutputExistsError(f"{out} already exists")
         check_replaceable(out, "manifest.json")
@@ -207,6 +216,24 @@ def quantize(
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
+
+
+def _judge_again(model_dir: Path, out: Path, manifest: dict[str, Any], limits: Any) -> list[str]:
+    """A reused checkpoint that an older gate passed (its manifest names another ``gate_version``, or none) is
+    judged again by this one against ``limits``: AccuracyGateError when an export misses a threshold, else a
+    note. The manifest is left as written (its figures are what that run measured)."""
+    from toolchain.quantize import runtime
+
+    recorded = (manifest.get("accuracy") or {}).get("gate_version")
+    if limits is None or recorded == runtime.GATE_VERSION:
+        return []
+    verdict = runtime.judge(model_dir, out, limits)
+    older = f"passed by an older gate ({recorded or manifest.get('accuracy', {}).get('gate', 'unknown')})"
+    try:
+        runtime.gate(verdict.results, limits)
+    except AccuracyGateError as e:
+        raise AccuracyGateError(f"{out} was {older}; judged again, {e.message}") from e
+    return [f"{out} was {older}; judged again by {runtime.GATE_VERSION}: passed", *verdict.notes]
 
 
 QUANTIZE_MODULES = (
