@@ -26,7 +26,7 @@ def test_no_module_writes_yaml_around_the_plain_dumper() -> None:
 @pytest.mark.slow
 def test_the_dynamo_graph_deployment_has_no_anchors(cli: Any, tmp_path: Path) -> None:
     spec = REPO / "engine_specs" / "llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml"
-    r = cli("dynamo", "deploy", spec, "--out", tmp_path / "dgd")
+    r = cli("dynamo", "deploy", spec, "--out", tmp_path / "dgd", "--allow-unquantized")
     assert r.exit_code == 0, r.output
     written = sorted((tmp_path / "dgd").glob("*.yaml"))
     assert written

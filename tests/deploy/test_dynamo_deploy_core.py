@@ -43,7 +43,7 @@ def test_any_spec_name_gives_names_kubernetes_accepts(
     # a name the spec accepts (lowercase, digits, '.', '_', '-', up to 80) that starts with a digit and is long
     spec = _renamed(tmp_path, "3.3-70b_llama.instruct-fp8-disaggregated-prefill-decode-for-the-prod-cluster")
     out = tmp_path / "out"
-    r = cli("dynamo", "deploy", spec, "--out", out)
+    r = cli("dynamo", "deploy", spec, "--out", out, "--allow-unquantized")
     assert r.exit_code == 0, r.output
     for res in render_kustomization(out):
         validate_manifest(res)
@@ -77,7 +77,7 @@ def test_pod_security_is_the_deploy_cores(cli: Cli, tmp_path: Path) -> None:
     from toolchain.deploy import core
 
     out = tmp_path / "out"
-    assert cli("dynamo", "deploy", DISAGG, "--out", out).exit_code == 0
+    assert cli("dynamo", "deploy", DISAGG, "--out", out, "--allow-unquantized").exit_code == 0
     for comp in _dgd(out)["spec"]["components"]:
         spec = comp["podTemplate"]["spec"]
         assert spec["securityContext"] == core.pod_security()

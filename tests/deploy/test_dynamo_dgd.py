@@ -27,7 +27,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from toolchain.cli.main import app
 
     out = tmp_path_factory.mktemp("dgd") / "out"
-    r = CliRunner().invoke(app, ["dynamo", "deploy", str(DISAGG), "--out", str(out), "--namespace", "llm"])
+    r = CliRunner().invoke(
+        app, ["dynamo", "deploy", str(DISAGG), "--out", str(out), "--namespace", "llm", "--allow-unquantized"]
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -117,7 +119,7 @@ def test_local_model_without_model_path_is_a_one_line_error(cli: Cli, tmp_path: 
     d["model"] = {"source": "./ckpt", "architecture": "llama-3.3-70b"}
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(d))
-    r = cli("dynamo", "deploy", spec, "--out", tmp_path / "out")
+    r = cli("dynamo", "deploy", spec, "--out", tmp_path / "out", "--allow-unquantized")
     assert r.exit_code == 2, r.output
     assert r.output.startswith("Error: ") and "--model-path" in r.output and len(r.output.strip().splitlines()) == 1
 

@@ -34,7 +34,18 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from toolchain.cli.main import app
 
     out = tmp_path_factory.mktemp("dgd") / "out"
-    args = ["dynamo", "deploy", str(DISAGG), "--out", str(out), "--namespace", "llm", "--estimator", "floor"]
+    args = [
+        "dynamo",
+        "deploy",
+        str(DISAGG),
+        "--out",
+        str(out),
+        "--namespace",
+        "llm",
+        "--estimator",
+        "floor",
+        "--allow-unquantized",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     return out
@@ -97,7 +108,8 @@ def test_toolchain_deploy_on_a_dynamo_spec_writes_them_too(tmp_path: Path) -> No
     from toolchain.cli.main import app
 
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["deploy", str(DISAGG), "--out", str(out), "--namespace", "llm"])
+    artifact = ["--engine", "ab" * 32, "--registry", "s3://models/llm", "--image", "registry.example/toolchain:1"]
+    r = CliRunner().invoke(app, ["deploy", str(DISAGG), "--out", str(out), "--namespace", "llm", *artifact])
     assert r.exit_code == 0, r.output
     kinds = {res["kind"] for res in render_kustomization(out)}
     assert {"DynamoGraphDeployment", "PrometheusRule", "ConfigMap"} == kinds

@@ -228,7 +228,14 @@ def test_cli(cli: Cli, tiny_spec_file: Path, tmp_path: Path) -> None:
     r = cli("deploy", "engine_specs/llama-3.3-70b-fp8-h100.yaml", "--dry-run", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["sizing"]["gpus_per_replica"] == 2 and data["sizing"]["max_replicas"] == 3
+    # the autoscaler's bounds are the plan's own fleet: its silicon estimate where AIConfigurator is installed,
+    # else its floor (issue 46: 24 GPUs planned, 2..3 TP2 replicas deployed)
+    p = cli("plan", "engine_specs/llama-3.3-70b-fp8-h100.yaml", "--json")
+    assert p.exit_code == 0, p.output
+    (planned,) = json.loads(p.stdout)["cells"]
+    fleet = planned["fleet_estimate"] or planned["fleet"]
+    assert data["sizing"]["gpus_per_replica"] == 2
+    assert data["sizing"]["max_replicas"] * 2 == fleet["total_gpus"]
     r = cli("deploy", tiny_spec_file, "--out", tmp_path / "o")
     assert r.exit_code == 2 and "Error: --registry is required" in r.stderr
     r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", tmp_path / "o", "--frontend", "grpc")

@@ -128,3 +128,31 @@ def test_node_selector_is_the_gfd_product_label() -> None:
         assert CATALOG[name].gfd_product == rec["value"], name
     for gpu in CATALOG.values():  # every value is a valid label value
         assert len(gpu.gfd_product) <= 63 and all(ch.isalnum() or ch in "-_." for ch in gpu.gfd_product)
+
+
+def test_autoscaler_bounds_cover_the_plans_gpus_when_the_silicon_estimate_sized_the_fleet() -> None:
+    """The 70B H100 spec planned 24 GPUs on AIConfigurator's estimate (843 tok/s per TP2 instance at batch 32)
+    while deploy wrote 2..3 replicas from the roofline floor's 4,505 tok/s (issue 46): one fleet figure now."""
+    from toolchain.planning.estimate import fleet_at
+
+    (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h100.yaml")))
+    plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
+    assert plan.fleet is not None
+    plan.estimator = "aiconfigurator 0.12.0"
+    plan.fleet_estimate = fleet_at(cell, plan, 32, 843.0, 1.0)  # the estimate's figure at the SLO batch
+    s = size_cell(cell, plan)
+    est = plan.fleet_estimate
+    assert s.max_replicas * s.gpus_per_replica == est["total_gpus"] > plan.fleet["total_gpus"]
+    assert s.min_replicas == math.ceil(round(est["raw_instances"], 9))
+    assert s.replicas_source.startswith("silicon estimate (aiconfigurator 0.12.0)")
+    so = manifests(_target(), cell, s)["scaledobject.yaml"]["spec"]
+    assert so["maxReplicaCount"] * s.gpus_per_replica >= est["total_gpus"]
+
+
+def test_the_floor_sizes_only_where_no_estimate_exists_and_says_so() -> None:
+    (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h100.yaml")))
+    plan = plan_cell(cell, arch_for_spec(cell.spec, allow_network=False))
+    plan.no_estimate = "AIConfigurator is not installed"
+    s = size_cell(cell, plan)
+    assert plan.fleet is not None and s.max_replicas * s.gpus_per_replica == plan.fleet["total_gpus"]
+    assert "roofline floor, a lower bound: no silicon estimate (AIConfigurator is not installed)" in s.replicas_source

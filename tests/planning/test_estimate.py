@@ -218,7 +218,9 @@ def test_explain_names_where_each_figure_came_from(cli: Cli) -> None:
     assert "silicon estimate: aiconfigurator 0.12.0, database trtllm 1.3.0rc20 measured on h200_sxm" in r.stdout
     assert "TPOT 9.42 ms (floor 2.79 ms, ×3.4)" in r.stdout
     assert "est:   aiconfigurator 0.12.0 (trtllm 1.3.0rc20 on h200_sxm)" in r.stdout
-    assert "floor: roofline" in r.stdout and "= 2 GPUs at full load" in r.stdout  # 12,800 ÷ 6,675 tok/s
+    assert (
+        "floor: roofline" in r.stdout and "at full load ceil(1.918) = 2 × 1 GPU = 2 GPUs" in r.stdout
+    )  # 12,800 ÷ 6,675 tok/s
 
 
 # --- bad input: one line, the hint, exit 3; never a traceback -------------------------------------------------

@@ -48,8 +48,9 @@ def test_format_exports_both_checkpoints(tiny_checkpoint: Path, tmp_path: Path, 
     assert verify_output(out) == m
     assert m["input_digest"].startswith("sha256:") and m["calibration_digest"].startswith("sha256:")
     assert m["versions"]["nvidia-modelopt"] == "0.47.0"
-    assert m["accuracy"]["gate"] == "dequant"  # the verdict is always the exported weights' figure
-    assert 0 < m["accuracy"]["dequant"]["rel_logit_error"] < 0.3
+    assert m["accuracy"]["gate"] == "runtime"  # the verdict is always the exports run with the runtime's numerics
+    assert set(m["accuracy"]["exports"]) == {"hf", "trtllm"}
+    assert 0 < m["accuracy"]["runtime"]["rel_logit_error"] < 0.3
     if fmt == "nvfp4":
         assert any("needs a GPU" in n for n in m["notes"])
     assert not list(tmp_path.glob(".out.partial.*"))
@@ -67,7 +68,7 @@ def test_run_checks_the_export_in_one_streamed_pass_in_the_model_dtype(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The original's reference logits come from the model already loaded for calibration: the check
-    streams only the dequantized export, in the recipe's dtype, never a second float32 pass."""
+    streams only the exports (hf/, then trtllm/), in the recipe's dtype, never a second float32 pass."""
     import torch
 
     from toolchain.quantize import accuracy
@@ -75,15 +76,15 @@ def test_run_checks_the_export_in_one_streamed_pass_in_the_model_dtype(
     passes: list[tuple[str, Any]] = []
     real = accuracy.streamed_logits
 
-    def spy(model_dir: Path, tensors: Any, batch: Any, device: str, dtype: Any = None) -> Any:
+    def spy(model_dir: Path, tensors: Any, batch: Any, device: str, dtype: Any = None, **kw: Any) -> Any:
         passes.append((type(tensors).__name__, dtype))
-        return real(model_dir, tensors, batch, device, dtype)
+        return real(model_dir, tensors, batch, device, dtype, **kw)
 
     monkeypatch.setattr(accuracy, "streamed_logits", spy)
     m = quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q").manifest
-    assert passes == [("DequantizedExport", torch.bfloat16)]
-    assert 0 < m["accuracy"]["dequant"]["rel_logit_error"] < 0.3
-    assert m["accuracy"]["dequant"]["dtype"] == m["accuracy"]["fakequant"]["dtype"] == "bfloat16"
+    assert passes == [("HFRuntime", torch.bfloat16), ("TrtllmRuntime", torch.bfloat16)]
+    assert 0 < m["accuracy"]["runtime"]["rel_logit_error"] < 0.3
+    assert m["accuracy"]["runtime"]["dtype"] == m["accuracy"]["fakequant"]["dtype"] == "bfloat16"
     assert verify_output(tmp_path / "q", rehash=True) == m  # digests taken on the second thread, read again
 
 
@@ -308,12 +309,12 @@ def test_a_failing_check_does_not_wait_for_every_digest(
         time.sleep(0.3)
         return real(path, *args, **kw)
 
-    def failing_check(self: Any, calibrated: Any, export_dir: Path) -> Any:
+    def failing_check(self: Any, calibrated: Any, out: Path) -> Any:
         assert started.wait(10)
-        raise AccuracyGateError("accuracy gate failed (dequant): on purpose")
+        raise AccuracyGateError("accuracy gate failed (runtime numerics): on purpose")
 
     monkeypatch.setattr("toolchain.artifacts.quantized.hash_file", slow_hash)
-    monkeypatch.setattr(run_mod._Run, "check_export", failing_check)
+    monkeypatch.setattr(run_mod._Run, "check_exports", failing_check)
     with pytest.raises(AccuracyGateError, match="on purpose"):
         quantize(tiny_checkpoint, Recipe("fp8", "none", **FAST), tmp_path / "q")
     assert 1 <= len(hashed) <= 2 < exported  # a whole export is config, weights and tokenizer files, twice

@@ -58,3 +58,14 @@ class CellPlan:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def sizing_fleet(self) -> tuple[dict[str, Any] | None, str]:
+        """The one fleet every stage sizes by (``plan``'s headline GPUs, deploy's replicas and autoscaler
+        bounds): the silicon estimate's where the cell has one, else the roofline floor's (a lower bound), and a
+        phrase that says which. (None, why) when the planner sized no fleet."""
+        if self.fleet_estimate:
+            return self.fleet_estimate, f"silicon estimate ({self.estimator})"
+        if self.fleet:
+            why = self.no_estimate or "--estimator floor"
+            return self.fleet, f"roofline floor, a lower bound: no silicon estimate ({why})"
+        return None, "the planner sized no fleet (the spec has no traffic section or no TPOT SLO)"

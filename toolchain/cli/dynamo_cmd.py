@@ -157,13 +157,23 @@ def deploy(
         ),
     ] = None,
     estimator: EstimatorOpt = Estimator.auto,
+    allow_unquantized: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unquantized",
+            help="Serve the spec's Hub model unquantized when its quantized bundle is not given (--engine)",
+        ),
+    ] = False,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a DynamoGraphDeployment (nvidia.com/v1beta1): frontend, prefill and decode workers running
-    dynamo.trtllm, sized from the plan.
+    dynamo.trtllm, sized from the plan. A spec with quantized weights needs its quantized bundle (--engine) or
+    a quantized checkpoint (--model-path); --allow-unquantized serves the Hub model as published instead.
 
-    Examples: toolchain dynamo deploy engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --out ./dgd
+    Examples:
+      toolchain dynamo deploy SPEC --out ./dgd --engine llama70b-fp8 --registry s3://models/llm --toolchain-image IMG
+      toolchain dynamo deploy engine_specs/llama-3.3-70b-instruct-fp8-dynamo-disagg.yaml --out ./dgd --allow-unquantized
     """
     from toolchain.cli.render import err, print_json
     from toolchain.cli.render import out as out_console
@@ -183,6 +193,7 @@ def deploy(
         estimator=estimator.value,
         progress=_narrate,
         force=force,
+        allow_unquantized=allow_unquantized,
     )
     for w in res.warnings:  # written as asked, but not what the plan sized the pools for
         err.print(f"warning: {w}", markup=False, highlight=False)

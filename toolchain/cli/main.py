@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from toolchain import settings
 from toolchain.cli import (
+    accuracy_cmd,
     bench_cmd,
     build_cmd,
     cache_cmd,
@@ -187,6 +188,7 @@ COMMANDS = (
     gpus_cmd,
     plan_cmd,
     quantize_cmd,
+    accuracy_cmd,
     build_cmd,
     serve_cmd,
     infer_cmd,

@@ -347,6 +347,7 @@ def _print_measured(m: dict[str, Any]) -> None:
     from rich.table import Table
 
     from toolchain.cli.render import err, out
+    from toolchain.planning.perf import fleet_arithmetic
 
     mf, rf = m["measured_fleet"], m["roofline_fleet"]
     status = m["search"].get("status")
@@ -372,9 +373,7 @@ def _print_measured(m: dict[str, Any]) -> None:
     t.add_row("instances", str(mf["total_instances"]), str(rf["total_instances"]) if rf else "-", "")
     out.print(t)
     err.print(
-        f"measured: peak {mf['peak_tok_s']:,.0f} tok/s ÷ {mf['tok_s_per_instance']:,.1f} tok/s per instance "
-        f"= {mf['raw_instances']:.2f} instances × {mf['gpus_per_instance']} GPUs ÷ utilization × headroom "
-        f"= {mf['total_gpus']} GPUs; search: {m['search']['slo']} ({m['search']['mode']})",
+        f"measured: {fleet_arithmetic(mf)}; search: {m['search']['slo']} ({m['search']['mode']})",
         highlight=False,
         markup=False,
     )

@@ -45,7 +45,12 @@ def quantize(
     awq_group_size: Annotated[int, typer.Option("--awq-group-size")] = 128,
     tp: Annotated[int, typer.Option("--tp", min=1)] = 1,
     pp: Annotated[int, typer.Option("--pp", min=1)] = 1,
-    gate: Annotated[AccuracyGate, typer.Option("--gate", help="How accuracy is checked")] = AccuracyGate.auto,
+    gate: Annotated[
+        AccuracyGate,
+        typer.Option(
+            "--gate", help="The fake-quant diagnostic beside the runtime-numerics gate: auto, fakequant, dequant (none)"
+        ),
+    ] = AccuracyGate.auto,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="Accept *.bin (pickle) weights")] = False,
     force: ForceOpt = False,
     rehash: RehashOpt = False,
@@ -161,7 +166,7 @@ def quantize(
         (err if json_out else out_console).print(  # the result is data: stdout (stderr under --json)
             f"{'reused' if res.reused else 'wrote'} {res.out} ({r.weights}, kv {r.kv_cache}, tp{r.tp} pp{r.pp}): "
             f"rel logit err {acc['rel_logit_error']:.4f}, top-1 {acc['top1_agreement']:.4f}, "
-            f"ppl {acc['ppl_increase']:+.2%} [{m['accuracy']['gate']}]{accuracy.beside(m['accuracy'])}; "
+            f"ppl {acc['ppl_increase']:+.2%} [{accuracy.judged(m['accuracy'])}]{accuracy.beside(m['accuracy'])}; "
             f"{m['wall_time_s']:.1f}s, peak RSS {m['peak_rss_mb']:.0f} MB",
             highlight=False,
             markup=False,

@@ -2,9 +2,11 @@
 
 - GPUs per replica = TP × PP; a replica is one serving instance (one tritonserver world).
 - Nodes per replica = ceil(TP × PP ÷ GPUs per node); more than one node makes a LeaderWorkerSet.
-- Replicas: the planner sizes the fleet in instances. ``min`` = ceil(raw instances), the instances that
-  carry the spec's peak token rate at the SLO batch; ``max`` = total instances, which adds the utilization
-  target and the burst headroom. For TP > 1 these are instances (pods), not GPUs.
+- Replicas: the planner sizes the fleet in instances (``CellPlan.sizing_fleet``: the silicon estimate's fleet
+  where the cell has one, the roofline floor's, a lower bound, only where it has none, and the source says
+  which). ``min`` = ceil(raw instances), the instances that carry the spec's peak token rate at the SLO batch;
+  ``max`` = total instances, which adds the utilization target and the burst headroom. For TP > 1 these are
+  instances (pods), not GPUs.
 - ``/dev/shm`` (a memory volume): 1 GiB per rank for NCCL's shared-memory transport and MPI, plus 1 GiB for
   Triton's Python-backend regions and tensors (the TensorRT-LLM backend's quick start runs its container
   with ``--shm-size=2g`` for one rank; see docs/deploy.md).
@@ -112,17 +114,20 @@ def size_cell(
         raise DeployError(f"--gpus-per-node {gpus_per_node} must be at least 1", "give the GPUs of one node")
     ranks = cell.tp * cell.pp
     nodes = -(-ranks // gpus_per_node)
-    fleet = plan.fleet
+    fleet, basis = plan.sizing_fleet()
     if fleet is not None:
-        lo = max(1, math.ceil(round(float(fleet["raw_instances"]), 9)))
+        lo = max(1, math.ceil(round(float(fleet["raw_instances"]), 9)))  # the planner's ceiling, float noise aside
         hi = max(lo, int(fleet["total_instances"]))
+        traffic = cell.spec.traffic
+        util = f"utilization {traffic.target_utilization:g} × headroom {traffic.burst_headroom:g}" if traffic else ""
         source = (
-            f"planner: peak {fleet['peak_tok_s']:,.0f} tok/s ÷ {fleet['tok_s_per_instance']:,.0f} tok/s per instance "
-            f"= {fleet['raw_instances']:.2f} → min {lo}; ÷ utilization × headroom → max {hi}"
+            f"{basis}: peak {fleet['peak_tok_s']:,.0f} tok/s ÷ {fleet['tok_s_per_instance']:,.0f} tok/s per instance "
+            f"= {fleet['raw_instances']:.2f} instances → min {lo}; ÷ {util} → {fleet['total_gpus']} GPUs "
+            f"= max {hi} instances of {fleet['gpus_per_instance']} GPU{'' if fleet['gpus_per_instance'] == 1 else 's'}"
         )
     else:
         lo, hi = 1, 1
-        source = "the spec has no traffic/SLO section, so the planner sized no fleet: 1 replica"
+        source = f"{basis}: 1 replica"
     if min_replicas is not None or max_replicas is not None:
         lo = min_replicas if min_replicas is not None else lo
         hi = max_replicas if max_replicas is not None else max(hi, lo)

@@ -57,9 +57,10 @@ class Artifact:
 HF_TOKEN_SECRET = "hf-token-secret"
 
 
-def precision_mismatch(cell: Cell, artifact: Artifact | None) -> str | None:
-    """What the workers would serve differently from what the plan assumed: without an artifact, the Hub
-    model as it is published (unquantized, KV dtype auto) for a spec that plans quantized weights."""
+def precision_mismatch(cell: Cell, artifact: Artifact | None) -> tuple[str, str] | None:
+    """(what, fix) when the workers would serve something other than what the plan assumed: without an
+    artifact, the Hub model as it is published (unquantized, KV dtype auto) for a spec that plans quantized
+    weights. None when they serve what was planned."""
     from toolchain.artifacts.recipe import is_unquantized
 
     if artifact is not None or is_unquantized(cell.spec):
@@ -67,9 +68,10 @@ def precision_mismatch(cell: Cell, artifact: Artifact | None) -> str | None:
     q = cell.spec.quantization
     return (
         f"the plan sized the pools for {q.weights} weights and a {q.kv_cache} KV cache, but without --engine the "
-        "workers serve the spec's model as the Hub publishes it (unquantized, kv_cache_config.dtype auto) — pass "
-        "--engine KEY of the spec's quantized LLM-API artifact (`toolchain build SPEC --cell ID`, `toolchain cache "
-        "push`) with --registry, or --model-path of a quantized checkpoint"
+        "workers would serve the spec's model as the Hub publishes it (unquantized, kv_cache_config.dtype auto)",
+        "pass --engine KEY of the spec's quantized LLM-API bundle (`toolchain build SPEC --cell ID`, `toolchain "
+        "cache push`) with --registry, or --model-path of a quantized checkpoint (`toolchain dynamo deploy "
+        "--allow-unquantized` serves the unquantized model anyway)",
     )
 
 

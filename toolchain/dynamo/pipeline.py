@@ -143,10 +143,13 @@ def deploy(
     estimator: Estimator = "floor",
     progress: Progress = silent,
     force: bool = False,
+    allow_unquantized: bool = False,
 ) -> Deployed:
     """Plan the spec's Dynamo deployment and write its DynamoGraphDeployment. ``engine`` means what it means for
     `toolchain deploy`: a full key, a unique key prefix, a tag or a digest reference, resolved in ``registry``
-    (the one the pull init container reads)."""
+    (the one the pull init container reads). A spec that plans quantized weights is refused without a quantized
+    artifact (``engine``) or checkpoint (``model_path``): the workers would serve the unquantized Hub model the
+    pools were not sized for; ``allow_unquantized`` writes it anyway, with the mismatch as a warning."""
     from toolchain import settings
     from toolchain.dynamo.deploy import Artifact, check_registry, precision_mismatch, write_dgd
 
@@ -174,11 +177,14 @@ def deploy(
         key = _resolve_engine(engine, reg)
         artifact = Artifact(key, reg, toolchain_image, registry_secret, pem)
     planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
+    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
+    if mismatch is not None and not allow_unquantized:
+        raise UserInputError(*mismatch)  # before anything is written
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )
-    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
-    return Deployed(planned, files, artifact.key if artifact else None, [mismatch] if mismatch else [])
+    warnings = [f"{mismatch[0]}; written as asked (--allow-unquantized)"] if mismatch else []
+    return Deployed(planned, files, artifact.key if artifact else None, warnings)
 
 
 def _resolve_engine(engine: str, registry: str) -> str:

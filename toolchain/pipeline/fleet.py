@@ -37,10 +37,11 @@ def _cell(spec: EngineSpec, cell_id: str | None) -> Cell:
 
 
 def plan_for(cell: Cell) -> Any:
-    from toolchain.planning.plan import plan_cell
-    from toolchain.specs.arch import arch_for_spec
+    """The cell's plan as `toolchain plan` makes it: the floor, and the silicon estimate where one is installed
+    (the fleet deploy sizes by is the plan's own, ``CellPlan.sizing_fleet``)."""
+    from toolchain.planning.spec_plan import plan_spec
 
-    plan = plan_cell(cell, arch_for_spec(cell.spec))
+    (plan,) = plan_spec(cell.spec, cell.id, estimator="auto").plans
     if plan.errors:
         raise PlanError(f"cell {cell.id}: {plan.errors[0]}")
     return plan

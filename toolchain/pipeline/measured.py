@@ -73,6 +73,8 @@ def _fleet(
         "total_instances": instances,
         "total_gpus": instances * gpus_per_instance,
         "gpus_per_instance": gpus_per_instance,
+        "utilization": util,
+        "headroom": headroom,
     }
 
 

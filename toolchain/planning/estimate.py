@@ -344,7 +344,14 @@ def fleet_at(
         tokens_per_step=tokens_per_step,
     )
     full = max(1, ceil_clean(f.raw_instances)) * f.gpus_per_instance
-    return {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus, "gpus_at_full_load": full}
+    return {
+        **asdict(f),
+        "raw_gpus": f.raw_gpus,
+        "total_gpus": f.total_gpus,
+        "gpus_at_full_load": full,
+        "utilization": traffic.target_utilization,
+        "headroom": traffic.burst_headroom,
+    }
 
 
 def estimate_curve(session: Session, cell: Cell, cap: int) -> tuple[list[Estimate], str | None]:

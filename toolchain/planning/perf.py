@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 
 def tpot_floor_ms(weight_bytes: float, kv_bytes_read: float, hbm_bytes_s: float) -> float:
@@ -78,3 +79,27 @@ def fleet_size(
     instances = -(-total // gpus_per_instance)
     kvmax = kv_max_concurrency if kv_max_concurrency is not None else batch_at_sla
     return Fleet(peak, per, raw, instances, gpus_per_instance, batch_at_sla, kvmax, batch_at_sla <= kvmax)
+
+
+def gpus(n: int) -> str:
+    """``n`` GPUs in words: "1 GPU", "24 GPUs"."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def fleet_arithmetic(f: dict[str, Any]) -> str:
+    """A fleet's sizing as arithmetic a reader can redo from the printed numbers: the raw instances, the whole
+    instances at full load, and the utilization target, burst headroom and rounding up to whole instances."""
+    g, raw = int(f["gpus_per_instance"]), float(f["raw_instances"])
+    full = max(1, ceil_clean(raw))
+    text = (
+        f"peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.1f} tok/s per instance = {raw:.3f} "
+        f"instances; at full load ceil({raw:.3f}) = {full} × {gpus(g)} = {gpus(full * g)}"
+    )
+    if "utilization" not in f or "headroom" not in f:  # a fleet recorded before these were kept
+        return text + f"; ÷ utilization × headroom = {gpus(int(f['total_gpus']))} ({f['total_instances']} instances)"
+    u, h = float(f["utilization"]), float(f["headroom"])
+    exact = raw * g / u * h
+    return text + (
+        f"; {raw:.3f} × {g} ÷ utilization {u:g} × headroom {h:g} = {exact:.2f} GPUs → {ceil_clean(exact)}, "
+        f"in whole instances of {g}: {f['total_instances']} × {g} = {gpus(int(f['total_gpus']))}"
+    )

@@ -17,8 +17,17 @@ from dataclasses import asdict
 from typing import Any
 
 from toolchain.artifacts.plan import CellPlan as CellPlan  # the planner's record, where every stage can read it
+from toolchain.hardware.catalog import lookup_gpu
 from toolchain.planning import bytes as B
-from toolchain.planning.perf import Fleet, ceil_clean, fleet_size, prefill_ms, speculative_tokens, tpot_floor_ms
+from toolchain.planning.perf import (
+    Fleet,
+    ceil_clean,
+    fleet_arithmetic,
+    fleet_size,
+    prefill_ms,
+    speculative_tokens,
+    tpot_floor_ms,
+)
 from toolchain.planning.speculative import feature_explain, feature_plan
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
@@ -183,7 +192,14 @@ def _size_fleet(plan: CellPlan, cell: Cell, traffic: Traffic, tpot_at_batch: flo
         tokens_per_step=tps,
     )
     full = max(1, ceil_clean(f.raw_instances)) * f.gpus_per_instance  # no utilization target, no headroom
-    plan.fleet = {**asdict(f), "raw_gpus": f.raw_gpus, "total_gpus": f.total_gpus, "gpus_at_full_load": full}
+    plan.fleet = {
+        **asdict(f),
+        "raw_gpus": f.raw_gpus,
+        "total_gpus": f.total_gpus,
+        "gpus_at_full_load": full,
+        "utilization": traffic.target_utilization,
+        "headroom": traffic.burst_headroom,
+    }
 
 
 def _apply_tpot_slo(plan: CellPlan, cell: Cell, arch: ModelArch) -> None:
@@ -245,6 +261,7 @@ def moe_read(arch: ModelArch) -> str:
 def explain(plan: CellPlan, arch: ModelArch) -> str:
     """The arithmetic behind one plan, line by line."""
     g = 1e9
+    hbm = lookup_gpu(plan.gpu).hbm_bytes_s
     layers = -(-arch.num_layers // plan.pp)
     kv_heads = max(1, -(-arch.num_kv_heads // plan.tp))
     kv_dtype_b = plan.kv_bytes_per_token / (2 * layers * kv_heads * arch.head_dim)
@@ -270,7 +287,9 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         f"{' (table tied to lm_head: read in full)' if arch.tie_embeddings else ''}"
         f"{moe_read(arch)} = "
         f"{plan.decode_read_bytes_per_gpu * plan.pp / g:.2f} GB per TP rank",
-        f"  TPOT floor (batch 1) = (weights read/TP + KV of {plan.avg_context} tokens) ÷ HBM = "
+        f"  TPOT floor (batch 1) = (weights read per TP rank + KV of {plan.avg_context} tokens per TP rank) ÷ HBM = "
+        f"({plan.decode_read_bytes_per_gpu * plan.pp / g:.2f} GB + "
+        f"{plan.kv_bytes_per_token * plan.pp * plan.avg_context / g:.3f} GB) ÷ {hbm / 1e12:.2f} TB/s = "
         f"{plan.tpot_floor_b1_ms:.2f} ms",
         f"  TPOT floor (batch {plan.kv_batch}) = {plan.tpot_floor_kv_batch_ms:.2f} ms",
         f"  prefill({plan.avg_input} tokens) = 2 × active params/TP × tokens ÷ (peak FLOP/s × MFU {plan.mfu:.0%}) = "
@@ -285,12 +304,7 @@ def explain(plan: CellPlan, arch: ModelArch) -> str:
         )
     if plan.fleet:
         f = plan.fleet
-        lines.append(
-            f"  floor fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ "
-            f"{f['tok_s_per_instance']:,.0f} tok/s per instance "
-            f"= {f['raw_instances']:.2f} instances × {f['gpus_per_instance']} GPUs = {f['raw_gpus']:.2f} raw GPUs "
-            f"→ ÷ utilization × headroom = {f['total_gpus']} GPUs ({f['total_instances']} instances)"
-        )
+        lines.append(f"  floor fleet: {fleet_arithmetic(f)}")
     lines += estimate_explain(plan)
     if plan.speculative_tokens:
         lines.append(f"  speculative: E[tokens/verify] = (1 − α^(K+1)) / (1 − α) = {plan.speculative_tokens:.2f}")
@@ -322,11 +336,5 @@ def estimate_explain(plan: CellPlan) -> list[str]:
         )
     if plan.fleet_estimate:
         f = plan.fleet_estimate
-        lines.append(
-            f"    estimated fleet: peak {f['peak_tok_s']:,.0f} tok/s ÷ {f['tok_s_per_instance']:,.0f} tok/s per "
-            f"instance (batch {f['batch_at_sla']}) = {f['raw_instances']:.2f} instances × "
-            f"{f['gpus_per_instance']} GPUs "
-            f"= {f['gpus_at_full_load']} GPUs at full load → ÷ utilization × headroom = {f['total_gpus']} GPUs "
-            f"({f['total_instances']} instances)"
-        )
+        lines.append(f"    estimated fleet (batch {f['batch_at_sla']}): {fleet_arithmetic(f)}")
     return lines

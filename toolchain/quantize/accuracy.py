@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,7 @@ class DequantizedExport(CheckpointTensors):
         qcfg = json.loads((root / "hf_quant_config.json").read_text())["quantization"]
         self.algo = qcfg.get("quant_algo")
         self.group = int(qcfg.get("group_size") or 128)
+        self.fold_pre_quant_scale = True  # the runtime view (quantize.runtime) applies it to the input instead
 
     def names(self) -> list[str]:
         """The model tensors of the export (scales and other quantizer state left out)."""
@@ -175,7 +177,7 @@ class DequantizedExport(CheckpointTensors):
             w = t.float() * (scale[:, None] if scale.dim() else scale)
         else:
             raise QuantizeError(f"cannot dequantize {name} ({t.dtype}) for quant_algo {self.algo}")
-        if f"{base}.pre_quant_scale" in self:
+        if self.fold_pre_quant_scale and f"{base}.pre_quant_scale" in self:
             w = w * self.get_aux(f"{base}.pre_quant_scale")[None, :]
         return w
 
@@ -202,7 +204,7 @@ _FUSED_EXPERTS = {
 }
 
 
-def stored_names(full: str, tensors: CheckpointTensors) -> Stored | None:
+def stored_names(full: str, tensors: Any) -> Stored | None:
     """Where the parameter ``full`` of a Transformers model is stored in ``tensors``, or None."""
     prefixes = [full]
     if ".mlp." in full:
@@ -223,9 +225,18 @@ def stored_names(full: str, tensors: CheckpointTensors) -> Stored | None:
     return None
 
 
-def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, device: str, dtype: Any = None) -> Any:
-    """Logits of ``model_dir``'s architecture with weights from ``tensors``, one module's weights at a time,
-    computed in ``dtype`` (float32 unless given).
+def streamed_logits(
+    model_dir: Path,
+    tensors: Any,
+    batch: Any,
+    device: str,
+    dtype: Any = None,
+    *,
+    instrument: Callable[[Any], None] | None = None,
+) -> Any:
+    """Logits of ``model_dir``'s architecture with weights from ``tensors`` (a ``CheckpointTensors``, or anything
+    with its ``root``, ``in`` and ``get``), one module's weights at a time, computed in ``dtype`` (float32 unless
+    given); ``instrument`` is called with the built model before the forward (``quantize.runtime`` hooks it).
 
     The model is built with its parameters on the meta device; a hook before each module's forward
     reads that module's own parameters onto ``device`` and one after it drops them again. Peak
@@ -274,6 +285,8 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
     def drop(mod: torch.nn.Module, args: Any, output: Any) -> None:
         mod._parameters.update(placeholders[mod])
 
+    if instrument is not None:
+        instrument(model)
     handles = []
     for mod in plan:
         handles += [mod.register_forward_pre_hook(load), mod.register_forward_hook(drop)]
@@ -290,6 +303,15 @@ def streamed_logits(model_dir: Path, tensors: CheckpointTensors, batch: Any, dev
             h.remove()
 
 
+def reference_logits(original_dir: Path, device: str, dtype: Any = None) -> tuple[Any, Any]:
+    """(logits, batch): the original's logits on the held-out batch in ``dtype``, streamed from its files."""
+    from transformers import AutoTokenizer
+
+    batch = held_out_batch(AutoTokenizer.from_pretrained(original_dir))
+    ref = streamed_logits(original_dir, CheckpointTensors(original_dir, device), batch, device, dtype).cpu()
+    return ref, batch
+
+
 def check_export(
     original_dir: Path,
     export_dir: Path,
@@ -300,19 +322,13 @@ def check_export(
 ) -> Accuracy:
     """Dequantized-export accuracy (weights only) against the original, computed in ``dtype`` (float32
     unless given) on ``device``, streamed module by module (see ``streamed_logits``): memory does not
-    grow with the model.
+    grow with the model. The gate itself runs the exports with the runtime's numerics (``quantize.runtime``).
 
     ``reference`` is ``(logits, batch)``: the original's logits on the held-out batch, already taken in
     ``dtype`` (a quantize run takes them from the loaded model before calibrating; a streamed pass of the
     original gives the same logits bit for bit, which a test holds). Without it, that pass is run here.
     """
-    if reference is None:
-        from transformers import AutoTokenizer
-
-        batch = held_out_batch(AutoTokenizer.from_pretrained(original_dir))
-        ref = streamed_logits(original_dir, CheckpointTensors(original_dir, device), batch, device, dtype).cpu()
-    else:
-        ref, batch = reference
+    ref, batch = reference if reference is not None else reference_logits(original_dir, device, dtype)
     q = streamed_logits(original_dir, DequantizedExport(export_dir, device), batch, device, dtype).cpu()
     return compare(ref, q, batch, "dequant", dtype)
 
@@ -348,6 +364,14 @@ def beside(manifest_accuracy: dict[str, Any]) -> str:
     if not fake or manifest_accuracy.get("gate") == "fakequant":
         return ""
     return f" (fake-quant, not judged: top-1 {fake['top1_agreement']:.4f})"
+
+
+def judged(manifest_accuracy: dict[str, Any]) -> str:
+    """What decided, as a label: ``runtime hf/`` (the runtime-numerics gate and the export whose figure is shown),
+    or an older manifest's gate name (``dequant``, ``fakequant``)."""
+    gate = str(manifest_accuracy.get("gate"))
+    export = (manifest_accuracy.get(gate) or {}).get("export")
+    return f"{gate} {export}/" if export else gate
 
 
 def from_json(d: dict[str, Any]) -> Accuracy:

@@ -30,7 +30,14 @@ from toolchain.artifacts.keys import directory_digest
 from toolchain.artifacts.quantized import QUANT_ALGO, file_digests, remember_digests, verify_output
 from toolchain.artifacts.recipe import Recipe
 from toolchain.digest import atomic_write_text, canonical_json, check_replaceable, sha256_text, staged_dir
-from toolchain.errors import CheckpointError, NeedsGPUError, OutputExistsError, QuantizeError, UserInputError
+from toolchain.errors import (
+    AccuracyGateError,
+    CheckpointError,
+    NeedsGPUError,
+    OutputExistsError,
+    QuantizeError,
+    UserInputError,
+)
 from toolchain.progress import Progress, importing, silent
 from toolchain.specs import families
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
@@ -39,7 +46,9 @@ from toolchain.specs.families import AWQ, BY_ARCHITECTURE, verdict
 FORMATS = ("fp8", "int4_awq", "w4a8_awq", "int8_sq", "int8_wo", "nvfp4")
 KV_FORMATS = ("none", "fp8")
 DEVICES = ("cpu", "cuda")
-GATES = ("auto", "fakequant", "dequant")  # how accuracy is measured: fake-quant forward, dequantized export
+# whether the fake-quant diagnostic runs beside the gate: where it can ("auto"), always ("fakequant", a GPU for
+# NVFP4), never ("dequant"); the verdict is always both exports run with the runtime's numerics (quantize.runtime)
+GATES = ("auto", "fakequant", "dequant")
 _CFG = {
     "fp8": "FP8_DEFAULT_CFG",
     "int4_awq": "INT4_AWQ_CFG",
@@ -177,7 +186,9 @@ def quantize(
             and existing.get("input_digest") == input_digest
             and existing.get("recipe") == recipe.to_json()
         ):
-            return QuantizeResult(out, existing, reused=True)
+            return QuantizeResult(
+                out, existing, reused=True, notes=_judge_again(model_dir, out, existing, accuracy_limits)
+            )
         if not force:
             raise OutputExistsError(f"{out} already exists")
         check_replaceable(out, "manifest.json")
@@ -194,15 +205,35 @@ def quantize(
                 "the unified HF checkpoint (hf/) serves runtime pytorch"
             )
         run.export(calibrated, DECODER_TYPE.get(arch), tmp)
-        progress("checking accuracy")
-        dq, (files, hashed) = _check_and_seal(run, calibrated, tmp)
-        primary = dq  # the verdict is the exported weights' figure; fake-quant is a diagnostic beside it
-        manifest = _manifest(run, input_digest, calibrated, primary, dq, files)
+        progress("checking accuracy (both exports, with the runtime's numerics)")
+        (results, unjudged), (files, hashed) = _check_and_seal(run, calibrated, tmp)
+        calibrated.notes.extend(unjudged)
+        manifest = _manifest(
+            run, input_digest, calibrated, run.runtime.manifest_block(results, accuracy_limits, calibrated.fake), files
+        )
         if accuracy_limits is not None:
-            run.acc.gate(primary, accuracy_limits, diagnostic=calibrated.fake)
+            run.runtime.gate(results, accuracy_limits, diagnostic=calibrated.fake)
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     remember_digests(out, files, hashed)  # the next reuse need not read the files again
     return QuantizeResult(out, manifest, notes=calibrated.notes)
+
+
+def _judge_again(model_dir: Path, out: Path, manifest: dict[str, Any], limits: Any) -> list[str]:
+    """A reused checkpoint that an older gate passed (its manifest names another ``gate_version``, or none) is
+    judged again by this one against ``limits``: AccuracyGateError when an export misses a threshold, else a
+    note. The manifest is left as written (its figures are what that run measured)."""
+    from toolchain.quantize import runtime
+
+    recorded = (manifest.get("accuracy") or {}).get("gate_version")
+    if limits is None or recorded == runtime.GATE_VERSION:
+        return []
+    verdict = runtime.judge(model_dir, out, limits)
+    older = f"passed by an older gate ({recorded or manifest.get('accuracy', {}).get('gate', 'unknown')})"
+    try:
+        runtime.gate(verdict.results, limits)
+    except AccuracyGateError as e:
+        raise AccuracyGateError(f"{out} was {older}; judged again, {e.message}") from e
+    return [f"{out} was {older}; judged again by {runtime.GATE_VERSION}: passed", *verdict.notes]
 
 
 QUANTIZE_MODULES = (
@@ -216,14 +247,14 @@ QUANTIZE_MODULES = (
 
 def _check_and_seal(
     run: _Run, calibrated: _Calibrated, tmp: Path
-) -> tuple[Any, tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]]:
-    """The dequantized-export check, while a second thread hashes and fsyncs the (final) exports."""
+) -> tuple[tuple[dict[str, Any], list[str]], tuple[dict[str, dict[str, Any]], dict[str, os.stat_result]]]:
+    """The runtime-numerics check of both exports, while a second thread hashes and fsyncs the (final) exports."""
     stop = threading.Event()
     with ThreadPoolExecutor(1, thread_name_prefix="seal") as pool:
         sealed = pool.submit(_seal, tmp, stop)
         try:
-            dq = run.check_export(calibrated, tmp / "hf")
-            return dq, sealed.result()
+            checked = run.check_exports(calibrated, tmp)
+            return checked, sealed.result()
         except BaseException:
             stop.set()  # an error or Ctrl-C does not wait for the digests of an output that is dropped
             raise
@@ -272,9 +303,10 @@ class _Run:
         self.mtq = require("modelopt.torch.quantization", "quantize")
         self.mto = require("modelopt.torch.opt", "quantize")
         self.mexport = require("modelopt.torch.export", "quantize")
-        from toolchain.quantize import accuracy
+        from toolchain.quantize import accuracy, runtime
 
         self.acc = accuracy
+        self.runtime = runtime
         self.transformers.utils.logging.disable_progress_bar()
         self.transformers.utils.logging.set_verbosity_error()
         self.t0 = time.time()
@@ -361,13 +393,14 @@ class _Run:
             fake = self.acc.compare(ref_logits, q_logits, eval_batch, "fakequant", self.dtype)
         return _Calibrated(model, first, calib_digest, fake, notes, (ref_logits, eval_batch))
 
-    def check_export(self, calibrated: _Calibrated, export_dir: Path) -> Any:
-        """The dequantized-export check, in the recipe's dtype against the reference logits taken before
-        calibrating; float16 on the CPU (a slow path there) streams the original too, in float32."""
+    def check_exports(self, calibrated: _Calibrated, out: Path) -> tuple[dict[str, Any], list[str]]:
+        """Both exports under ``out`` run with the runtime's numerics, in the recipe's dtype against the reference
+        logits taken before calibrating; float16 on the CPU (a slow path there) streams the original too, in
+        float32. Returns the figures by export and notes on an export not judged."""
         if self.dtype == self.torch.float16 and calibrated.first == "cpu":
-            return self.acc.check_export(self.model_dir, export_dir, calibrated.first)
-        return self.acc.check_export(
-            self.model_dir, export_dir, calibrated.first, dtype=self.dtype, reference=calibrated.reference
+            return self.runtime.check_exports(self.model_dir, out, calibrated.first)
+        return self.runtime.check_exports(
+            self.model_dir, out, calibrated.first, dtype=self.dtype, reference=calibrated.reference
         )
 
     def export(self, calibrated: _Calibrated, decoder: str | None, tmp: Path) -> None:
@@ -410,7 +443,7 @@ class _Run:
 
 
 def _manifest(
-    run: _Run, input_digest: str, calibrated: _Calibrated, primary: Any, dq: Any, files: dict[str, Any]
+    run: _Run, input_digest: str, calibrated: _Calibrated, accuracy: dict[str, Any], files: dict[str, Any]
 ) -> dict[str, Any]:
     """What ``manifest.json`` records: inputs, recipe, versions, file digests, accuracy, cost."""
     return {
@@ -425,11 +458,7 @@ def _manifest(
         "files": files,
         "exports": sorted({rel.split("/", 1)[0] for rel in files} & {"trtllm", "hf"}),
         "output_digest": "sha256:" + sha256_text(canonical_json({k: v["digest"] for k, v in files.items()})),
-        "accuracy": {
-            "gate": primary.method,
-            "fakequant": calibrated.fake.to_json() if calibrated.fake else None,
-            "dequant": dq.to_json(),
-        },
+        "accuracy": accuracy,
         "notes": calibrated.notes,
         "wall_time_s": round(time.time() - run.t0, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
