@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from toolchain import redact as _redact
 from toolchain import settings
 from toolchain.errors import (
     HTTPAuthError,
@@ -159,25 +160,10 @@ def _default_client() -> httpx.Client:
         return c
 
 
-_SECRET_PARAM = re.compile(r"token|sig|credential|secret|passw|key|auth|session|code|state", re.IGNORECASE)
-
-
 def redact(url: object) -> str:
-    """``url`` as it may be logged: no user name or password, and the value of every query parameter that could be
-    a secret (a token, a signature of a presigned URL, an upload's state) replaced by ``***``."""
-    text = str(url)
-    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)([^/?#]*@)?([^?#]*)(\?[^#]*)?", text)
-    if not m:
-        return text
-    scheme, _userinfo, rest, query = m.groups()
-    out = scheme + rest
-    if query:
-        parts = []
-        for item in query[1:].split("&"):
-            name, eq, _value = item.partition("=")
-            parts.append(f"{name}=***" if eq and _SECRET_PARAM.search(name) else item)
-        out += "?" + "&".join(parts)
-    return out
+    """``url`` as it may be logged (``toolchain.redact.url``): no user name or password, and the value of every
+    query parameter that could be a secret (a token, a signature of a presigned URL, an upload's state) hidden."""
+    return _redact.url(url)
 
 
 def _unsent(e: BaseException) -> bool:

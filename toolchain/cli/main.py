@@ -42,32 +42,42 @@ def _wants_json(ctx: Any) -> bool:
 
 
 class _Failure:
-    """Renders one failure: the ``Error:`` line on stderr and, under ``--json``, one JSON document on stdout."""
+    """Renders one failure: the ``Error:`` line on stderr and, under ``--json``, one JSON document on stdout.
+    Both go through ``toolchain.redact.text``: no error line shows a password, token or signature, whatever
+    the message quotes (a URL the user gave, a server's answer)."""
 
     def __init__(self, json_out: bool) -> None:
         self.json_out = json_out
 
     def document(self, message: str, hint: str, code: int) -> None:
+        from toolchain import redact
         from toolchain.cli.render import json_printed, print_json
 
+        message, hint = redact.text(message), redact.text(hint)
         if self.json_out and not json_printed():  # a command that printed its own document (with the error) keeps it
             print_json({"error": message, "hint": hint, "exit": code})
             sys.stdout.flush()
 
     def __call__(self, message: str, hint: str, code: int) -> typer.Exit:
         """Print the failure and return the Exit that carries the code."""
+        from toolchain import redact
+
         self.document(message, hint, code)
+        message, hint = redact.text(message), redact.text(hint)
         sys.stderr.write(f"Error: {message}" + (f" — {hint}" if hint else "") + "\n")
         sys.stderr.flush()
         return typer.Exit(code)
 
 
 def _traceback_when_debugging() -> None:
-    """With TOOLCHAIN_DEBUG=1, the traceback of the error being handled, its causes included."""
+    """With TOOLCHAIN_DEBUG=1, the traceback of the error being handled, its causes included (secrets hidden:
+    the messages it quotes are the same the error line would show)."""
     if settings.debug():
         import traceback
 
-        traceback.print_exc()
+        from toolchain import redact
+
+        sys.stderr.write(redact.text(traceback.format_exc()))
 
 
 def _close_progress() -> None:
@@ -211,6 +221,15 @@ def _keep_examples_as_lines(t: typer.Typer) -> None:
 _keep_examples_as_lines(app)
 
 
+def _redacted_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """An unknown error keeps its traceback, with the secrets it quotes hidden (``toolchain.redact``)."""
+    import traceback
+
+    from toolchain import redact
+
+    sys.stderr.write(redact.text("".join(traceback.format_exception(kind, value, tb))))
+
+
 def run() -> None:
     """Console-script entry point.
 
@@ -221,6 +240,7 @@ def run() -> None:
     import os
 
     code: int | str | None = 0
+    sys.excepthook = _redacted_excepthook
     try:
         app(prog_name="toolchain")
     except SystemExit as e:

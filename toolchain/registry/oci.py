@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from toolchain import http, settings
+from toolchain import http, redact, settings
 from toolchain.digest import canonical_json, sha256_text
 from toolchain.errors import (
     CorruptArtifactError,
@@ -112,8 +112,14 @@ def parse_oci_url(url: str) -> tuple[str, str]:
     host, _, repo = rest.partition("/")
     repo = repo.strip("/")
     shape = "use oci://host[:port]/repository, e.g. oci://registry.example.com/llm/engines"
+    if "@" in host:  # oci://user:password@host/...: never echoed (docs/http.md), never sent
+        raise RegistryURLError(
+            f"'{redact.url(url)}' carries credentials in the URL, which the registry client does not take",
+            f"drop the 'user:password@' part and log in instead: `docker login {host.rpartition('@')[2]}`, or "
+            "TOOLCHAIN_OCI_USERNAME/TOOLCHAIN_OCI_PASSWORD",
+        )
     if not host or not repo:
-        raise RegistryURLError(f"'{url}' names no repository", shape)
+        raise RegistryURLError(f"'{redact.url(url)}' names no repository", shape)
     if "@" in repo or ":" in repo:
         raise RegistryURLError(
             f"'{url}' names a tag or digest: the registry URL names a repository, and entries are tagged by key",
