@@ -340,6 +340,49 @@ def status_error(resp: httpx.Response, what: str, service: Service) -> Toolchain
     return k.other(f"{service.name} answered {code} {reason} to {what}{tail}", hints.get(code))
 
 
+_TRANSPORT_ERRORS = frozenset(
+    {
+        ("httpx", "TransportError"),  # ConnectError, timeouts, a lost connection (not UnsupportedProtocol: below)
+        ("requests.exceptions", "ConnectionError"),
+        ("requests.exceptions", "Timeout"),
+        ("urllib3.exceptions", "NewConnectionError"),
+        ("urllib3.exceptions", "MaxRetryError"),
+        ("urllib3.exceptions", "TimeoutError"),
+        ("botocore.exceptions", "EndpointConnectionError"),
+        ("botocore.exceptions", "ConnectTimeoutError"),
+        ("botocore.exceptions", "ReadTimeoutError"),
+    }
+)
+# permanent whatever they subclass: a URL no client speaks, a request that cannot be formed, offline by setting
+_PERMANENT = frozenset({"UnsupportedProtocol", "LocalProtocolError", "InvalidURL", "OfflineModeIsEnabled"})
+
+
+def transient(e: BaseException) -> bool:
+    """Whether a failure may pass if tried again later (exit 75, ``toolchain.errors.TransientError``): a
+    connection refused or reset, a timeout, an answer 429 or 5xx, found in ``e`` or the exceptions it was raised
+    from (huggingface_hub wraps the connection error it met). A 4xx answer, a URL no client speaks, an offline
+    setting and anything else are permanent."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ToolchainError):
+            return cur.transient
+        names = {
+            (c.__module__.split(".")[0] if c.__module__.startswith("httpx") else c.__module__, c.__name__)
+            for c in type(cur).__mro__
+        }
+        if any(n in _PERMANENT for _, n in names):
+            return False
+        if names & _TRANSPORT_ERRORS or isinstance(cur, (ConnectionError, TimeoutError)):
+            return True
+        code = getattr(getattr(cur, "response", None), "status_code", None)
+        if isinstance(code, int):
+            return code == 429 or code >= 500
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def tries_of(e: BaseException) -> int:
     """How many tries :func:`send` made before it gave up with ``e`` (1 for an exception it did not raise)."""
     n = vars(e).get("toolchain_tries", 1) if hasattr(e, "__dict__") else 1

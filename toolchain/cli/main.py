@@ -86,6 +86,21 @@ def _close_progress() -> None:
         render.close_all()
 
 
+def _transient(e: BaseException) -> bool:
+    from toolchain import http
+
+    return http.transient(e)
+
+
+def _transient_message(e: BaseException) -> str:
+    """An untranslated network failure in words: what it says, or its kind ('connect timeout')."""
+    import re
+
+    words = re.sub(r"(?<!^)(?=[A-Z])", " ", type(e).__name__.removesuffix("Error")).lower().strip()
+    said = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"a network request failed ({words}){': ' + said if said else ''}"
+
+
 def _is_usage_error(e: BaseException) -> bool:
     """click's UsageError and its kinds (NoSuchOption, BadParameter, MissingParameter), from click or the copy of
     click that Typer carries (``typer._click``): matched by class name, not by one module's class."""
@@ -113,6 +128,9 @@ class _Group(TyperGroup):
             _traceback_when_debugging()
             raise fail(e.message, e.hint, e.exit_code) from None
         except (OSError, ValueError) as e:
+            if _transient(e):  # a connection refused or timed out that no library translated: retry later
+                _traceback_when_debugging()
+                raise fail(_transient_message(e), "check the network and the service, then try again", 75) from None
             # A file or value from the user that the library did not anticipate: one line, not a traceback.
             _traceback_when_debugging()
             raise fail(
@@ -143,6 +161,9 @@ class _Group(TyperGroup):
                 where = sub.command_path if sub is not None else "toolchain"
                 message = str(e.format_message()).replace("Value error, ", "").rstrip(".")  # type: ignore[attr-defined]
                 raise fail(message, f"see `{where} --help`", int(getattr(e, "exit_code", 2))) from None
+            if _transient(e):  # a library's connection error or timeout (httpx, botocore): exit 75, one line
+                _traceback_when_debugging()
+                raise fail(_transient_message(e), "check the network and the service, then try again", 75) from None
             # Other parser exceptions that carry an exit code: under --json the message is the JSON document too.
             code = getattr(e, "exit_code", None)
             if hasattr(e, "format_message") and isinstance(code, int) and code:

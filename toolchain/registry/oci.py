@@ -84,7 +84,7 @@ POLICY = http.DEFAULT
 RETRIES = POLICY.attempts - 1  # tries after the first
 RETRY_STATUS = http.RETRY_STATUS
 REGISTRY_ERRORS = http.Kinds(
-    auth=RegistryAuthError, missing=RegistryUnavailableError, unavailable=RegistryUnavailableError, other=RegistryError
+    auth=RegistryAuthError, missing=RegistryError, unavailable=RegistryUnavailableError, other=RegistryError
 )
 
 # distribution-spec v1.1.1: repository name components and tags
@@ -294,7 +294,7 @@ class OCIBackend(Backend):
             token, _ = fetch_token(self.client, self.host, params, scope, creds, 30.0)
             self._auth = f"Bearer {token}"
             return
-        raise RegistryUnavailableError(
+        raise RegistryError(
             f"registry {self.host} asks for authentication this client does not speak ({scheme or 'none'})",
             "use a registry with Basic or Bearer token auth",
         )
