@@ -21,9 +21,11 @@ from toolchain.digest import (
     check_replaceable,
     fastest_algo,
     hash_file,
+    remove_stale_staging,
     sha256_text,
     shared_stat_cache,
     staged_dir,
+    stale_staging,
 )
 from toolchain.errors import (
     ArtifactNotFoundError,
@@ -74,10 +76,13 @@ class GcPlan:
     uploads: list[tuple[str, str]] = field(default_factory=list)  # unfinished S3 multipart uploads (key, id)
     grace_s: float = GC_GRACE_S
     note: str | None = None  # what this store's gc cannot do (OCI: list blobs), and who does it
+    # staging directories of pulls (and other staged writes) on this machine that a kill -9 left, wherever their
+    # destination was: found through the cache's staging journal (toolchain.digest.stale_staging)
+    staging: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
-        return sum(s for _, s in self.blobs) + sum(s for _, s in self.tmp)
+        return sum(s for _, s in self.blobs) + sum(s for _, s in self.tmp) + sum(s for _, s in self.staging)
 
 
 @dataclass
@@ -425,7 +430,8 @@ class Registry:
         tags = self.tags()
         dangling = [f"refs/tags/{t}" for t, k in tags.items() if not KEY_RE.fullmatch(k) or not self.exists(k)]
         uploads = self.backend.stale_uploads(grace_s)
-        return GcPlan(sorted(blobs), dangling, sorted(tmp), uploads, grace_s, self.backend.gc_note)
+        staging = sorted((str(p), size) for p, size in stale_staging())
+        return GcPlan(sorted(blobs), dangling, sorted(tmp), uploads, grace_s, self.backend.gc_note, staging)
 
     def gc(self, plan: GcPlan, *, lock_timeout: float = 60.0) -> int:
         """Execute a plan, re-checking each blob first: one a push has referenced or touched since the plan
@@ -447,6 +453,8 @@ class Registry:
                 freed += size
             for key, upload_id in plan.uploads:
                 self.backend.abort_upload(key, upload_id)
+            # each re-checked under its lock: a directory a live run holds now is kept
+            freed += remove_stale_staging([Path(p) for p, _ in plan.staging])
             current = self.tags()  # a tag re-pointed at a live entry since the plan was made is kept
             for p in plan.tags:
                 k = current.get(p.removeprefix("refs/tags/"))
