@@ -77,6 +77,26 @@ def hash_file(path: Path, algo: str = ALGO, sink: int | None = None) -> str:
     return f"{algo}:{h.hexdigest()}"
 
 
+def hash_file_as(path: Path, algos: tuple[str, ...], sink: int | None = None) -> dict[str, str]:
+    """``{algo: "<algo>:<hex>"}`` for each of ``algos``, the file read once (and written to fd ``sink`` on the
+    way): a store that keeps blake3 blobs gets the sha256 of a content key from the same read."""
+    if len(algos) == 1:
+        return {algos[0]: hash_file(path, algos[0], sink)}
+    hashers = {a: new_hasher(a) for a in algos}
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            for h in hashers.values():
+                h.update(view[:n])
+            if sink is not None:
+                write_all(sink, view[:n])
+    return {a: f"{a}:{h.hexdigest()}" for a, h in hashers.items()}
+
+
 def write_all(fd: int, data: memoryview | bytes) -> None:
     """``os.write`` until every byte is written (a single call may write fewer)."""
     view = memoryview(data)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import http, settings
-from toolchain.digest import hash_file, staged_file, write_all
+from toolchain.digest import hash_file, hash_file_as, staged_file, write_all
 from toolchain.errors import (
     CorruptArtifactError,
     RegistryAuthError,
@@ -131,9 +131,12 @@ class Backend:
     def abort_upload(self, key: str, upload_id: str) -> None:
         raise NotImplementedError
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+    def ingest(
+        self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None
+    ) -> str | None:
         """Store ``src`` in the same read that hashes it and return the digest; None where the
-        digest is needed before the upload (remote stores: ``put_file`` then sends the bytes)."""
+        digest is needed before the upload (remote stores: ``put_file`` then sends the bytes). ``also``: a
+        dict whose keys name more algorithms to hash in that read; their digests are filled in."""
         return None
 
     def put_entry(
@@ -286,13 +289,19 @@ class LocalBackend(Backend):
                     "make sure nothing writes to the directory during push",
                 )
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str:
+    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None) -> str:
         """Store ``src`` as a blob in one read: copied into ``tmp/`` while it is hashed, then renamed
-        to ``path_of(digest)`` (dropped when that blob is already there). Returns the digest."""
+        to ``path_of(digest)`` (dropped when that blob is already there). Returns the digest; ``also``'s
+        algorithms are hashed in the same read."""
         fd, tmp = tempfile.mkstemp(prefix=".ingest.", suffix=".tmp", dir=self.root / "tmp")
         try:
             try:
-                digest = hash_file(src, algo, sink=fd)
+                if also:
+                    digests = hash_file_as(src, (algo, *also), sink=fd)
+                    also.update({a: digests[a] for a in also})
+                    digest = digests[algo]
+                else:
+                    digest = hash_file(src, algo, sink=fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -1076,9 +1076,12 @@ class OCIBackend(Backend):
                 "make sure nothing writes to the directory during push",
             )
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+    def ingest(
+        self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None
+    ) -> str | None:
         """Hash ``src`` in the read that uploads it: a small file is hashed, HEADed and sent only when the
-        registry lacks it; a large one streams to an upload session while it is hashed."""
+        registry lacks it; a large one streams to an upload session while it is hashed. (Only sha256, the
+        registry's digest: ``also`` is left as it is.)"""
         if algo != "sha256":
             return None
         size = src.stat().st_size
