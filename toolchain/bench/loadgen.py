@@ -138,7 +138,8 @@ def _gone_text(text: str) -> bool:
 
 
 async def within(coro: Awaitable[None], rec: RequestRecord, total: float) -> None:
-    """Run one request under its total deadline; past it the request is a ``timeout`` error (the stream is closed)."""
+    """Run one request under its total deadline; past it the request is a ``timeout`` error (the stream is closed).
+    When it ends, either way, is ``rec.ended``: an abandoned request's e2e is the time it ran."""
     try:
         await asyncio.wait_for(coro, total)
     except asyncio.TimeoutError:
@@ -146,6 +147,8 @@ async def within(coro: Awaitable[None], rec: RequestRecord, total: float) -> Non
             got = f" after {len(rec.chunk_times)} chunk(s)" if rec.chunk_times else ""
             rec.error = f"no complete answer within the request deadline of {total:g} s{got} (--timeout)"
         rec.error_kind = "timeout"
+    finally:
+        rec.ended = time.perf_counter()
 
 
 class TritonTarget:
@@ -523,6 +526,9 @@ async def _run(
         except Exception as e:
             if rec.error is None:
                 rec.error_kind, rec.error = classify(e)
+        finally:
+            if rec.ended is None:  # failed before its deadline's clock (within) ran
+                rec.ended = time.perf_counter()
         _tally(rec, consecutive, outcome, stop, stop_on_error, max_conn_errors)
         failed = consecutive["failed"]
         progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)
