@@ -284,6 +284,10 @@ class BenchError(ToolchainError):
     default_hint = "check that the server is up (`toolchain serve DIR`) and the URL/model names are right"
 
 
+class BenchUnavailableError(BenchError, TransientError):
+    """The server to measure could not be reached, timed out, or answered 429/5xx before the run. Exit code 75."""
+
+
 # --- deploy -----------------------------------------------------------------------------------
 
 

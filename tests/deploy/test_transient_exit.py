@@ -218,3 +218,20 @@ def test_the_build_index_with_the_hub_unreachable_exits_75(rendered: tuple[Path,
     assert p.returncode == 75, p.stdout + p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("Error: ")]
     assert "Hugging Face Hub" in line and "ConnectError" not in line and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("protocol", ["openai", "triton"])
+def test_bench_against_a_server_that_is_not_there_exits_75(cli: Cli, protocol: str, tmp_path: Path) -> None:
+    from toolchain.bench.standin import write_tokenizer
+
+    tok = write_tokenizer(tmp_path / "tok")
+    port = _closed_port()
+    url = f"http://127.0.0.1:{port}" if protocol == "openai" else f"127.0.0.1:{port}"
+    r = cli(
+        "bench", "--url", url, "--protocol", protocol, "--model", "m", "--tokenizer", tok, "--input-tokens", "4",
+        "--output-tokens", "4", "--warmup", "0", "--requests", "2", "--json",
+    )  # fmt: skip
+    if protocol == "triton" and r.exit_code == 3:
+        pytest.skip("tritonclient is not installed")
+    assert r.exit_code == 75, r.output
+    assert json.loads(r.stdout)["exit"] == 75 and "cannot reach" in r.stderr
