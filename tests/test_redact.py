@@ -61,6 +61,8 @@ def test_text_hides_every_secret_form(raw: str, shown: str) -> None:
         "no entry 3f2a9c in registry oci://127.0.0.1:5000/engines/c",
         "the signature: missing; key=value pairs and engine_key=abc stay",
         "http://h/v2/x/tags/list?n=100&last=abc",
+        "drop the 'user:password@' part and give them in a Secret: --registry-secret NAME",
+        "kv_bytes_per_token=4096 unk_token=<unk>",
     ],
 )
 def test_text_leaves_what_is_no_secret(plain: str) -> None:
@@ -226,3 +228,30 @@ def test_bench_provenance_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) 
     _clean(text)
     assert doc["provenance"]["url"] == "http://h:8000/v1?token=***"
     assert doc["provenance"]["command"][-1] == "***"
+
+
+# --- manifests: what the toolchain writes for a cluster -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["kubernetes", "argo"])
+def test_build_farm_manifests_refuse_a_registry_url_with_credentials(cli: Cli, tmp_path: Path, fmt: str) -> None:
+    from tests.conftest import SPECS
+
+    out = tmp_path / "jobs"
+    r = cli(
+        "matrix", SPECS / "llama-3.1-8b-fp8.yaml", "--format", fmt, "--out", out, "--offline",
+        "--image", "registry.example.com/tc:1", "--registry", "oci://alice:Pz9secret@registry.example.com/engines",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "carries credentials" in r.stderr and "--registry-secret" in r.stderr, r.output
+    _clean(r.output)
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file() and "Pz9secret" in p.read_text()]
+
+
+def test_deploy_refuses_a_registry_url_with_credentials(cli: Cli, tmp_path: Path) -> None:
+    r = cli(
+        "deploy", "engine_specs/llama-3.1-8b-fp8.yaml", "--cell", "h100-sxm-b64-s4096-i2048-tp1", "--tokenizer",
+        tmp_path, "--registry", "s3://b/p?X-Amz-Security-Token=TOKSECRET", "--out", tmp_path / "o",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "carries credentials" in r.stderr, r.output
+    _clean(r.output)
+    assert not (tmp_path / "o").exists()

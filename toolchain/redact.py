@@ -52,12 +52,21 @@ _NAMES = (
     r"x-amz-signature|x-amz-security-token|x-amz-credential|sig|signature)"
 )
 _ASSIGNMENT = re.compile(
-    rf"(?<![\w-])({_NAMES})(\s*=\s*[\"']?|[\"']\s*:\s*[\"']?)([^\s\"'&,;}}]+)"
-    r"|(?<![\w-])((?:client_)?(?:password|passwd|secret))(:\s+[\"']?)([^\s\"'&,;}]+)",
+    rf"(?<![\w-])({_NAMES})(\s*=\s*[\"']?|[\"']\s*:\s*[\"']?)([^\s\"'&,;}}]+)",
     re.IGNORECASE,
+)
+# YAML's `password: value`: lowercase names only and a value that is no flag or placeholder, so that prose
+# ("give them in a Secret: --registry-secret NAME") is left alone
+_YAML_ASSIGNMENT = re.compile(
+    r"(?<![\w-])((?:client_)?(?:password|passwd|secret))(:[ \t]+[\"']?)([^\s\"'&,;}<`-][^\s\"'&,;}]*)"
 )
 
 _SECRET_FLAG = re.compile(r"^--?[\w-]*(?:passw|token|secret|api-?key|credential)[\w-]*$", re.IGNORECASE)
+
+
+def has_credentials(value: str) -> bool:
+    """Whether a URL carries a ``user[:password]@`` part or a secret query value (what :func:`url` would hide)."""
+    return url(value) != value.split("#", 1)[0] and "://" in value
 
 
 def url(value: object) -> str:
@@ -99,11 +108,12 @@ def text(value: object) -> str:
     s = _QUERY_PAIR.sub(_query, s)
     s = _AUTH_HEADER.sub(_auth_header, s)
     s = _BARE_SCHEME.sub(lambda m: f"{m.group(1)} {MASK}", s)
-    return _ASSIGNMENT.sub(_assignment, s)
+    s = _ASSIGNMENT.sub(_assignment, s)
+    return _YAML_ASSIGNMENT.sub(_assignment, s)
 
 
 def _assignment(m: re.Match[str]) -> str:
-    name, sep, value = m.group(1, 2, 3) if m.group(1) is not None else m.group(4, 5, 6)
+    name, sep, value = m.group(1, 2, 3)
     return m.group(0) if value == MASK else f"{name}{sep}{MASK}"
 
 

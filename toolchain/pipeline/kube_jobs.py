@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from toolchain import yamlout
+from toolchain import redact, yamlout
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.artifacts.recipe import is_unquantized
@@ -394,6 +394,12 @@ def kubernetes_jobs(cm: ClusterMatrix, o: JobOptions) -> dict[str, dict[str, Any
 
 
 def _check_options(o: JobOptions) -> None:
+    if o.registry and redact.has_credentials(o.registry):
+        raise UserInputError(
+            f"--registry {redact.url(o.registry)!r} carries credentials, which would be written into the manifests "
+            "in plain text",
+            "drop the 'user:password@' part and give them in a Secret: --registry-secret NAME",
+        )
     if not o.registry or ("://" not in o.registry and not o.registry.startswith("/")):
         raise UserInputError(
             f"--registry {o.registry!r} is not one the pods can reach",
