@@ -235,3 +235,13 @@ def test_bench_against_a_server_that_is_not_there_exits_75(cli: Cli, protocol: s
         pytest.skip("tritonclient is not installed")
     assert r.exit_code == 75, r.output
     assert json.loads(r.stdout)["exit"] == 75 and "cannot reach" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["cache", "ls"], ["cache", "pull", "abcdef12", "OUT"]])
+def test_a_hub_registry_that_is_unreachable_exits_75(args: list[str], tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update({"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "PYTHONPATH": str(REPO)})
+    cmd = [sys.executable, "-m", "toolchain.cli.main", *[str(tmp_path / "o") if a == "OUT" else a for a in args]]
+    p = subprocess.run([*cmd, "--registry", "hf://org/engines"], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 75, p.stderr
+    assert p.stderr.startswith("Error: ") and "Traceback" not in p.stderr and not (tmp_path / "o").exists()
