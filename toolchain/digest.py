@@ -82,7 +82,8 @@ def hash_file_as(path: Path, algos: tuple[str, ...], sink: int | None = None) ->
     way): a store that keeps blake3 blobs gets the sha256 of a content key from the same read."""
     if len(algos) == 1:
         return {algos[0]: hash_file(path, algos[0], sink)}
-    hashers = {a: new_hasher(a) for a in algos}
+    big = os.stat(path).st_size >= THREADED_MIN
+    hashers = {a: new_hasher(a, threaded=a == "blake3" and big) for a in algos}
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
