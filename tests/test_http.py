@@ -139,7 +139,7 @@ def test_giving_up_after_n_tries_names_the_host_and_the_count() -> None:
     resp = http.send("GET", URL, client=c, policy=policy)
     assert resp.status_code == 503 and len(seen) == 3 and len(policy.waits) == 2
     err = http.status_error(resp, "the tags list", http.Service("registry registry.example:5000", policy=policy))
-    assert isinstance(err, HTTPUnavailableError) and err.exit_code == 1
+    assert isinstance(err, HTTPUnavailableError) and err.exit_code == 75 and err.transient  # EX_TEMPFAIL
     assert err.message == (
         "registry registry.example:5000 answered 503 Service Unavailable to the tags list after 3 tries"
     )
@@ -160,8 +160,8 @@ def test_giving_up_after_n_tries_names_the_host_and_the_count() -> None:
         (401, HTTPAuthError, 2, "refused the credentials given for"),
         (403, HTTPAuthError, 2, "denied"),
         (404, HTTPNotFoundError, 2, "answered 404 Not Found to"),
-        (429, HTTPUnavailableError, 1, "answered 429 Too Many Requests to"),
-        (500, HTTPUnavailableError, 1, "answered 500 Internal Server Error to"),
+        (429, HTTPUnavailableError, 75, "answered 429 Too Many Requests to"),  # transient: EX_TEMPFAIL
+        (500, HTTPUnavailableError, 75, "answered 500 Internal Server Error to"),
     ],
 )
 def test_statuses_map_to_one_line_errors_with_a_hint(status: int, kind: type, exit_code: int, words: str) -> None:

@@ -77,6 +77,27 @@ def hash_file(path: Path, algo: str = ALGO, sink: int | None = None) -> str:
     return f"{algo}:{h.hexdigest()}"
 
 
+def hash_file_as(path: Path, algos: tuple[str, ...], sink: int | None = None) -> dict[str, str]:
+    """``{algo: "<algo>:<hex>"}`` for each of ``algos``, the file read once (and written to fd ``sink`` on the
+    way): a store that keeps blake3 blobs gets the sha256 of a content key from the same read."""
+    if len(algos) == 1:
+        return {algos[0]: hash_file(path, algos[0], sink)}
+    big = os.stat(path).st_size >= THREADED_MIN
+    hashers = {a: new_hasher(a, threaded=a == "blake3" and big) for a in algos}
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            for h in hashers.values():
+                h.update(view[:n])
+            if sink is not None:
+                write_all(sink, view[:n])
+    return {a: f"{a}:{h.hexdigest()}" for a, h in hashers.items()}
+
+
 def write_all(fd: int, data: memoryview | bytes) -> None:
     """``os.write`` until every byte is written (a single call may write fewer)."""
     view = memoryview(data)
@@ -300,23 +321,150 @@ def staged_dir(dest: Path, label: str = "partial") -> Iterator[Path]:
     """A temp dir beside ``dest``: renamed over ``dest`` when the block succeeds, removed when it fails
     (exception, Ctrl-C, disk full), so nothing half-written ever sits at ``dest``.
 
-    The temp dir is flock-ed while it lives; staging dirs that a killed run (kill -9) left beside ``dest`` hold no
-    lock and are removed by the next run towards the same ``dest``."""
+    The temp dir is flock-ed while it lives and journaled in the cache (:func:`staging_journal`); staging dirs that
+    a killed run (kill -9) left beside ``dest`` hold no lock and are removed by the next run towards the same
+    ``dest``, or by `toolchain cache gc` wherever they are (:func:`stale_staging`)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     sweep_staged(dest, (label, "old"))
     tmp, fd = _locked_dir(dest.parent, f".{dest.name}.staging.", f".{dest.name}.{label}.")
+    entry = _journal(tmp)
     try:
         yield tmp
         if dest.exists():
             old, old_fd = _locked_dir(dest.parent, f".{dest.name}.staging.", f".{dest.name}.old.")
+            old_entry = _journal(old)
             try:
                 os.replace(dest, old / "x")
                 shutil.rmtree(old, ignore_errors=True)
             finally:
+                _unjournal(old_entry)
                 os.close(old_fd)
         os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
+        _unjournal(entry)
         os.close(fd)
+
+
+# --- the staging journal: where live runs stage, so that gc finds what killed ones left -------------------------
+
+# a staging directory's name, whatever its destination and label: .NAME.LABEL.XXXXXXXX
+_ANY_STAGED = re.compile(r"\..+\.[a-z]+\.[a-z0-9_]{8}")
+
+
+def staging_journal() -> Path:
+    """``$TOOLCHAIN_CACHE/staging/``: one file per staging directory in use, named by a digest of its path and
+    holding that path. A run removes its file when its staging ends (renamed over the destination, or removed);
+    a run killed with SIGKILL leaves it, and `toolchain cache gc` finds the directory through it."""
+    from toolchain import settings
+
+    return settings.cache_home() / "staging"
+
+
+def _journal(staging: Path) -> Path | None:
+    """Record ``staging`` in the journal; None when the cache cannot be written (the journal only helps gc: a
+    read-only cache never stops a pull)."""
+    path = str(staging.resolve())
+    entry = staging_journal() / f"{sha256_text(path)[:32]}.path"
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with staged_file(entry) as fd:
+            write_all(fd, path.encode("utf-8"))
+    except OSError:
+        return None
+    return entry
+
+
+def _unjournal(entry: Path | None) -> None:
+    if entry is not None:
+        with contextlib.suppress(OSError):
+            entry.unlink()
+
+
+def _tree_size(p: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(p):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def _journaled() -> Iterator[tuple[Path, Path | None]]:
+    """(journal file, the staging directory it names, or None when the name is no staging directory's)."""
+    try:
+        entries = sorted(staging_journal().glob("*.path"))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            text = entry.read_bytes()[:4096].decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            yield entry, None
+            continue
+        p = Path(text)
+        # never trust a name from a file: an absolute path whose last part is a staging directory's name
+        ok = p.is_absolute() and ".." not in p.parts and _ANY_STAGED.fullmatch(p.name) is not None
+        yield entry, p if ok and sha256_text(text)[:32] == entry.stem else None
+
+
+def _unlocked(p: Path) -> int | None:
+    """An fd holding ``p``'s flock when no live run holds it (the caller closes it); None when one does, or when
+    ``p`` is not a real directory."""
+    if p.is_symlink() or not p.is_dir():
+        return None
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def stale_staging() -> list[tuple[Path, int]]:
+    """The staging directories that killed runs left, wherever their destination was: those the journal names
+    that no live process holds locked, with their sizes. Looks, removes nothing."""
+    found: list[tuple[Path, int]] = []
+    for _entry, p in _journaled():
+        if p is None:
+            continue
+        fd = _unlocked(p)
+        if fd is None:
+            continue
+        try:
+            found.append((p, _tree_size(p)))
+        finally:
+            os.close(fd)
+    return found
+
+
+def remove_stale_staging(paths: list[Path] | None = None) -> int:
+    """Remove the staging directories killed runs left (``paths``, from :func:`stale_staging`; default: all of
+    them), each re-checked under its lock: one a live run holds now is kept. Journal files whose directory is
+    gone, or that name no staging directory, are dropped. Returns the bytes freed."""
+    wanted = None if paths is None else {str(p) for p in paths}
+    freed = 0
+    for entry, p in _journaled():
+        if p is None or not p.exists():
+            _unjournal(entry)
+            continue
+        if wanted is not None and str(p) not in wanted:
+            continue
+        fd = _unlocked(p)
+        if fd is None:  # a live run's
+            continue
+        try:
+            size = _tree_size(p)
+            shutil.rmtree(p, ignore_errors=True)
+            if not p.exists():
+                freed += size
+                _unjournal(entry)
+        finally:
+            os.close(fd)
+    return freed

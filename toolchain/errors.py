@@ -3,6 +3,12 @@
 Each error carries ``hint``: the next thing the user should do. The CLI renders
 ``Error: <message> — <hint>`` and exits with ``exit_code``; it never shows a traceback
 for these (``TOOLCHAIN_DEBUG=1`` does).
+
+Exit codes split what a retry cannot fix from what it may: 2 the user's input (a bad spec, flag, key file,
+URL, credentials), 3 a missing extra, 4 no GPU/TensorRT-LLM, 5 the accuracy gate, 6 an untrusted signature,
+and :data:`EX_TEMPFAIL` (75, sysexits.h) for a :class:`TransientError`: a service that could not be reached,
+timed out, or answered 429/5xx after the retries (the registry, the Hugging Face Hub, an HTTP endpoint). A
+cluster Job retries exit 75 and fails an index at once on 2/3/4 (``toolchain.pipeline.kube_jobs``).
 """
 
 from __future__ import annotations
@@ -11,12 +17,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+EX_TEMPFAIL = 75  # sysexits.h: "temporary failure, indicating something that is not really an error"
+
 
 class ToolchainError(Exception):
     """Base of every expected failure."""
 
     exit_code = 1
     default_hint = ""
+    transient = False  # whether trying again later may succeed (TransientError)
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -25,6 +34,15 @@ class ToolchainError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class TransientError(ToolchainError):
+    """A failure that may pass on its own: a service unreachable, timed out, or answering 429/5xx after the
+    retries. Exit code 75 (EX_TEMPFAIL), which schedulers retry; a subclass that is also a UserInputError is
+    not transient (it sets both back)."""
+
+    exit_code = EX_TEMPFAIL
+    transient = True
 
 
 class UserInputError(ToolchainError):
@@ -130,6 +148,14 @@ class CheckpointError(UserInputError):
     default_hint = "give a Hugging Face checkpoint directory (config.json + *.safetensors)"
 
 
+class HubUnavailableError(TransientError):
+    """The Hugging Face Hub could not be reached, timed out, or answered 429/5xx. Exit code 75."""
+
+    default_hint = (
+        "check the network (HF_ENDPOINT, a proxy), then try again; or download the model and point the spec at it"
+    )
+
+
 class OutputExistsError(UserInputError):
     default_hint = "choose another --out, or pass --force to replace it"
 
@@ -162,8 +188,8 @@ class HTTPNotFoundError(HTTPError, UserInputError):
     exit_code = 2
 
 
-class HTTPUnavailableError(HTTPError):
-    """No answer (refused, timed out) or 429/5xx after the retries."""
+class HTTPUnavailableError(HTTPError, TransientError):
+    """No answer (refused, timed out) or 429/5xx after the retries. Exit code 75."""
 
 
 # --- registry ---------------------------------------------------------------------------------
@@ -205,14 +231,17 @@ class ManifestError(RegistryError):
     default_hint = "the manifest is refused; re-push the entry from a trusted build"
 
 
-class RegistryUnavailableError(RegistryError):
-    default_hint = "check the endpoint URL, network and credentials (AWS_* / HF_TOKEN)"
+class RegistryUnavailableError(RegistryError, TransientError):
+    """The registry could not be reached, timed out, or answered 429/5xx after the retries. Exit code 75."""
+
+    default_hint = "check the endpoint URL and the network, then try again"
 
 
 class RegistryPlainHTTPError(RegistryUnavailableError, UserInputError):
     """HTTPS to a registry that speaks plain HTTP: a setting the user must choose (exit 2)."""
 
     exit_code = 2
+    transient = False
 
 
 class RegistryAuthError(RegistryError, UserInputError):
@@ -273,6 +302,10 @@ class ServerError(ToolchainError):
 
 class BenchError(ToolchainError):
     default_hint = "check that the server is up (`toolchain serve DIR`) and the URL/model names are right"
+
+
+class BenchUnavailableError(BenchError, TransientError):
+    """The server to measure could not be reached, timed out, or answered 429/5xx before the run. Exit code 75."""
 
 
 # --- deploy -----------------------------------------------------------------------------------

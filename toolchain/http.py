@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from toolchain import redact as _redact
 from toolchain import settings
 from toolchain.errors import (
     HTTPAuthError,
@@ -159,25 +160,10 @@ def _default_client() -> httpx.Client:
         return c
 
 
-_SECRET_PARAM = re.compile(r"token|sig|credential|secret|passw|key|auth|session|code|state", re.IGNORECASE)
-
-
 def redact(url: object) -> str:
-    """``url`` as it may be logged: no user name or password, and the value of every query parameter that could be
-    a secret (a token, a signature of a presigned URL, an upload's state) replaced by ``***``."""
-    text = str(url)
-    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)([^/?#]*@)?([^?#]*)(\?[^#]*)?", text)
-    if not m:
-        return text
-    scheme, _userinfo, rest, query = m.groups()
-    out = scheme + rest
-    if query:
-        parts = []
-        for item in query[1:].split("&"):
-            name, eq, _value = item.partition("=")
-            parts.append(f"{name}=***" if eq and _SECRET_PARAM.search(name) else item)
-        out += "?" + "&".join(parts)
-    return out
+    """``url`` as it may be logged (``toolchain.redact.url``): no user name or password, and the value of every
+    query parameter that could be a secret (a token, a signature of a presigned URL, an upload's state) hidden."""
+    return _redact.url(url)
 
 
 def _unsent(e: BaseException) -> bool:
@@ -352,6 +338,49 @@ def status_error(resp: httpx.Response, what: str, service: Service) -> Toolchain
             hints.get(500 if code >= 500 else 429, "the service is failing or overloaded: try again later"),
         )
     return k.other(f"{service.name} answered {code} {reason} to {what}{tail}", hints.get(code))
+
+
+_TRANSPORT_ERRORS = frozenset(
+    {
+        ("httpx", "TransportError"),  # ConnectError, timeouts, a lost connection (not UnsupportedProtocol: below)
+        ("requests.exceptions", "ConnectionError"),
+        ("requests.exceptions", "Timeout"),
+        ("urllib3.exceptions", "NewConnectionError"),
+        ("urllib3.exceptions", "MaxRetryError"),
+        ("urllib3.exceptions", "TimeoutError"),
+        ("botocore.exceptions", "EndpointConnectionError"),
+        ("botocore.exceptions", "ConnectTimeoutError"),
+        ("botocore.exceptions", "ReadTimeoutError"),
+    }
+)
+# permanent whatever they subclass: a URL no client speaks, a request that cannot be formed, offline by setting
+_PERMANENT = frozenset({"UnsupportedProtocol", "LocalProtocolError", "InvalidURL", "OfflineModeIsEnabled"})
+
+
+def transient(e: BaseException) -> bool:
+    """Whether a failure may pass if tried again later (exit 75, ``toolchain.errors.TransientError``): a
+    connection refused or reset, a timeout, an answer 429 or 5xx, found in ``e`` or the exceptions it was raised
+    from (huggingface_hub wraps the connection error it met). A 4xx answer, a URL no client speaks, an offline
+    setting and anything else are permanent."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ToolchainError):
+            return cur.transient
+        names = {
+            (c.__module__.split(".")[0] if c.__module__.startswith("httpx") else c.__module__, c.__name__)
+            for c in type(cur).__mro__
+        }
+        if any(n in _PERMANENT for _, n in names):
+            return False
+        if names & _TRANSPORT_ERRORS or isinstance(cur, (ConnectionError, TimeoutError)):
+            return True
+        code = getattr(getattr(cur, "response", None), "status_code", None)
+        if isinstance(code, int):
+            return code == 429 or code >= 500
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def tries_of(e: BaseException) -> int:

@@ -5,20 +5,18 @@ The library only logs at DEBUG and installs nothing; :func:`configure` (called b
 adds one stderr handler when debugging and removes it otherwise, so without ``TOOLCHAIN_DEBUG=1`` nothing is
 printed (Python's last-resort handler shows warnings and above only). A program that uses the library
 configures the ``toolchain`` logger itself. No header, token or password is ever logged (URLs lose their
-credentials and secret query values, ``toolchain.http.redact``; process arguments their secret values,
-:func:`redact_argv`).
+credentials and secret query values, process arguments their secret values: ``toolchain.redact``, which
+the stderr handler applies to every record as written).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 
-from toolchain import settings
+from toolchain import redact, settings
 
 LOGGER = "toolchain"
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(?:passw|token|secret|api-?key|credential)[\w-]*$", re.IGNORECASE)
 
 
 class _Stderr(logging.Handler):
@@ -26,7 +24,7 @@ class _Stderr(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.write(redact.text(self.format(record)) + "\n")
         except Exception:
             self.handleError(record)
 
@@ -49,22 +47,6 @@ def configure(debug: bool | None = None) -> bool:
 
 
 def redact_argv(cmd: list[str]) -> list[str]:
-    """``cmd`` as it may be logged: the value of a ``--password``/``--token``/... flag (either form, ``--flag V``
-    or ``--flag=V``) replaced by ``***``."""
-    out: list[str] = []
-    hide = False
-    for arg in cmd:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if _SECRET_FLAG.match(name):
-            if eq:
-                out.append(f"{name}=***")
-            else:
-                out.append(arg)
-                hide = True
-            continue
-        out.append(arg)
-    return out
+    """``cmd`` as it may be logged (``toolchain.redact.argv``): the value of a ``--password``/``--token``/... flag
+    (either form, ``--flag V`` or ``--flag=V``) and any credentials in an argument replaced by ``***``."""
+    return redact.argv(cmd)

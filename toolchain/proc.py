@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from toolchain import redact
 from toolchain.logs import redact_argv
 
 log = logging.getLogger("toolchain.proc")  # shown under TOOLCHAIN_DEBUG=1 (toolchain/logs.py)
@@ -39,7 +40,7 @@ def tail(path: Path, lines: int = 25) -> str:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return redact.text("\n".join(text.splitlines()[-lines:]))
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
@@ -228,7 +229,7 @@ def spawn_guarded(
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        log.write(("$ " + shlex.join(cmd) + "\n").encode())
+        log.write(("$ " + shlex.join(redact_argv(cmd)) + "\n").encode())
         log.flush()
         guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
         guarded += [*watchdog_args, "--", *cmd]

@@ -38,6 +38,7 @@ def _layout_paths() -> dict[str, Path]:
         "statcache": lay.statcache,
         "statcache_blake3": lay.statcache_blake3,
         "verified_blobs": lay.verified_blobs,
+        "staging_entry": lay.staging_entry(Path("/data/.engine.partial.abcd1234")),
     }
 
 

@@ -59,7 +59,7 @@ def test_a_stalled_registry_ends_with_one_line(
     )
     res = cli(*args)
     lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
-    assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert res.exit_code == 75 and len(lines) == 1 and "Traceback" not in res.output, res.output  # transient
     assert "stopped answering" in lines[0] and "TOOLCHAIN_HTTP_READ_TIMEOUT" in lines[0]
     assert not (tmp_path / "o").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o")]
@@ -81,7 +81,7 @@ def test_a_stalled_s3_endpoint_ends_with_one_line(stalled: str, cli: Any, monkey
     monkeypatch.setenv("TOOLCHAIN_HTTP_READ_TIMEOUT", "0.3")
     res = cli("cache", "ls", "--registry", "s3://bucket/engines")
     lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
-    assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert res.exit_code == 75 and len(lines) == 1 and "Traceback" not in res.output, res.output  # transient
     assert "stopped answering" in lines[0] and "TOOLCHAIN_HTTP_READ_TIMEOUT" in lines[0], lines[0]
 
 

@@ -147,7 +147,7 @@ def test_unreachable_s3_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_wrong_bucket_and_credentials(s3_env: str) -> None:
     r = open_registry("s3://does-not-exist/p")
-    with pytest.raises(RegistryUnavailableError, match="does not exist"):
+    with pytest.raises(RegistryURLError, match="does not exist"):  # the user's to fix: exit 2, not 75
         r.backend.write_bytes("x", b"1")
 
 

@@ -169,7 +169,7 @@ def test_sigkill_during_push_leaves_no_tag_that_pulls(oci_url: str, tmp_path: Pa
         (401, 2, ["refused", "docker login"]),
         (403, 2, ["denied", "access"]),
         (404, 1, ["404", "check the URL"]),
-        (503, 1, ["503", "try again later"]),
+        (503, 75, ["503", "try again later"]),  # transient: EX_TEMPFAIL, a scheduler retries it
     ],
 )
 def test_registry_errors_are_one_line_naming_the_registry_and_the_fix(

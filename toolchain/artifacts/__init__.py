@@ -46,6 +46,7 @@ Cache layout (root: ``$TOOLCHAIN_CACHE``, default ``~/.cache/toolchain``)
     statcache.json                                  sha256 of checkpoint files by (path, size, mtime, inode)
     statcache-blake3.json                           blake3 of files pushed to a registry
     verified-blobs.json                             registry blobs verified since they last changed
+    staging/<sha256-of-path-32>.path                where a live pull (any staged write) stages; `cache gc` reads it
 
 The tokenizer a cell serves with is ``quantized/.../trtllm/`` when present, else the source checkpoint's.
 ``tests/test_artifacts.py`` holds this layout against ``CacheLayout``. docs/cache-layout.md explains it.

@@ -72,6 +72,13 @@ class CacheLayout:
         """Registry blobs already verified, by (path, size, mtime, inode)."""
         return self.root / "verified-blobs.json"
 
+    def staging_entry(self, staging_dir: Path) -> Path:
+        """The journal file of a staging directory in use (``toolchain.digest.staging_journal``): `cache gc` finds
+        the ones a killed pull left through it (the two are held equal by tests/registry/test_gc_staging.py)."""
+        from toolchain.digest import sha256_text
+
+        return self.root / "staging" / f"{sha256_text(str(staging_dir))[:32]}.path"
+
 
 def cache() -> CacheLayout:
     """The cache layout under ``$TOOLCHAIN_CACHE`` (read now, not at import)."""

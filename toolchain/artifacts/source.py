@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolchain._deps import require
-from toolchain.errors import CheckpointError
+from toolchain.errors import CheckpointError, HubUnavailableError
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.sources import hf_repo_revision, missing_checkpoint_hint
 
@@ -54,8 +54,24 @@ def carried_dir(rel: str, source: str) -> Path:
     return model_dir(source, carried_field(rel), adapter=rel != DRAFT_REL)
 
 
+def _hub_unavailable(e: BaseException, doing: str) -> HubUnavailableError | None:
+    """The transient error (exit 75) for a Hub that could not be reached, timed out or answered 429/5xx while
+    ``doing``; None when ``e`` is another failure (a missing repository, no access, offline by setting)."""
+    from huggingface_hub import constants
+
+    from toolchain import http, settings
+
+    if not http.transient(e):
+        return None
+    endpoint = http.redact(settings.hf_endpoint(constants.ENDPOINT))
+    return HubUnavailableError(
+        f"cannot {doing}: the Hugging Face Hub at {endpoint} did not answer (or answered 429/5xx)"
+    )
+
+
 def _download(repo: str, rev: str | None, what: str) -> Path:
     hub = require("huggingface_hub", "hf")
+    where = f"{repo}@{rev or 'main'}"
     try:
         return Path(
             hub.snapshot_download(
@@ -63,10 +79,29 @@ def _download(repo: str, rev: str | None, what: str) -> Path:
             )
         )
     except Exception as e:
+        unavailable = _hub_unavailable(e, f"download {where}")
+        if unavailable is not None:
+            raise unavailable from e
         raise CheckpointError(
-            f"cannot download {repo}@{rev or 'main'}: {type(e).__name__}",
-            f"check network and HF_TOKEN, or download it and point {what} at the directory",
+            f"cannot download {where}: {_hub_reason(e)}",
+            f"check the repository name, revision and HF_TOKEN, or download it and point {what} at the directory",
         ) from e
+
+
+def _hub_reason(e: BaseException) -> str:
+    """What huggingface_hub says went wrong, in words (its exception's name says it: RepositoryNotFoundError ->
+    'repository not found'), for a permanent failure."""
+    import re
+
+    name = type(e).__name__.removesuffix("Error").removesuffix("Exception")
+    words = re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+    return {
+        "repository not found": "no such repository, or no access to it (HF_TOKEN)",
+        "gated repo": "the repository is gated: accept its terms on the Hub and set HF_TOKEN",
+        "revision not found": "no such revision",
+        "local entry not found": "not in the local cache, and the Hub was not asked (offline)",
+        "offline mode is enabled": "HF_HUB_OFFLINE is set and it is not cached",
+    }.get(words, words or "the Hub refused it")
 
 
 def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
@@ -98,8 +133,11 @@ def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
         except EntryNotFoundError:  # not in the repository (or, offline, not in the cache)
             continue
         except Exception as e:
+            unavailable = _hub_unavailable(e, f"fetch the tokenizer of {where}")
+            if unavailable is not None:
+                raise unavailable from e
             raise CheckpointError(
-                f"cannot fetch the tokenizer of {where} ({type(e).__name__})",
+                f"cannot fetch the tokenizer of {where} ({_hub_reason(e)})",
                 "check the network and HF_TOKEN, or pass --tokenizer DIR (the model's tokenizer files)",
             ) from e
         got.append(Path(path))

@@ -28,7 +28,7 @@ import numpy as np
 from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
 from toolchain.bench.workload import Request
-from toolchain.errors import BenchError
+from toolchain.errors import BenchError, BenchUnavailableError
 from toolchain.progress import Progress, silent
 
 PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
@@ -138,8 +138,19 @@ def _gone_text(text: str) -> bool:
     return any(g in t for g in GONE)
 
 
+def _unreachable(e: BaseException) -> type[BenchError]:
+    """The error for a server the readiness check could not reach: transient (exit 75) when the connection was
+    refused, timed out or reset (gRPC UNAVAILABLE, DEADLINE_EXCEEDED), a BenchError otherwise (a malformed URL)."""
+    from toolchain import http
+
+    grpc_down = any(s in str(e) for s in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "Connection refused"))
+    gone = http.transient(e) or grpc_down or isinstance(e, asyncio.TimeoutError)
+    return BenchUnavailableError if gone else BenchError
+
+
 async def within(coro: Awaitable[None], rec: RequestRecord, total: float) -> None:
-    """Run one request under its total deadline; past it the request is a ``timeout`` error (the stream is closed)."""
+    """Run one request under its total deadline; past it the request is a ``timeout`` error (the stream is closed).
+    When it ends, either way, is ``rec.ended``: an abandoned request's e2e is the time it ran."""
     try:
         await asyncio.wait_for(coro, total)
     except asyncio.TimeoutError:
@@ -147,6 +158,8 @@ async def within(coro: Awaitable[None], rec: RequestRecord, total: float) -> Non
             got = f" after {len(rec.chunk_times)} chunk(s)" if rec.chunk_times else ""
             rec.error = f"no complete answer within the request deadline of {total:g} s{got} (--timeout)"
         rec.error_kind = "timeout"
+    finally:
+        rec.ended = time.perf_counter()
 
 
 class TritonTarget:
@@ -168,7 +181,7 @@ class TritonTarget:
         try:
             live = await asyncio.wait_for(self.client.is_server_live(), 5)
         except Exception as e:
-            raise BenchError(
+            raise _unreachable(e)(
                 f"cannot reach Triton at {self.url} ({type(e).__name__})",
                 "start it with `toolchain serve DIR` or fix --url (host:grpc_port)",
             ) from e
@@ -344,7 +357,9 @@ class OpenAITarget:
         try:
             r = await self.http.get(f"{self.url}/v1/models", timeout=5)
         except Exception as e:
-            raise BenchError(f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server") from e
+            raise _unreachable(e)(
+                f"cannot reach {self.url} ({type(e).__name__})", "fix --url or start the server"
+            ) from e
         if r.status_code >= 500:  # the one status mapping (toolchain/http.py); the request path keeps its own client
             from toolchain import http
             from toolchain.bench.prom import BENCH_ERRORS
@@ -531,6 +546,9 @@ async def _run(
         except Exception as e:
             if rec.error is None:
                 rec.error_kind, rec.error = classify(e)
+        finally:
+            if rec.ended is None:  # failed before its deadline's clock (within) ran
+                rec.ended = time.perf_counter()
         _tally(rec, consecutive, outcome, stop, stop_on_error, max_conn_errors)
         failed = consecutive["failed"]
         progress(stage, consecutive["done"], len(todo), unit="req", message=f"{failed} failed" if failed else None)

@@ -23,7 +23,7 @@ DEFINITIONS = {
     "ttft_ms": "request sent -> first streamed token (client clock)",
     "tpot_ms": "(E2E - TTFT) / (output tokens - 1), per request; AIPerf's inter token latency",
     "icl_ms": "every gap between consecutive streamed chunks; AIPerf's inter chunk latency",
-    "e2e_ms": "request sent -> last chunk",
+    "e2e_ms": "request sent -> last chunk (a failed or abandoned request: -> when it ended)",
     "goodput_rps": "completed requests per second that met every SLO",
 }
 # Our summary key -> the metric tag AIPerf uses for the same quantity (docs/metrics.md).
@@ -55,6 +55,7 @@ class RequestRecord:
     shared_prefix: bool | None = None
     perf: dict[str, int] = field(default_factory=dict)
     warmup: bool = False
+    ended: float | None = None  # perf_counter when the request ended, or was abandoned at a deadline
 
     @property
     def ok(self) -> bool:
@@ -70,6 +71,10 @@ class RequestRecord:
 
     @property
     def e2e(self) -> float | None:
+        """Sent to the last chunk; for a request that failed or was abandoned (a deadline, Ctrl-C), sent to when
+        it ended: the time it ran, never its first chunk's."""
+        if not self.ok and self.ended is not None:
+            return self.ended - self.sent
         return (self.chunk_times[-1] - self.sent) if self.chunk_times else None
 
     @property

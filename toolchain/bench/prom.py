@@ -8,14 +8,14 @@ from typing import Any
 from toolchain import http
 from toolchain.bench import dynamo_metrics
 from toolchain.bench.samples import Sample, Snapshot, parse
-from toolchain.errors import BenchError
+from toolchain.errors import BenchError, BenchUnavailableError
 
 __all__ = ["Sample", "Snapshot", "parse", "scrape", "server_side"]
 
 MAX_BODY = 64 * 2**20  # a Triton /metrics page is tens of KB
 # a scrape is sampled again a second later during a run: one quick second try, not the registry's patience
 SCRAPE_POLICY = http.Backoff(attempts=2, base=0.25, cap=1.0, max_wait=2.0)
-BENCH_ERRORS = http.Kinds(auth=BenchError, missing=BenchError, unavailable=BenchError, other=BenchError)
+BENCH_ERRORS = http.Kinds(auth=BenchError, missing=BenchError, unavailable=BenchUnavailableError, other=BenchError)
 
 
 def scrape(url: str, timeout: float = 5.0) -> Snapshot:

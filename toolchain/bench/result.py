@@ -152,8 +152,9 @@ class Record(_Part):
     shared_prefix: bool | None = None
     perf: dict[str, float] = Field(default_factory=dict, description="per-request counters the server returned")
     warmup: bool = False
+    ended: float | None = Field(None, description="when the request ended, or was abandoned at a deadline")
     ttft_ms: float | None = None
-    e2e_ms: float | None = None
+    e2e_ms: float | None = Field(None, description="sent to last chunk; a failed or abandoned request: to its end")
     tpot_ms: float | None = None
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain import __version__
+from toolchain import __version__, redact
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import Load, RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
@@ -212,13 +212,14 @@ def _result_document(
         "kind": "toolchain.bench-result",
         "schema": RESULT_SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        # written to a file that is shared: no credentials of the server's URL or of the command line
         "provenance": {
-            **cfg.provenance,
-            "url": cfg.url,
+            **{k: redact.text(v) if isinstance(v, str) else v for k, v in cfg.provenance.items()},
+            "url": redact.url(cfg.url),
             "model": cfg.model,
             "protocol": cfg.protocol,
             "stream": cfg.stream,
-            "command": sys.argv,
+            "command": redact.argv(sys.argv),
             "toolchain": __version__,
             "host": platform.node(),
         },

@@ -194,7 +194,9 @@ def bench(
     code, reason = assess(result)
     if code:
         kept = f"the partial results are in {save}" if save else "pass --save FILE to keep partial results"
-        sys.stderr.write(f"Error: the benchmark did not measure what was asked: {reason} — {kept}\n")
+        from toolchain import redact
+
+        sys.stderr.write(redact.text(f"Error: the benchmark did not measure what was asked: {reason} — {kept}") + "\n")
         raise typer.Exit(code)
 
 

@@ -253,8 +253,9 @@ def gc(
         typer.Option("--grace", min=0, help="Keep unreferenced blobs and uploads younger than this (seconds)"),
     ] = 3600.0,
 ) -> None:
-    """Remove unreferenced blobs, temp files of killed pushes, stale multipart uploads and dangling tags:
-    shows the plan, asks unless --yes. Blobs younger than --grace are kept (a push may be using them)."""
+    """Remove unreferenced blobs, temp files of killed pushes, stale multipart uploads, dangling tags, and the
+    staging directories killed pulls left on this machine: shows the plan, asks unless --yes. Blobs younger than
+    --grace are kept (a push may be using them); a staging directory a live pull holds is kept."""
     from toolchain.cli.render import err, fmt_bytes, print_json
     from toolchain.registry import open_registry
 
@@ -265,19 +266,23 @@ def gc(
         "tmp": len(plan.tmp),
         "uploads": len(plan.uploads),
         "tags": len(plan.tags),
+        "staging": len(plan.staging),
         "bytes": plan.bytes,
     }
     if json_out:
         print_json({**summary, "dry_run": dry_run, "note": plan.note})
     err.print(
         f"gc plan for {r.url}: {len(plan.blobs)} unreferenced blobs, {len(plan.tmp)} stale temp files, "
-        f"{len(plan.uploads)} unfinished uploads, {len(plan.tags)} dangling tags; frees {fmt_bytes(plan.bytes)}",
+        f"{len(plan.uploads)} unfinished uploads, {len(plan.tags)} dangling tags, {len(plan.staging)} staging "
+        f"directories of killed pulls; frees {fmt_bytes(plan.bytes)}",
         highlight=False,
         markup=False,
     )
     if plan.note:
         err.print(f"note: {plan.note}", highlight=False, markup=False)
-    if dry_run or not (plan.blobs or plan.tmp or plan.tags or plan.uploads):
+    for path, size in plan.staging:
+        err.print(f"  staging {path} ({fmt_bytes(size)})", highlight=False, markup=False)
+    if dry_run or not (plan.blobs or plan.tmp or plan.tags or plan.uploads or plan.staging):
         return
     if not yes and not typer.confirm("Delete these?", err=True):
         raise typer.Exit(1)

@@ -43,38 +43,63 @@ def _wants_json(ctx: Any) -> bool:
 
 
 class _Failure:
-    """Renders one failure: the ``Error:`` line on stderr and, under ``--json``, one JSON document on stdout."""
+    """Renders one failure: the ``Error:`` line on stderr and, under ``--json``, one JSON document on stdout.
+    Both go through ``toolchain.redact.text``: no error line shows a password, token or signature, whatever
+    the message quotes (a URL the user gave, a server's answer)."""
 
     def __init__(self, json_out: bool) -> None:
         self.json_out = json_out
 
     def document(self, message: str, hint: str, code: int) -> None:
+        from toolchain import redact
         from toolchain.cli.render import json_printed, print_json
 
+        message, hint = redact.text(message), redact.text(hint)
         if self.json_out and not json_printed():  # a command that printed its own document (with the error) keeps it
             print_json({"error": message, "hint": hint, "exit": code})
             sys.stdout.flush()
 
     def __call__(self, message: str, hint: str, code: int) -> typer.Exit:
         """Print the failure and return the Exit that carries the code."""
+        from toolchain import redact
+
         self.document(message, hint, code)
+        message, hint = redact.text(message), redact.text(hint)
         sys.stderr.write(f"Error: {message}" + (f" — {hint}" if hint else "") + "\n")
         sys.stderr.flush()
         return typer.Exit(code)
 
 
 def _traceback_when_debugging() -> None:
-    """With TOOLCHAIN_DEBUG=1, the traceback of the error being handled, its causes included."""
+    """With TOOLCHAIN_DEBUG=1, the traceback of the error being handled, its causes included (secrets hidden:
+    the messages it quotes are the same the error line would show)."""
     if settings.debug():
         import traceback
 
-        traceback.print_exc()
+        from toolchain import redact
+
+        sys.stderr.write(redact.text(traceback.format_exc()))
 
 
 def _close_progress() -> None:
     render = sys.modules.get("toolchain.cli.render")  # not imported: nothing was drawn
     if render is not None:
         render.close_all()
+
+
+def _transient(e: BaseException) -> bool:
+    from toolchain import http
+
+    return http.transient(e)
+
+
+def _transient_message(e: BaseException) -> str:
+    """An untranslated network failure in words: what it says, or its kind ('connect timeout')."""
+    import re
+
+    words = re.sub(r"(?<!^)(?=[A-Z])", " ", type(e).__name__.removesuffix("Error")).lower().strip()
+    said = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"a network request failed ({words}){': ' + said if said else ''}"
 
 
 def _is_usage_error(e: BaseException) -> bool:
@@ -112,6 +137,9 @@ class _Group(TyperGroup):
             _traceback_when_debugging()
             raise fail(e.message, e.hint, e.exit_code) from None
         except (OSError, ValueError) as e:
+            if _transient(e):  # a connection refused or timed out that no library translated: retry later
+                _traceback_when_debugging()
+                raise fail(_transient_message(e), "check the network and the service, then try again", 75) from None
             # A file or value from the user that the library did not anticipate: one line, not a traceback.
             _traceback_when_debugging()
             raise fail(
@@ -142,6 +170,9 @@ class _Group(TyperGroup):
                 where = sub.command_path if sub is not None else "toolchain"
                 message = str(e.format_message()).replace("Value error, ", "").rstrip(".")  # type: ignore[attr-defined]
                 raise fail(message, f"see `{where} --help`", int(getattr(e, "exit_code", 2))) from None
+            if _transient(e):  # a library's connection error or timeout (httpx, botocore): exit 75, one line
+                _traceback_when_debugging()
+                raise fail(_transient_message(e), "check the network and the service, then try again", 75) from None
             # Other parser exceptions that carry an exit code: under --json the message is the JSON document too.
             code = getattr(e, "exit_code", None)
             if hasattr(e, "format_message") and isinstance(code, int) and code:
@@ -250,6 +281,15 @@ def _keep_examples_as_lines(t: typer.Typer) -> None:
 _keep_examples_as_lines(app)
 
 
+def _redacted_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """An unknown error keeps its traceback, with the secrets it quotes hidden (``toolchain.redact``)."""
+    import traceback
+
+    from toolchain import redact
+
+    sys.stderr.write(redact.text("".join(traceback.format_exception(kind, value, tb))))
+
+
 def run() -> None:
     """Console-script entry point.
 
@@ -260,6 +300,7 @@ def run() -> None:
     import os
 
     code: int | str | None = 0
+    sys.excepthook = _redacted_excepthook
     try:
         app(prog_name="toolchain")
     except SystemExit as e:

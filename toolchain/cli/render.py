@@ -16,8 +16,19 @@ from rich.markup import escape
 from toolchain.units import fmt_bytes as fmt_bytes
 from toolchain.units import fmt_ms as fmt_ms
 
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 180)
+
+class _Redacting(Console):
+    """A console whose text passes through ``toolchain.redact.text`` first: no narration or progress line shows
+    a password, token or signature (a URL with credentials the user gave, a presigned URL)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        from toolchain import redact
+
+        super().print(*(redact.text(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+out = _Redacting(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
+err = _Redacting(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 180)
 
 
 # Whether this invocation has printed a JSON document on stdout (the error table then adds none: one
@@ -219,7 +230,10 @@ class Stages:
                 redirect_stderr=False,
             )
             self._bars.start()
-        line = escape(fit(self.describe(stage, done, total, unit, message), err.width - self.bar_width - 1))
+        from toolchain import redact
+
+        described = redact.text(self.describe(stage, done, total, unit, message))
+        line = escape(fit(described, err.width - self.bar_width - 1))
         if stage not in self._tasks:
             self._tasks[stage] = self._bars.add_task(escape(stage), total=total, line=line)
         self._bars.update(self._tasks[stage], completed=done, total=total, line=line)

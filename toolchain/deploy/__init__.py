@@ -102,6 +102,14 @@ def registry_host(image: str) -> str | None:
 
 
 def _registry_in_pod(o: DeployOptions) -> str:
+    from toolchain import redact
+
+    if redact.has_credentials(o.registry):
+        raise DeployError(
+            f"registry {redact.url(o.registry)!r} carries credentials, which would be written into the manifests in "
+            "plain text",
+            "drop the 'user:password@' part and give them in a Secret: --registry-secret NAME",
+        )
     if o.registry.startswith(("s3://", "hf://", "oci://")):
         if o.registry_pvc:
             raise DeployError("--registry-pvc is for a registry on a volume, not " + o.registry, "drop --registry-pvc")

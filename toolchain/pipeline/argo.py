@@ -7,7 +7,8 @@ every build and tags the set in the registry (`toolchain job tag`). Each task ru
 Workflow; tasks of a GPU type run on that GPU's node pool with TP × PP GPUs. The pods are the Jobs' pods:
 restricted pod security (``podSpecPatch``-free: the template's ``securityContext`` and the Workflow's
 ``securityContext``), the registry Secret by reference, ``retryStrategy`` that retries errors and failures
-except the toolchain's deterministic exit codes, ``activeDeadlineSeconds`` per task from the build timeout.
+except the toolchain's deterministic exit codes (exit 75, a transient failure, always, with a growing backoff),
+``activeDeadlineSeconds`` per task from the build timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from toolchain.pipeline.kube_jobs import (
     CELLS_MOUNT,
     CONTAINER,
     FAIL_FAST_EXIT_CODES,
+    RETRY_EXIT_CODES,
     WORK_ROOT,
     ClusterMatrix,
     GpuWork,
@@ -68,7 +70,10 @@ def _template(name: str, kind: str, work: GpuWork, gpus: int, cells_cm: str, o: 
         "retryStrategy": {
             "limit": str(o.retries),
             "retryPolicy": "Always",  # a failed pod and a lost node alike, except:
-            "expression": f"!(asInt(lastRetry.exitCode) in [{codes.replace('|', ', ')}])",
+            "expression": f"asInt(lastRetry.exitCode) in [{', '.join(str(c) for c in RETRY_EXIT_CODES)}] || "
+            f"!(asInt(lastRetry.exitCode) in [{codes.replace('|', ', ')}])",
+            # a registry or Hub that is down now may be back in minutes: wait longer before each try
+            "backoff": {"duration": "30s", "factor": "2", "maxDuration": "30m"},
         },
         "volumes": [{"name": "work", "emptyDir": {}}],
         "container": container,

@@ -16,8 +16,10 @@ applied at once. Each pod asks for TP × PP GPUs on a node of its GPU product (t
 label GPU Feature Discovery sets); ``backoffLimitPerIndex`` retries an index alone, and the
 ``podFailurePolicy`` ignores node disruptions (``DisruptionTarget``: preemption, eviction, a drained node)
 and fails an index at once on the toolchain's deterministic exit codes (2 user error, 3 missing package, 4 no
-GPU/TensorRT-LLM in the image). Job names carry a digest of the work they hold, so a re-run of the matrix
-after some cells are built writes a new, smaller Job instead of colliding with the finished one.
+GPU/TensorRT-LLM in the image), while exit 75 (EX_TEMPFAIL: the registry or the Hub unreachable, timed out, or
+answering 429/5xx) is retried, counted against ``backoffLimitPerIndex``. Job names carry a digest of the work
+they hold, so a re-run of the matrix after some cells are built writes a new, smaller Job instead of colliding
+with the finished one.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from typing import Any
 
 import yaml
 
-from toolchain import yamlout
+from toolchain import redact, yamlout
 from toolchain.artifacts.cell import for_cells
 from toolchain.artifacts.keys import build_job_id, quantize_job_id
 from toolchain.artifacts.recipe import is_unquantized
 from toolchain.deploy import core
-from toolchain.errors import CompatibilityError, UserInputError
+from toolchain.errors import EX_TEMPFAIL, CompatibilityError, UserInputError
 from toolchain.hardware.catalog import GPU
 from toolchain.pipeline.matrix import job_container
 from toolchain.specs.loader import load_spec, safe_yaml
@@ -49,6 +51,7 @@ DEFAULT_BUILD_TIMEOUT_S = 4 * 3600  # one cell's build
 DEFAULT_QUANTIZE_TIMEOUT_S = 4 * 3600  # one quantize group; also how long a build pod waits for its checkpoint
 DEFAULT_TTL_S = 7 * 24 * 3600  # finished Jobs (and their pods' logs) kept a week
 FAIL_FAST_EXIT_CODES = [2, 3, 4]  # UserInputError, MissingDependencyError, NeedsGPUError (toolchain.errors)
+RETRY_EXIT_CODES = [EX_TEMPFAIL]  # TransientError: the registry or the Hub unreachable, 429/5xx — try again
 MAX_CONFIGMAP_BYTES = 1 << 20  # Kubernetes: a ConfigMap's data is at most 1 MiB
 CONTAINER = "job"
 
@@ -339,6 +342,15 @@ def indexed_job(
                             "values": FAIL_FAST_EXIT_CODES,
                         },
                     },
+                    {  # the registry or the Hub unreachable, 429/5xx (exit 75): a retry may succeed, so it is
+                        # retried, counted against backoffLimitPerIndex (never FailIndex)
+                        "action": "Count",
+                        "onExitCodes": {
+                            "containerName": CONTAINER,
+                            "operator": "In",
+                            "values": RETRY_EXIT_CODES,
+                        },
+                    },
                     {  # preempted, evicted, its node drained: not the cell's fault, not counted
                         "action": "Ignore",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
@@ -382,6 +394,12 @@ def kubernetes_jobs(cm: ClusterMatrix, o: JobOptions) -> dict[str, dict[str, Any
 
 
 def _check_options(o: JobOptions) -> None:
+    if o.registry and redact.has_credentials(o.registry):
+        raise UserInputError(
+            f"--registry {redact.url(o.registry)!r} carries credentials, which would be written into the manifests "
+            "in plain text",
+            "drop the 'user:password@' part and give them in a Secret: --registry-secret NAME",
+        )
     if not o.registry or ("://" not in o.registry and not o.registry.startswith("/")):
         raise UserInputError(
             f"--registry {o.registry!r} is not one the pods can reach",

@@ -26,16 +26,36 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from toolchain import settings
-from toolchain.digest import hash_file, staged_file, write_all
+from toolchain import http, settings
+from toolchain.digest import hash_file, hash_file_as, staged_file, write_all
 from toolchain.errors import (
     CorruptArtifactError,
+    RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
+    RegistryURLError,
 )
 
 FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 S3_ATTEMPTS = 5  # botocore's standard retry mode: the first try and four retries (total_max_attempts)
+# S3 error codes that say "not now" rather than "never" (exit 75): throttling and the service's own failures
+S3_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "ServiceUnavailable", "InternalError", "503"}
+)
+
+
+def _words(e: BaseException) -> str:
+    """A library's exception as words for an error line: its message, else its class name split into words."""
+    import re
+
+    text = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+    return text or re.sub(r"(?<!^)(?=[A-Z])", " ", type(e).__name__).lower()
+
+
+def _unavailable_or_error(e: BaseException, message: str) -> RegistryError:
+    """The Hub registry's failure: transient (exit 75) when the Hub could not be reached or answered 429/5xx."""
+    kind = RegistryUnavailableError if http.transient(e) else RegistryError
+    return kind(f"{message}: {_words(e)}")
 
 
 def http_deadlines() -> tuple[float, float]:
@@ -111,9 +131,12 @@ class Backend:
     def abort_upload(self, key: str, upload_id: str) -> None:
         raise NotImplementedError
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+    def ingest(
+        self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None
+    ) -> str | None:
         """Store ``src`` in the same read that hashes it and return the digest; None where the
-        digest is needed before the upload (remote stores: ``put_file`` then sends the bytes)."""
+        digest is needed before the upload (remote stores: ``put_file`` then sends the bytes). ``also``: a
+        dict whose keys name more algorithms to hash in that read; their digests are filled in."""
         return None
 
     def put_entry(
@@ -266,13 +289,19 @@ class LocalBackend(Backend):
                     "make sure nothing writes to the directory during push",
                 )
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str:
+    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None) -> str:
         """Store ``src`` as a blob in one read: copied into ``tmp/`` while it is hashed, then renamed
-        to ``path_of(digest)`` (dropped when that blob is already there). Returns the digest."""
+        to ``path_of(digest)`` (dropped when that blob is already there). Returns the digest; ``also``'s
+        algorithms are hashed in the same read."""
         fd, tmp = tempfile.mkstemp(prefix=".ingest.", suffix=".tmp", dir=self.root / "tmp")
         try:
             try:
-                digest = hash_file(src, algo, sink=fd)
+                if also:
+                    digests = hash_file_as(src, (algo, *also), sink=fd)
+                    also.update({a: digests[a] for a in also})
+                    digest = digests[algo]
+                else:
+                    digest = hash_file(src, algo, sink=fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -416,7 +445,7 @@ class S3Backend(Backend):
                 f"cannot reach the S3 endpoint for {self.url} ({e.kwargs.get('endpoint_url')})"
             ) from e
         except NoCredentialsError as exc:
-            raise RegistryUnavailableError(
+            raise RegistryAuthError(
                 f"no AWS credentials for {self.url}", "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
             ) from exc
         except ClientError as e:
@@ -424,17 +453,24 @@ class S3Backend(Backend):
             if code in ("404", "NoSuchKey", "NotFound"):
                 raise FileNotFoundError(args[0] if args else "") from e
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403"):
-                raise RegistryUnavailableError(
+                raise RegistryAuthError(
                     f"S3 refused the credentials for {self.url} ({code})",
                     "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
                 ) from e
             if code == "NoSuchBucket":
-                raise RegistryUnavailableError(
+                raise RegistryURLError(
                     f"bucket {self.bucket} does not exist", "create it or fix the registry URL"
+                ) from e
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in S3_TRANSIENT_CODES or (isinstance(status, int) and (status == 429 or status >= 500)):
+                raise RegistryUnavailableError(
+                    f"S3 answered {code or status} on {self.url} after {S3_ATTEMPTS} tries",
+                    "the endpoint is failing or throttling: try again later",
                 ) from e
             raise RegistryError(f"S3 error on {self.url}: {code}") from e
         except BotoCoreError as e:
-            raise RegistryUnavailableError(f"S3 failure on {self.url}: {type(e).__name__}") from e
+            kind = RegistryUnavailableError if http.transient(e) else RegistryError
+            raise kind(f"S3 failure on {self.url}: {_words(e)}") from e
 
     def exists(self, path: str) -> bool:
         try:
@@ -542,14 +578,14 @@ class HFBackend(Backend):
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 raise FileNotFoundError(path) from e
-            raise RegistryUnavailableError(f"cannot read {path} from {self.url}: {type(e).__name__}") from e
+            raise _unavailable_or_error(e, f"cannot read {path} from {self.url}") from e
         return Path(local).read_bytes()
 
     def _commit(self, ops: list[Any], message: str) -> None:
         try:
             self.api.create_commit(self.repo_id, operations=ops, commit_message=message)
         except Exception as e:
-            raise RegistryUnavailableError(f"commit to {self.url} failed: {type(e).__name__}") from e
+            raise _unavailable_or_error(e, f"commit to {self.url} failed") from e
 
     def write_bytes(self, path: str, data: bytes) -> None:
         from huggingface_hub import CommitOperationAdd
@@ -590,7 +626,7 @@ class HFBackend(Backend):
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 return
-            raise RegistryUnavailableError(f"cannot list {self.url}: {type(e).__name__}") from e
+            raise _unavailable_or_error(e, f"cannot list {self.url}") from e
 
     def mtime(self, path: str) -> float | None:
         return 0.0 if self.exists(path) else None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from toolchain import http, settings
+from toolchain import http, redact, settings
 from toolchain.digest import canonical_json, sha256_text
 from toolchain.errors import (
     CorruptArtifactError,
@@ -84,7 +84,7 @@ POLICY = http.DEFAULT
 RETRIES = POLICY.attempts - 1  # tries after the first
 RETRY_STATUS = http.RETRY_STATUS
 REGISTRY_ERRORS = http.Kinds(
-    auth=RegistryAuthError, missing=RegistryUnavailableError, unavailable=RegistryUnavailableError, other=RegistryError
+    auth=RegistryAuthError, missing=RegistryError, unavailable=RegistryUnavailableError, other=RegistryError
 )
 
 # distribution-spec v1.1.1: repository name components and tags
@@ -112,8 +112,14 @@ def parse_oci_url(url: str) -> tuple[str, str]:
     host, _, repo = rest.partition("/")
     repo = repo.strip("/")
     shape = "use oci://host[:port]/repository, e.g. oci://registry.example.com/llm/engines"
+    if "@" in host:  # oci://user:password@host/...: never echoed (docs/http.md), never sent
+        raise RegistryURLError(
+            f"'{redact.url(url)}' carries credentials in the URL, which the registry client does not take",
+            f"drop the 'user:password@' part and log in instead: `docker login {host.rpartition('@')[2]}`, or "
+            "TOOLCHAIN_OCI_USERNAME/TOOLCHAIN_OCI_PASSWORD",
+        )
     if not host or not repo:
-        raise RegistryURLError(f"'{url}' names no repository", shape)
+        raise RegistryURLError(f"'{redact.url(url)}' names no repository", shape)
     if "@" in repo or ":" in repo:
         raise RegistryURLError(
             f"'{url}' names a tag or digest: the registry URL names a repository, and entries are tagged by key",
@@ -288,7 +294,7 @@ class OCIBackend(Backend):
             token, _ = fetch_token(self.client, self.host, params, scope, creds, 30.0)
             self._auth = f"Bearer {token}"
             return
-        raise RegistryUnavailableError(
+        raise RegistryError(
             f"registry {self.host} asks for authentication this client does not speak ({scheme or 'none'})",
             "use a registry with Basic or Bearer token auth",
         )
@@ -1070,9 +1076,12 @@ class OCIBackend(Backend):
                 "make sure nothing writes to the directory during push",
             )
 
-    def ingest(self, src: Path, algo: str, path_of: Callable[[str], str]) -> str | None:
+    def ingest(
+        self, src: Path, algo: str, path_of: Callable[[str], str], also: dict[str, str] | None = None
+    ) -> str | None:
         """Hash ``src`` in the read that uploads it: a small file is hashed, HEADed and sent only when the
-        registry lacks it; a large one streams to an upload session while it is hashed."""
+        registry lacks it; a large one streams to an upload session while it is hashed. (Only sha256, the
+        registry's digest: ``also`` is left as it is.)"""
         if algo != "sha256":
             return None
         size = src.stat().st_size

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from toolchain import settings
-from toolchain.errors import RegistryAuthError, RegistryUnavailableError
+from toolchain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
 from toolchain.proc import capture
 
 DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
@@ -201,7 +201,7 @@ def fetch_token(
 
     realm = params.get("realm")
     if not realm or not realm.startswith(("https://", "http://")):
-        raise RegistryUnavailableError(
+        raise RegistryError(
             f"registry {registry} asked for a token without a usable realm", "the registry's auth is misconfigured"
         )
     query: dict[str, str] = {}
@@ -240,7 +240,8 @@ def fetch_token(
             "TOOLCHAIN_OCI_PASSWORD",
         )
     if resp.status_code != 200:
-        raise RegistryUnavailableError(
+        failing = resp.status_code == 429 or resp.status_code >= 500  # not now (exit 75), else not this way (1)
+        raise (RegistryUnavailableError if failing else RegistryError)(
             f"the token service of {registry} answered {resp.status_code} for {scope or 'the registry'}",
             "try again later, or ask the registry's operators",
         )
@@ -249,7 +250,7 @@ def fetch_token(
         token = str(body.get("token") or body.get("access_token") or "")
         lifetime = float(body.get("expires_in") or 60)
     except (ValueError, AttributeError) as e:
-        raise RegistryUnavailableError(f"the token service of {registry} answered with no JSON token") from e
+        raise RegistryError(f"the token service of {registry} answered with no JSON token") from e
     if not token:
-        raise RegistryUnavailableError(f"the token service of {registry} answered with no token")
+        raise RegistryError(f"the token service of {registry} answered with no token")
     return token, lifetime

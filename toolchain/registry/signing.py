@@ -174,25 +174,57 @@ def encrypt_cosign(plaintext: bytes, password: bytes) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decrypt_cosign(data: bytes, password: bytes, where: str) -> bytes:
-    """The inverse of :func:`encrypt_cosign`; SigningKeyError for a malformed document or a wrong password."""
+_DAMAGED = "the file is damaged: make a new pair with `toolchain cache keygen DIR` (or copy cosign.key again)"
+
+
+def _field(doc: dict[str, Any], path: str, kind: type, where: str) -> Any:
+    """``doc``'s value at the dotted ``path``, which must be a ``kind``; a one-line SigningKeyError naming the
+    field otherwise."""
+    value: Any = doc
+    walked: list[str] = []
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            at = f"'{'.'.join(walked)}'" if walked else "its JSON document"
+            raise SigningKeyError(f"cosign private key {where}: {at} lacks the field '{part}'", _DAMAGED)
+        value = value[part]
+        walked.append(part)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        want = {str: "text", int: "a whole number", dict: "an object"}.get(kind, kind.__name__)
+        raise SigningKeyError(f"cosign private key {where}: the field '{path}' is not {want}", _DAMAGED)
+    return value
+
+
+def _b64_field(doc: dict[str, Any], path: str, where: str) -> bytes:
+    text = _field(doc, path, str, where)
     try:
-        doc = json.loads(data)
-        kdf, cipher = doc["kdf"], doc["cipher"]
-        params = kdf["params"]
-        n, r, p = int(params["N"]), int(params["r"]), int(params["p"])
-        salt = base64.b64decode(kdf["salt"], validate=True)
-        nonce = base64.b64decode(cipher["nonce"], validate=True)
-        box = base64.b64decode(doc["ciphertext"], validate=True)
-    except (ValueError, KeyError, TypeError, binascii.Error) as e:
-        raise SigningKeyError(f"{where} is not a readable cosign private key ({type(e).__name__})") from e
+        return base64.b64decode(text, validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise SigningKeyError(f"cosign private key {where}: the field '{path}' is not base64", _DAMAGED) from e
+
+
+def decrypt_cosign(data: bytes, password: bytes, where: str) -> bytes:
+    """The inverse of :func:`encrypt_cosign`; SigningKeyError (one line naming the file, the field and the fix)
+    for a malformed document or a wrong password."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SigningKeyError(f"cosign private key {where} does not hold cosign's JSON document", _DAMAGED) from e
+    if not isinstance(doc, dict):
+        raise SigningKeyError(f"cosign private key {where} holds JSON that is not cosign's (not an object)", _DAMAGED)
+    kdf, cipher = _field(doc, "kdf", dict, where), _field(doc, "cipher", dict, where)
+    n, r, p = (_field(doc, f"kdf.params.{x}", int, where) for x in ("N", "r", "p"))
+    salt = _b64_field(doc, "kdf.salt", where)
+    nonce = _b64_field(doc, "cipher.nonce", where)
+    box = _b64_field(doc, "ciphertext", where)
     if kdf.get("name") != "scrypt" or cipher.get("name") != "nacl/secretbox":
         raise SigningKeyError(
             f"{where} uses kdf {kdf.get('name')!r} / cipher {cipher.get('name')!r}: cosign keys use "
             "scrypt and nacl/secretbox"
         )
     if (n, r, p) not in SCRYPT_PARAMS:
-        raise SigningKeyError(f"{where} has unsupported scrypt parameters N={n} r={r} p={p}")
+        raise SigningKeyError(f"{where} has unsupported scrypt parameters N={n} r={r} p={p}", _DAMAGED)
+    if len(nonce) != 24:
+        raise SigningKeyError(f"cosign private key {where}: the nonce is {len(nonce)} bytes, not 24", _DAMAGED)
     plain = secretbox_open(_scrypt(password, salt, n, r, p), nonce, box)
     if plain is None:
         raise SigningKeyError(
@@ -216,17 +248,27 @@ def _pem_blocks(text: str) -> list[tuple[str, bytes]]:
 
 
 def _read_key_file(path: Path, what: str) -> str:
+    """The text of a PEM key file; every way it is not one is a one-line SigningKeyError naming the file."""
+    hint = "give cosign.key (to sign) or cosign.pub (to verify): PEM text files"
     try:
         st = path.stat()
         if st.st_size > MAX_KEY_FILE:
-            raise SigningKeyError(f"{path} is {st.st_size:,} bytes: not a {what} file")
-        return path.read_text(encoding="ascii")
+            raise SigningKeyError(f"{what} {path} is {st.st_size:,} bytes: not a key file", hint)
+        raw = path.read_bytes()
     except FileNotFoundError as e:
         raise SigningKeyError(f"{what} {path} does not exist", "give the path of a PEM key file") from e
     except IsADirectoryError as e:
         raise SigningKeyError(f"{what} {path} is a directory", "give the path of a PEM key file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise SigningKeyError(f"cannot read {what} {path} ({type(e).__name__})", "give a PEM key file") from e
+    except PermissionError as e:
+        raise SigningKeyError(f"{what} {path} cannot be read: permission denied", "check the file's mode") from e
+    except OSError as e:
+        raise SigningKeyError(f"{what} {path} cannot be read: {e.strerror or 'I/O error'}", hint) from e
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise SigningKeyError(
+            f"{what} {path} is not a PEM text file (byte {e.start} is 0x{raw[e.start]:02x}, not ASCII)", hint
+        ) from e
 
 
 def _p256_or_refuse(key: Any, path: Path, what: str) -> Any:
@@ -244,6 +286,13 @@ def _p256_or_refuse(key: Any, path: Path, what: str) -> Any:
     return key
 
 
+def _why(e: BaseException) -> str:
+    """cryptography's reason, first line, in the user's words: never an exception's name."""
+    text = str(e).splitlines()[0].split(". ")[0][:120] if str(e) else ""
+    text = re.sub(r"\b[A-Z]\w*(?:Error|Exception)\b[:(]?", "", text).strip(" :()")
+    return text or "it does not parse as a key"
+
+
 def password() -> bytes:
     return (settings.signing_password() or "").encode()
 
@@ -253,6 +302,7 @@ def load_signer(path: Path | str) -> Signer:
     from toolchain._deps import require
 
     require("cryptography", "sign")
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     path = Path(path)
@@ -265,8 +315,8 @@ def load_signer(path: Path | str) -> Signer:
         pkcs8 = decrypt_cosign(der, password(), str(path))
         try:
             key = serialization.load_der_private_key(pkcs8, None)
-        except ValueError as e:
-            raise SigningKeyError(f"{path}: the decrypted key is not PKCS #8 ({e})") from e
+        except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+            raise SigningKeyError(f"signing key {path}: the decrypted key is not a PKCS #8 key", _DAMAGED) from e
         return Signer(_p256_or_refuse(key, path, "signing key"), str(path))
     if kind == "PUBLIC KEY":
         raise SigningKeyError(f"{path} is a public key", "sign with the private key (cosign.key), verify with the .pub")
@@ -277,12 +327,12 @@ def load_signer(path: Path | str) -> Signer:
         raise SigningKeyError(f"{path} is encrypted and no password is set", "set TOOLCHAIN_SIGNING_PASSWORD")
     try:
         key = serialization.load_pem_private_key(text.encode(), pw)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
         if kind == "ENCRYPTED PRIVATE KEY":
             raise SigningKeyError(
                 f"wrong password for {path} (or the key is damaged)", "set TOOLCHAIN_SIGNING_PASSWORD to its password"
             ) from e
-        raise SigningKeyError(f"signing key {path} is malformed ({str(e).splitlines()[0][:120]})") from e
+        raise SigningKeyError(f"signing key {path} is malformed ({_why(e)})", _DAMAGED) from e
     return Signer(_p256_or_refuse(key, path, "signing key"), str(path))
 
 
@@ -291,6 +341,7 @@ def load_verifier(path: Path | str) -> Verifier:
     from toolchain._deps import require
 
     require("cryptography", "sign")
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     path = Path(path)
@@ -302,8 +353,10 @@ def load_verifier(path: Path | str) -> Verifier:
         raise SigningKeyError(f"public key {path} holds {found}, not a PEM 'PUBLIC KEY'", hint)
     try:
         key = serialization.load_der_public_key(blocks[0][1])
-    except ValueError as e:
-        raise SigningKeyError(f"public key {path} is malformed ({str(e).splitlines()[0][:120]})") from e
+    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+        raise SigningKeyError(
+            f"public key {path} is malformed ({_why(e)})", "copy cosign.pub again from the key pair's owner"
+        ) from e
     return Verifier(_p256_or_refuse(key, path, "public key"), str(path))
 
 
@@ -318,10 +371,23 @@ def keygen(out: Path) -> tuple[Path, Path]:
 
     out = Path(out)
     priv_path, pub_path = out / "cosign.key", out / "cosign.pub"
+    if out.exists() and not out.is_dir():
+        raise SigningKeyError(
+            f"{out} is a file, not a directory", "give a directory to write cosign.key and cosign.pub into"
+        )
     for p in (priv_path, pub_path):
         if p.exists():
             raise SigningKeyError(f"{p} already exists", "choose another directory, or move the old key pair away")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".keygen-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise SigningKeyError(
+            f"cannot write the key pair into {out}: {e.strerror or 'I/O error'}",
+            "give a directory you can write to",
+        ) from e
     key = ec.generate_private_key(ec.SECP256R1())
     pkcs8 = key.private_bytes(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -21,9 +21,12 @@ from toolchain.digest import (
     check_replaceable,
     fastest_algo,
     hash_file,
+    hash_file_as,
+    remove_stale_staging,
     sha256_text,
     shared_stat_cache,
     staged_dir,
+    stale_staging,
 )
 from toolchain.errors import (
     ArtifactNotFoundError,
@@ -60,8 +63,18 @@ FEW_KEYS = 8  # up to this many keys, `existing` asks per key instead of listing
 GC_GRACE_S = 3600.0
 
 
+KEY_ALGO = "sha256"  # the digest a content key is made of, on every backend
+
+
 def content_key(files: dict[str, FileEntry]) -> str:
-    """The key of an entry named by its content: sha256 of every path with its digest and mode."""
+    """The key of an entry named by its content: sha256 of every path with its sha256 digest and mode. The
+    same directory has the same key on every backend, whichever digest the store keeps its blobs under (a local
+    or S3 store: the fastest, blake3; OCI: sha256); before, the store's own digest went in, so a local registry
+    and an OCI one named one directory differently. Entries stored under such keys keep them (a key is a name:
+    they pull as before)."""
+    bad = sorted(rel for rel, f in files.items() if not f.digest.startswith(f"{KEY_ALGO}:"))
+    if bad:
+        raise ValueError(f"content_key needs {KEY_ALGO} digests; {bad[0]} has {files[bad[0]].digest[:12]}...")
     listing = {rel: [f.digest, f.executable] for rel, f in sorted(files.items())}
     return sha256_text(canonical_json(listing))
 
@@ -74,10 +87,13 @@ class GcPlan:
     uploads: list[tuple[str, str]] = field(default_factory=list)  # unfinished S3 multipart uploads (key, id)
     grace_s: float = GC_GRACE_S
     note: str | None = None  # what this store's gc cannot do (OCI: list blobs), and who does it
+    # staging directories of pulls (and other staged writes) on this machine that a kill -9 left, wherever their
+    # destination was: found through the cache's staging journal (toolchain.digest.stale_staging)
+    staging: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
-        return sum(s for _, s in self.blobs) + sum(s for _, s in self.tmp)
+        return sum(s for _, s in self.blobs) + sum(s for _, s in self.tmp) + sum(s for _, s in self.staging)
 
 
 @dataclass
@@ -269,22 +285,41 @@ class Registry:
         blobs: list[tuple[str, Path, str]] = []
         # a store that uploads while it hashes (OCI) meters the bytes itself as they are sent
         stage = f"hash+upload {src.name}" if self.backend.ingest_meters else f"hash {src.name}"
+        # the content key is made of sha256 digests on every backend: a store that keeps another digest hashes
+        # sha256 too, in the same read (or finds it in the sha256 stat cache)
+        key_cache = shared_stat_cache(cache().statcache) if key is None and algo != KEY_ALGO else None
+        key_files: dict[str, FileEntry] = {}
         with self._metered(stage, sum(st.st_size for _, _, st in found)) as moved:
             for rel, p, st in found:
                 digest = stat_cache.lookup(p, st)
+                key_digest = key_cache.lookup(p, st) if key_cache is not None else None
+                if key_digest is not None and not key_digest.startswith(f"{KEY_ALGO}:"):
+                    key_digest = None
+                also = {KEY_ALGO: ""} if key_cache is not None and key_digest is None else None
                 metered = False
                 if digest is None or not self.backend.exists(blob_path(digest)):
-                    ingested = self.backend.ingest(p, algo, blob_path)
+                    ingested = self.backend.ingest(p, algo, blob_path, also)
                     metered = ingested is not None and self.backend.ingest_meters
+                    if ingested is None and also is not None:
+                        both = hash_file_as(p, (algo, KEY_ALGO))
+                        ingested, also[KEY_ALGO] = both[algo], both[KEY_ALGO]
                     digest = ingested or hash_file(p, algo)
                     stat_cache.record(p, st, digest)
+                    key_digest = key_digest or (also or {}).get(KEY_ALGO) or None
                 if not metered:
                     moved(st.st_size)
                 files[rel] = FileEntry(digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111))
                 blobs.append((blob_path(digest), p, digest))
+                if key_cache is not None:
+                    if key_digest is None:  # the blob was there and the sha256 cache did not know the file
+                        key_digest = hash_file(p, KEY_ALGO)
+                    key_cache.record(p, st, key_digest)
+                    key_files[rel] = files[rel].model_copy(update={"digest": key_digest})
         stat_cache.save()
+        if key_cache is not None:
+            key_cache.save()
         if key is None:
-            key = content_key(files)
+            key = content_key(files if key_cache is None else key_files)
         m = EntryManifest(
             key=key,
             kind=kind,
@@ -433,7 +468,8 @@ class Registry:
         tags = self.tags()
         dangling = [f"refs/tags/{t}" for t, k in tags.items() if not KEY_RE.fullmatch(k) or not self.exists(k)]
         uploads = self.backend.stale_uploads(grace_s)
-        return GcPlan(sorted(blobs), dangling, sorted(tmp), uploads, grace_s, self.backend.gc_note)
+        staging = sorted((str(p), size) for p, size in stale_staging())
+        return GcPlan(sorted(blobs), dangling, sorted(tmp), uploads, grace_s, self.backend.gc_note, staging)
 
     def gc(self, plan: GcPlan, *, lock_timeout: float = 60.0) -> int:
         """Execute a plan, re-checking each blob first: one a push has referenced or touched since the plan
@@ -455,6 +491,8 @@ class Registry:
                 freed += size
             for key, upload_id in plan.uploads:
                 self.backend.abort_upload(key, upload_id)
+            # each re-checked under its lock: a directory a live run holds now is kept
+            freed += remove_stale_staging([Path(p) for p, _ in plan.staging])
             current = self.tags()  # a tag re-pointed at a live entry since the plan was made is kept
             for p in plan.tags:
                 k = current.get(p.removeprefix("refs/tags/"))
