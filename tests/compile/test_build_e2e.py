@@ -32,7 +32,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _spec(tmp_path: Path, ckpt: Path, **changes: Any) -> Path:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)
     for path, value in changes.items():

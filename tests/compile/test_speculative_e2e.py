@@ -40,7 +40,7 @@ def draft_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _spec(tmp_path: Path, ckpt: Path, **blocks: object) -> Path:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)
     d["serving"]["streaming"] = False

@@ -36,9 +36,9 @@ DIGEST = "sha256:" + "ab" * 32
 def _engine_70b() -> EngineSpec:
     """The 70B TP2 spec on the engine path (its Triton ranks span nodes; trtllm-serve runs on one node)."""
     spec = load_spec(SHIPPED[1])
-    return EngineSpec.model_validate(spec.model_dump(mode="json") | {"runtime": "tensorrt"}).with_base_dir(
-        spec.base_dir
-    )
+    d = spec.model_dump(mode="json") | {"runtime": "tensorrt"}
+    d["serving"]["cuda_graphs"] = {"enabled": True}  # the backend captures as batches occur: no padding, no sizes
+    return EngineSpec.model_validate(d).with_base_dir(spec.base_dir)
 
 
 CELLS = [c for spec in SHIPPED for c in expand(load_spec(spec))]

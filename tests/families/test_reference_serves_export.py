@@ -21,7 +21,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog and"
 
 
 def _spec(tmp: Path, ckpt: Path) -> Path:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(ckpt)
     d["quantization"].update(weights="int4_awq", kv_cache="auto")
     d["quantization"]["calibration"].update(samples=8, seq_len=32)

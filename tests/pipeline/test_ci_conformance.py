@@ -64,7 +64,7 @@ def test_gitlab_child_pipeline_passes_gitlabs_schema_and_sh(cached: str, tmp_pat
         assert list(k for k in doc if k not in META) == ["nothing-to-build"]
         # the line the all-cached child pipeline runs succeeds in sh (it used to be a syntax error)
         r2 = subprocess.run(["sh", "-c", doc["nothing-to-build"]["script"][0]], capture_output=True, text=True)
-        assert r2.returncode == 0 and "(16 cells)" in r2.stdout, r2.stderr
+        assert r2.returncode == 0 and "(17 cells)" in r2.stdout, r2.stderr
 
 
 def test_gitlab_parent_pipeline_passes_schema_and_sh(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_github_matrices_inlined_pass_actionlint_and_schema(cached: str, tmp_pat
         q["jobs"]["quantize"]["strategy"]["matrix"] = out["quantize"]
         inlined.append(("engine-matrix-inlined.yml", q))
     if cached == "all":
-        assert not inlined and out["build_0_count"] == 0 and len(out["cached"]) == 16
+        assert not inlined and out["build_0_count"] == 0 and len(out["cached"]) == 17
     for name, doc in inlined:
         doc["on"] = doc.pop(True)  # YAML 1.1 read `on:` as True
         (wf / name).write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -142,9 +142,12 @@ def test_ci_scripts_pass_shellcheck(script: str) -> None:
 # --- the container the spec names --------------------------------------------------------------------------
 
 
-def _spec_in(tmp_path: Path, container: str | None, trtllm: str, trt: str) -> Path:
+def _spec_in(tmp_path: Path, container: str | None, trtllm: str, trt: str | None, runtime: str = "tensorrt") -> Path:
     d = yaml.safe_load((SPECS / "llama-3.1-8b-fp8.yaml").read_text())
-    d["target"].update(trtllm_version=trtllm, tensorrt_version=trt)
+    d["runtime"] = runtime
+    d["target"].update(trtllm_version=trtllm)
+    if trt is not None:
+        d["target"]["tensorrt_version"] = trt
     if container is None:
         d["target"].pop("container", None)
     else:
@@ -183,8 +186,12 @@ def test_a_spec_without_a_container_gets_the_one_that_ships_its_release(cli: Cli
     assert {b["container"] for b in json.loads(r.stdout)["build"]} == {
         "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3"
     }
-    r = cli("matrix", _spec_in(tmp_path, None, "1.2.0", "10.13"), "--format", "json", "--offline")
-    assert r.exit_code == 2 and "no Triton container ships TensorRT-LLM 1.2.0" in r.output
+    r = cli("matrix", _spec_in(tmp_path, None, "1.2.1", None), "--format", "json", "--offline")
+    assert {b["container"] for b in json.loads(r.stdout)["build"]} == {  # the newest of 26.04-26.07
+        "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    }
+    r = cli("matrix", _spec_in(tmp_path, None, "1.3.0rc29", None, "pytorch"), "--format", "json", "--offline")
+    assert r.exit_code == 2 and "no Triton container ships TensorRT-LLM 1.3.0rc29" in r.output
 
 
 # --- GitLab's limits ----------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def _job(image: dict[str, str], *args: str, **env: str) -> subprocess.CompletedP
 def test_job_uses_the_images_python_and_its_tensorrt_llm(image: dict[str, str]) -> None:
     r = _job(image, "check")
     assert r.returncode == 0, r.stderr
-    assert "TensorRT-LLM 1.1.0" in r.stderr and "installing" not in r.stderr
+    assert "TensorRT-LLM 1.2.1" in r.stderr and "installing" not in r.stderr
     assert f"logs in {image['CHECKOUT']}/.toolchain-cache/logs" in r.stderr
 
 
@@ -73,7 +73,7 @@ def test_an_interpreter_without_tensorrt_llm_is_named(image: dict[str, str], tmp
 def test_build_job_publishes_and_leaves_its_log_where_ci_uploads_it(
     image: dict[str, str], tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(tiny_checkpoint)
     d["quantization"].update(weights="bf16", kv_cache="auto")
     spec = tmp_path / "tiny-bf16.yaml"
