@@ -70,7 +70,7 @@ def tiny(tiny_checkpoint: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     spec = write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint)
     cell = expand(load_spec(spec))[0]
     art = for_cell(cell)
-    return spec, {"spec": "tiny", "cell": cell.id, "engine_key": art.engine_key, "gpu": cell.gpu.name}
+    return spec, {"spec": cell.spec.name, "cell": cell.id, "engine_key": art.engine_key, "gpu": cell.gpu.name}
 
 
 @pytest.mark.slow

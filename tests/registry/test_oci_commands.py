@@ -76,7 +76,7 @@ def test_build_publishes_to_the_oci_registry_and_is_cached_there(
 ) -> None:
     monkeypatch.setenv("PATH", f"{FAKES / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", str(FAKES / "py"))
-    d = yaml.safe_load((SPECS / "tiny.yaml").read_text())
+    d = yaml.safe_load((SPECS / "tiny-engine.yaml").read_text())
     d["model"]["source"] = str(tiny_checkpoint)
     d["quantization"]["calibration"].update(samples=8, seq_len=32)
     spec = tmp_path / "tiny.yaml"
