@@ -54,6 +54,8 @@ HOST_RE = re.compile(
     r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 )
 
+# --- credentials and the token flow (module docstring) ----------------------------------------------------------
+
 DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 DOCKER_HUB_KEY = "https://index.docker.io/v1/"  # the Docker CLI's key for Docker Hub in config.json
 HELPER_TIMEOUT_S = 30.0
@@ -281,6 +283,9 @@ def fetch_token(
     if not token:
         raise RegistryError(f"the token service of {registry} answered with no token")
     return token, lifetime
+
+
+# --- the repository and its answers ---------------------------------------------------------------------------
 
 
 def parse_oci_url(url: str) -> tuple[str, str]:
