@@ -15,8 +15,9 @@ Layers, bottom to top (a module may import its own package and any lower layer, 
 Every import counts, including those inside functions (lazy imports) and relative ones.
 
 Inside a package there are no circles either: a module that imports another module of its package (lazily or not)
-is never imported back by it, directly or through others. Imports under ``if TYPE_CHECKING:`` do not run and do
-not count there; a circle that only type annotations close is no circle at run time.
+is never imported back by it, directly or through others. Imports under ``if TYPE_CHECKING:`` do not run, so a circle
+that only type annotations close is no circle at run time; it is still one in the design (two modules that each need
+the other's types), so no package holds one of those either (``TYPING_CIRCLES_LEFT`` names those that still do).
 """
 
 from __future__ import annotations
@@ -135,14 +136,19 @@ def test_the_checker_sees_lazy_relative_and_upward_imports(tmp_path: Path) -> No
         PACKAGE = saved
 
 
-def _runtime_edges(path: Path, modules: set[str]) -> set[str]:
-    """The package's own modules this file imports when it runs (lazy ones included, TYPE_CHECKING ones not)."""
+def _runtime_edges(path: Path, modules: set[str], *, typing: bool = False) -> set[str]:
+    """The package's own modules this file imports when it runs (lazy ones included, TYPE_CHECKING ones only when
+    ``typing``)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text())
     typing_only: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+        if (
+            not typing
+            and isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
             typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -157,10 +163,13 @@ def _runtime_edges(path: Path, modules: set[str]) -> set[str]:
     return {m for m in out if m in modules and m != module}
 
 
-def circles(files: list[Path]) -> list[list[str]]:
-    """Import circles among modules of one package (Tarjan's strongly connected components, size > 1)."""
+def circles(files: list[Path], *, typing: bool = False) -> list[list[str]]:
+    """Import circles among modules of one package (Tarjan's strongly connected components, size > 1); ``typing``:
+    imports under ``if TYPE_CHECKING:`` count too."""
     names = {_module_name(p): p for p in files}
-    graph = {m: {e for e in _runtime_edges(p, set(names)) if _unit(e) == _unit(m)} for m, p in names.items()}
+    graph = {
+        m: {e for e in _runtime_edges(p, set(names), typing=typing) if _unit(e) == _unit(m)} for m, p in names.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -198,6 +207,15 @@ def test_no_import_circle_inside_a_package() -> None:
     assert circles(sorted(PACKAGE.rglob("*.py"))) == []
 
 
+# packages that still hold a circle closed only by TYPE_CHECKING imports: to be broken, and no others may join
+TYPING_CIRCLES_LEFT = {"specs"}
+
+
+def test_no_import_circle_inside_a_package_even_through_type_checking_imports() -> None:
+    found = circles(sorted(PACKAGE.rglob("*.py")), typing=True)
+    assert [c for c in found if _unit(c[0]) not in TYPING_CIRCLES_LEFT] == []
+
+
 def test_the_circle_checker_sees_lazy_circles_and_ignores_typing_only_ones(tmp_path: Path) -> None:
     fake = tmp_path / "toolchain"
     (fake / "specs").mkdir(parents=True)
@@ -214,6 +232,12 @@ def test_the_circle_checker_sees_lazy_circles_and_ignores_typing_only_ones(tmp_p
     finally:
         PACKAGE = saved
     assert found == [["toolchain.specs.a", "toolchain.specs.b"]]
+    PACKAGE = fake
+    try:
+        strict = circles(sorted(fake.rglob("*.py")), typing=True)
+    finally:
+        PACKAGE = saved
+    assert strict == [["toolchain.specs.a", "toolchain.specs.b"], ["toolchain.specs.c", "toolchain.specs.d"]]
 
 
 def importers_of(top: str, files: list[Path], root: Path) -> list[str]:

@@ -23,7 +23,8 @@ from tests.registry.oci_proxy import ProxyState, proxy
 from tests.servers import RegistryServer
 from toolchain.errors import CorruptArtifactError, RegistryAuthError, RegistryURLError
 from toolchain.registry import open_registry
-from toolchain.registry.oci import ARTIFACT_TYPE, TITLE, parse_oci_url
+from toolchain.registry.oci import parse_oci_url
+from toolchain.registry.oci.mapping import ARTIFACT_TYPE, TITLE
 from toolchain.registry.store import blob_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -22,7 +22,7 @@ import pytest
 from tests.servers import RegistryServer
 from toolchain.errors import ManifestError
 from toolchain.registry import open_registry
-from toolchain.registry.oci import A_CONTENT, A_RECORD, MANIFEST_MT, TITLE
+from toolchain.registry.oci.mapping import A_CONTENT, A_RECORD, MANIFEST_MT, TITLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 KEY = "e" * 64

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain import settings
 from toolchain.errors import ArtifactNotFoundError, SignatureError, SigningKeyError
+from toolchain.registry.capabilities import SignedRegistry, StoresSignatures
 from toolchain.registry.manifest import parse_manifest
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey, EllipticCurvePublicKey
 
     from toolchain.registry.manifest import EntryManifest
-    from toolchain.registry.store import Registry
 
 SIMPLE_SIGNING_MT = "application/vnd.dev.cosign.simplesigning.v1+json"
 COSIGN_TYPE = "cosign container image signature"
@@ -483,12 +483,10 @@ def signature_path(key: str) -> str:
     return f"manifests/{key}.sig"
 
 
-def _subject(reg: Registry, key: str) -> tuple[bytes, str]:
+def _subject(reg: SignedRegistry, key: str) -> tuple[bytes, str]:
     """(the record's bytes, the digest a signature of this entry names), read in one go from the registry."""
-    of = getattr(reg.backend, "signed_subject", None)
-    if of is not None:
-        raw, digest = of(key)
-        return bytes(raw), str(digest)
+    if isinstance(reg.backend, StoresSignatures):
+        return reg.backend.signed_subject(key)
     from toolchain.registry.manifest import manifest_path
 
     try:
@@ -498,15 +496,14 @@ def _subject(reg: Registry, key: str) -> tuple[bytes, str]:
     return raw, "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _reference(reg: Registry) -> str:
+def _reference(reg: SignedRegistry) -> str:
     return reg.url.removeprefix("oci://")
 
 
-def _read_signatures(reg: Registry, key: str, subject: str) -> list[tuple[bytes, str]]:
+def _read_signatures(reg: SignedRegistry, key: str, subject: str) -> list[tuple[bytes, str]]:
     """Every (payload, base64 signature) stored for the entry; [] when it is unsigned."""
-    of = getattr(reg.backend, "read_signatures", None)
-    if of is not None:
-        return list(of(subject))[:MAX_SIGNATURES]
+    if isinstance(reg.backend, StoresSignatures):
+        return list(reg.backend.read_signatures(subject))[:MAX_SIGNATURES]
     try:
         raw = reg.backend.read_bytes(signature_path(key))
     except FileNotFoundError:
@@ -526,13 +523,12 @@ def _read_signatures(reg: Registry, key: str, subject: str) -> list[tuple[bytes,
 
 
 def _write_signature(
-    reg: Registry, key: str, subject: str, data: bytes, sig: str, keep: list[tuple[bytes, str]] | None = None
+    reg: SignedRegistry, key: str, subject: str, data: bytes, sig: str, keep: list[tuple[bytes, str]] | None = None
 ) -> None:
     """Store a signature of the entry; ``keep``: the other signers' signatures, kept beside it (on OCI the
     signature manifest's other layers are kept by the backend itself)."""
-    of = getattr(reg.backend, "write_signature", None)
-    if of is not None:
-        of(subject, data, sig)
+    if isinstance(reg.backend, StoresSignatures):
+        reg.backend.write_signature(subject, data, sig)
         return
     sigs = [*(keep or []), (data, sig)]
     doc = {
@@ -547,7 +543,7 @@ def _write_signature(
 # --- sign and verify an entry ------------------------------------------------------------------------
 
 
-def sign_entry(reg: Registry, ref: str, signer: Signer) -> str:
+def sign_entry(reg: SignedRegistry, ref: str, signer: Signer) -> str:
     """Sign the entry as the registry holds it now; returns the digest the signature names."""
     key = reg.resolve(ref)
     raw, subject = _subject(reg, key)
@@ -566,7 +562,7 @@ def sign_entry(reg: Registry, ref: str, signer: Signer) -> str:
     return subject
 
 
-def verified_entry(reg: Registry, ref: str, verifier: Verifier) -> EntryManifest:
+def verified_entry(reg: SignedRegistry, ref: str, verifier: Verifier) -> EntryManifest:
     """The entry's record, parsed from the very bytes whose signature was checked; SignatureError (exit 6)
     when it is unsigned, signed with another key, or its signature names another digest."""
     key = reg.resolve(ref)
@@ -621,7 +617,7 @@ def check_signatures(
     )
 
 
-def verify_signatures(reg: Registry, verifier: Verifier) -> dict[str, str]:
+def verify_signatures(reg: SignedRegistry, verifier: Verifier) -> dict[str, str]:
     """Check every entry's signature: key -> why it fails (an empty dict: every entry is signed and valid)."""
     from toolchain.errors import RegistryError
 

@@ -36,6 +36,7 @@ from toolchain.errors import (
 )
 from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend
+from toolchain.registry.capabilities import ResolvesManifestDigests
 from toolchain.registry.connect import open_backend
 from toolchain.registry.manifest import (
     KEY_RE,
@@ -157,10 +158,9 @@ class Registry:
 
     def _key_of_digest(self, ref: str) -> str:
         """The entry key behind a 64-hex reference: itself, or (OCI) the key a manifest digest's entry records."""
-        of_digest = getattr(self.backend, "key_of_manifest_digest", None)
-        if of_digest is None:
+        if not isinstance(self.backend, ResolvesManifestDigests):
             return ref
-        return str(of_digest(ref) or ref)
+        return str(self.backend.key_of_manifest_digest(ref) or ref)
 
     def exists(self, key: str) -> bool:
         return self.backend.exists(manifest_path(key))
