@@ -114,7 +114,7 @@ def test_registry_unreachable_or_failing_exits_75_and_a_missing_one_does_not(
 
     from toolchain.http import Backoff
 
-    monkeypatch.setattr("toolchain.registry.oci.POLICY", Backoff(attempts=2, base=0.01))
+    monkeypatch.setattr("toolchain.registry.oci.transport.POLICY", Backoff(attempts=2, base=0.01))
     r = cli("cache", "ls", "--registry", f"oci://{answering(503)}/engines/c")
     assert r.exit_code == 75 and "503" in r.stderr, r.output
     r = cli("cache", "ls", "--registry", f"oci://{answering(404)}/engines/c")
