@@ -23,6 +23,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("TOOLCHAIN_REGISTRY", raising=False)
     monkeypatch.delenv("TOOLCHAIN_DEBUG", raising=False)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)  # .ci/run's --durations: not for the pytest runs tests start
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     # a developer's signing setup would sign every put and require a signature of every restore

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SPECS
+from tests.helpers import copied_tiny_spec
 
 # Every module an extra installs is made unimportable, as in `pip install toolchain` without extras.
 BLOCKER = """
@@ -59,7 +60,7 @@ def _result(tmp_path: Path) -> Path:
         (["serve", "{repo}"], "triton"),
         (["bench", "--url", "127.0.0.1:1", "--tokenizer", "{tmp}"], "triton"),
         (["bench", "report", "{result}", "--out", "{tmp}/rep"], "report"),
-        (["up", str(SPECS / "tiny.yaml")], "quantize,triton,report"),
+        (["up", "{tiny}"], "quantize,triton,report"),
         (["quantize", "--checkpoint", "{ckpt}", "--weights", "fp8", "--out", "{tmp}/q"], "quantize"),
     ],
     ids=["triton-lint", "serve", "bench", "bench-report", "up", "quantize"],
@@ -70,7 +71,8 @@ def test_command_needing_an_extra_exits_3_with_the_hint(
     repo = tmp_path / "repo"
     (repo / "ensemble").mkdir(parents=True)
     (repo / "ensemble" / "config.pbtxt").write_text('name: "ensemble"\nplatform: "ensemble"\n')
-    args = [a.format(tmp=tmp_path, result=_result(tmp_path), repo=repo, ckpt=tiny_checkpoint) for a in argv]
+    tiny = copied_tiny_spec(tmp_path)  # not the checkout's spec, whose checkpoint `up` may have made
+    args = [a.format(tmp=tmp_path, result=_result(tmp_path), repo=repo, ckpt=tiny_checkpoint, tiny=tiny) for a in argv]
     r = _core_only(args, tmp_path)
     assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
     assert "Traceback" not in r.stderr

@@ -16,6 +16,7 @@ import pytest
 import typer
 
 from tests.conftest import SPECS
+from tests.helpers import copied_tiny_spec
 from toolchain.cli.main import app
 
 
@@ -71,7 +72,7 @@ def test_a_usage_error_is_a_json_document(cli: Any, cmd: list[str]) -> None:
         ["cache", "ls", "--json", "--registry", "/nonexistent"],
         ["cache", "verify", "--json", "--registry", "/nonexistent"],
         ["cache", "gc", "--json", "--dry-run", "--registry", "/nonexistent"],
-        ["build", str(SPECS / "tiny.yaml"), "--all", "--json"],  # no checkpoint on a fresh machine
+        ["build", "{tiny}", "--all", "--json"],  # a copy of tiny.yaml whose checkpoint is missing
         ["plan", "/nonexistent/spec.yaml", "--json"],
         ["spec", "expand", "/nonexistent/spec.yaml", "--json"],
         ["matrix", "/nonexistent/spec.yaml", "--offline", "--format", "json"],
@@ -81,8 +82,9 @@ def test_a_usage_error_is_a_json_document(cli: Any, cmd: list[str]) -> None:
     ],
     ids=lambda a: "-".join(a[:2]),
 )
-def test_a_library_error_is_a_json_document(cli: Any, args: list[str]) -> None:
-    r = cli(*args)
+def test_a_library_error_is_a_json_document(cli: Any, args: list[str], tmp_path: Path) -> None:
+    tiny = copied_tiny_spec(tmp_path) if "{tiny}" in args else None
+    r = cli(*(str(tiny) if a == "{tiny}" else a for a in args))
     assert r.exit_code == 2, r.output
     doc = _error_document(r.stdout, r.exit_code)
     assert f"Error: {doc['error']}" in r.stderr

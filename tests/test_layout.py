@@ -6,6 +6,7 @@ name is silently never run. This test collects with the README's own command and
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -32,6 +33,53 @@ def pytest_args(command: str) -> list[str]:
     return words[words.index("pytest") + 1 :]
 
 
+def readme_quick_loop() -> list[str]:
+    """The quick loop's words as the README's test section writes it: `.venv/bin/pytest -q -m "not slow"`."""
+    loops = re.findall(r"`(\.venv/bin/pytest [^`]*)`", (REPO / "README.md").read_text())
+    assert len(loops) == 1, f"expected one `.venv/bin/pytest ...` quick loop in README.md, found {loops}"
+    return shlex.split(loops[0])
+
+
+def collect_as_written(words: list[str], *paths: str) -> subprocess.CompletedProcess[str]:
+    """The command run as a developer types it in the checkout: the `.venv/bin/pytest` entry point (not `python -m
+    pytest`, which puts the working directory on sys.path) and no PYTHONPATH, collecting only."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(REPO / words[0]), *words[1:], "--collect-only", "-p", "no:cacheprovider", *paths],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def collected_cleanly(proc: subprocess.CompletedProcess[str]) -> bool:
+    """Exit 0, no `ERROR collecting` section and no error count in the closing line."""
+    lines = proc.stdout.strip().splitlines()
+    closing = lines[-1] if lines else ""
+    return proc.returncode == 0 and "ERROR" not in proc.stdout and not re.search(r"\d+ errors?\b", closing)
+
+
+def test_the_quick_loop_as_written_imports_the_shared_test_modules() -> None:
+    """Measured before: `.venv/bin/pytest -q -m "not slow"` stopped with ~65 collection errors, `No module named
+    'tests'`: the entry point does not put the checkout on sys.path. These files import tests.conftest,
+    tests.helpers and tests.terminal.pty_harness."""
+    words = readme_quick_loop()
+    assert words[0] == ".venv/bin/pytest" and (REPO / words[0]).is_file()
+    proc = collect_as_written(words, "tests/test_progress.py", "tests/planning/test_search.py", "tests/terminal")
+    assert collected_cleanly(proc) and "tests/test_progress.py::" in proc.stdout, proc.stdout[-3000:] + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_quick_loop_as_written_collects_the_whole_quick_tier() -> None:
+    proc = collect_as_written(readme_quick_loop())
+    assert collected_cleanly(proc), proc.stdout[-3000:] + proc.stderr
+    quick = [line for line in proc.stdout.splitlines() if line.startswith("tests/") and "::" in line]
+    assert len(quick) > 500, proc.stdout[-3000:]  # 1,105 of 1,640 when this was written
+
+
 @pytest.mark.slow
 def test_readme_test_command_collects_every_test_file() -> None:
     args = pytest_args(readme_test_command())
@@ -56,11 +104,16 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert re.search(r"^\s*" + re.escape(command) + r"\s*$", ci, re.MULTILINE), f".ci/run does not run `{command}`"
 
 
-def test_ci_times_the_quick_tier_before_the_whole_suite() -> None:
+def test_ci_runs_the_tests_once_and_prints_the_slowest_and_the_time() -> None:
+    """Measured before: .ci/run ran the quick tier and then the whole suite, which holds it (45 min against
+    23 min for the suite alone on a two-core machine)."""
     lines = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if not ln.lstrip().startswith("#")]
-    quick = next(i for i, ln in enumerate(lines) if '-m pytest -q -m "not slow"' in ln)
-    assert quick < lines.index(readme_test_command())
-    assert any("quick tier" in ln and ln.startswith("echo") for ln in lines[quick:]), "the quick tier's time is printed"
+    runs = [ln for ln in lines if "pytest" in ln and not ln.startswith(("echo", "export"))]
+    assert runs == [readme_test_command()], f".ci/run runs pytest other than once, as the README says: {runs}"
+    at = lines.index(readme_test_command())
+    addopts = [ln for ln in lines[:at] if ln.startswith("export PYTEST_ADDOPTS=")]
+    assert addopts and "--durations=20" in addopts[-1], "the 20 slowest tests are not printed"
+    assert any(ln.startswith("echo") and "took" in ln for ln in lines[at:]), "the run's time is not printed"
 
 
 @pytest.mark.slow

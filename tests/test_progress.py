@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import BlockingTarget, bench_requests
 from toolchain.progress import Heartbeat, Progress, prefixed
 
 
@@ -52,7 +53,6 @@ def test_heartbeat_reports_every_interval_with_the_probe() -> None:
 
 
 def test_bench_reports_every_finished_request() -> None:
-    from tests.bench.test_bench_edges import _FakeTarget, _reqs
     from toolchain.bench.loadgen import Load, _run
 
     seen: list[tuple[str, float | None, float | None]] = []
@@ -60,7 +60,7 @@ def test_bench_reports_every_finished_request() -> None:
     def progress(stage, done=None, total=None, *, unit="", message=None):  # type: ignore[no-untyped-def]
         seen.append((stage, done, total))
 
-    asyncio.run(_run(_FakeTarget(0.0), _reqs(6), Load(concurrency=2), 1, 0, False, 3, {}, progress))
+    asyncio.run(_run(BlockingTarget(0.0), bench_requests(6), Load(concurrency=2), 1, 0, False, 3, {}, progress))
     assert [d for _, d, _ in seen] == [1, 2, 3, 4, 5] and {t for _, _, t in seen} == {5}
     assert seen[0][0] == "concurrency=2 requests"
 

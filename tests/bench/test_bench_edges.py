@@ -18,20 +18,16 @@ import pytest
 from tests.bench.sse_server import sse_server
 from tests.bench.workloads import bench_cmd
 from tests.conftest import REPO, Cli
+from tests.helpers import BlockingTarget, bench_requests
 from toolchain.bench.loadgen import Load, _run, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.bench.run import assess, client_health
-from toolchain.bench.workload import Request
-
-
-def _reqs(n: int, tokens: int = 4) -> list[Request]:
-    return [Request(f"p{i}", 2, tokens) for i in range(n)]
 
 
 @pytest.mark.slow
 def test_openai_stream_reuses_connections_and_ttft_matches_the_server() -> None:
     with sse_server(first_s=0.03, gap_s=0.004) as (url, stats):
-        out = run_load("openai", url, "m", _reqs(48), Load(concurrency=4), warmup=0)
+        out = run_load("openai", url, "m", bench_requests(48), Load(concurrency=4), warmup=0)
     s = aggregate(out.records, out.wall_s)
     assert s["completed"] == 48, [r.error for r in out.records if r.error]
     # one keep-alive connection per concurrent stream (+1 for the /v1/models check), not one per request
@@ -42,44 +38,30 @@ def test_openai_stream_reuses_connections_and_ttft_matches_the_server() -> None:
     assert 0 <= gap_ms < 10, f"client TTFT is {gap_ms:.1f} ms above the server's own timing"
 
 
-class _FakeTarget:
-    """A target whose request handling blocks the event loop for `block_s` before it sends."""
-
-    def __init__(self, block_s: float, serve_s: float = 0.01) -> None:
-        self.block_s, self.serve_s = block_s, serve_s
-
-    async def one(self, req: Request, rec: RequestRecord) -> None:
-        time.sleep(self.block_s)  # e.g. CPU-heavy request building in the client
-        rec.sent = time.perf_counter()
-        await asyncio.sleep(self.serve_s)
-        rec.chunk_times = [time.perf_counter(), time.perf_counter() + 1e-4]
-        rec.output_tokens = 2
-
-
 def _run_fake(target: Any, load: Load, n: int) -> Any:
-    return asyncio.run(_run(target, _reqs(n), load, 0, 0, False, 3, {}))
+    return asyncio.run(_run(target, bench_requests(n), load, 0, 0, False, 3, {}))
 
 
 def test_busy_client_is_reported_in_concurrency_mode() -> None:
-    out = _run_fake(_FakeTarget(block_s=0.06), Load(concurrency=4), 12)
+    out = _run_fake(BlockingTarget(block_s=0.06), Load(concurrency=4), 12)
     health = client_health(out)
     assert health["loop_lag_ms_p99"] > 40
     assert any("client is the bottleneck" in w for w in health["warnings"])
-    calm = client_health(_run_fake(_FakeTarget(block_s=0.0), Load(concurrency=4), 12))
+    calm = client_health(_run_fake(BlockingTarget(block_s=0.0), Load(concurrency=4), 12))
     assert not any("bottleneck" in w for w in calm.get("warnings", []))
 
 
 def test_send_lag_is_measured_when_the_request_actually_goes_out() -> None:
     # 10 requests due 0.1 ms apart are all created in one tick; each blocks 40 ms before it sends, so the
     # last one goes out ~360 ms late even though its task was created on time.
-    out = _run_fake(_FakeTarget(block_s=0.04), Load(rate=10000), 10)
+    out = _run_fake(BlockingTarget(block_s=0.04), Load(rate=10000), 10)
     assert max(out.lag_s) > 0.3
     assert client_health(out)["late_sends"] >= 5
 
 
 def test_http_503_is_a_server_error_not_an_unreachable_server() -> None:
     with sse_server(mode="503") as (url, _):
-        out = run_load("openai", url, "m", _reqs(6), Load(concurrency=1), warmup=0)
+        out = run_load("openai", url, "m", bench_requests(6), Load(concurrency=1), warmup=0)
     assert out.stop is None and out.interrupted is None  # the run went on: the server is there
     assert len(out.records) == 6
     assert all(r.error_kind == "server" and "HTTP 503" in (r.error or "") for r in out.records)
@@ -90,7 +72,7 @@ def test_http_503_is_a_server_error_not_an_unreachable_server() -> None:
 @pytest.mark.parametrize("mode", ["garbage", "json"])
 def test_garbage_answers_are_errors_with_a_reason(mode: str) -> None:
     with sse_server(mode=mode) as (url, _):
-        out = run_load("openai", url, "m", _reqs(3), Load(concurrency=1), warmup=0)
+        out = run_load("openai", url, "m", bench_requests(3), Load(concurrency=1), warmup=0)
     assert all(r.error and r.error_kind == "protocol" for r in out.records), [r.error for r in out.records]
     res = {"runs": [{"label": "concurrency=1", "summary": aggregate(out.records, out.wall_s)}], "stop": None}
     code, reason = assess(res)

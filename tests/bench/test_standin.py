@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -55,6 +56,29 @@ def test_requests_beyond_the_slots_wait_for_one() -> None:
         for t in threads:
             t.join(60)
         assert srv.counters.served == 6 and srv.counters.busy_max == 2 and srv.counters.busy == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_request_is_counted_before_its_answer_ends(monkeypatch: pytest.MonkeyPatch, stream: bool) -> None:
+    """Measured before: the count came after the answer's last byte, so a client that had its whole answer could
+    read the count without it (the test above, and `bench stand-in`'s closing line after a Ctrl-C, "0 requests
+    served" for a request answered in full). Here the count itself is slow, as a handler thread descheduled at
+    that point is: the client, with its whole answer, must still find it counted, at once and without polling."""
+    from toolchain.bench import standin
+
+    class SlowToCount(standin.Counters):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "served" and value:
+                time.sleep(0.5)
+            super().__setattr__(name, value)
+
+    monkeypatch.setattr(standin, "Counters", SlowToCount)
+    with StandIn(StandInOptions(slots=1, first_token_ms=0, token_ms=0, port=0)) as srv:
+        body = {"model": SERVED_MODEL, "prompt": "x", "max_tokens": 2, "stream": stream}
+        for n in (1, 2):
+            code, _, raw = _post(srv.url + "/v1/completions", body)
+            assert code == 200 and (b"[DONE]" in raw if stream else json.loads(raw)["choices"])
+            assert srv.counters.served == n and srv.counters.busy == 0
 
 
 @pytest.mark.slow  # imports transformers

@@ -13,11 +13,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.helpers import deploy_reference, env_from_manifest, run_entrypoint, s3_bucket, stop_entrypoint
 from toolchain.deploy import DeployOptions
 from toolchain.digest import dir_digest
 from toolchain.pipeline.fleet import deploy_cell
@@ -26,69 +26,6 @@ from toolchain.specs.loader import load_spec
 from toolchain.triton.server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
-
-
-def _bucket(endpoint: str, name: str) -> str:
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
-    return f"s3://{name}/engines"
-
-
-def _deploy(spec_file: Path, tmp: Path, registry: str, key: str, **options: Any) -> Path:
-    out = tmp / "deploy"
-    deploy_cell(
-        load_spec(spec_file),
-        cell_id=None,
-        out=out,
-        engine=key,
-        reference=True,
-        options=DeployOptions(
-            registry=registry,
-            registry_secret="engine-registry",
-            frontend="kserve",  # the OpenAI frontend needs the container's tritonserver bindings
-            image_root=str(out / "image"),  # lay the image's /opt/toolchain out here
-            engines_root=str(tmp / "engines"),
-            **options,
-        ),
-    )
-    return out
-
-
-def _env_from_manifest(out: Path, role: str = "server") -> tuple[dict[str, str], dict[str, Any]]:
-    if role == "server":
-        pod = yaml.safe_load((out / "k8s/deployment.yaml").read_text())["spec"]["template"]["spec"]
-    else:
-        group = yaml.safe_load((out / "k8s/leaderworkerset.yaml").read_text())["spec"]["leaderWorkerTemplate"]
-        pod = group[f"{role}Template"]["spec"]
-    (c,) = pod["containers"]
-    assert c["args"] == [role]
-    return {e["name"]: e["value"] for e in c["env"] if "value" in e}, c
-
-
-def _run(out: Path, overrides: dict[str, str], log: Path, role: str = "server") -> subprocess.Popen[bytes]:
-    env, _ = _env_from_manifest(out, role)
-    env = {**os.environ, **env, **overrides}
-    env["TOOLCHAIN_PYTHON"] = sys.executable
-    env["PATH"] = overrides.get("PATH") or f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
-    with open(log, "wb") as fh:
-        return subprocess.Popen(
-            [str(out / "image/entrypoint.sh"), role],
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
 
 
 @pytest.fixture
@@ -120,20 +57,20 @@ def _status(url: str) -> int | None:
 def served(
     s3_env: str, tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, ports: dict[str, str], tmp_path: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    registry = _bucket(s3_env, "good")
+    registry = s3_bucket(s3_env, "good")
     open_registry(registry).put(reference_key, tiny_checkpoint, kind="checkpoint")
-    out = _deploy(tiny_spec_file, tmp_path, registry, reference_key)
-    env, container = _env_from_manifest(out)
+    out = deploy_reference(tiny_spec_file, tmp_path, registry, reference_key)
+    env, container = env_from_manifest(out)
     probe = container["readinessProbe"]["httpGet"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert str(named[probe["port"]]) == env["HTTP_PORT"]  # the probe's port is the one the server binds
     url = f"http://127.0.0.1:{ports['HTTP_PORT']}{probe['path']}"
     log = tmp_path / "entrypoint.log"
-    proc = _run(out, {**ports, "READY_TIMEOUT": "240"}, log)
+    proc = run_entrypoint(out, {**ports, "READY_TIMEOUT": "240"}, log)
     try:
         yield proc, url, log
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
 
 
 def test_pull_verify_serve_and_answer_ready(served: tuple[subprocess.Popen[bytes], str, Path], tmp_path: Path) -> None:
@@ -160,7 +97,7 @@ def test_a_corrupt_engine_exits_before_serving(
 ) -> None:
     import boto3
 
-    registry = _bucket(s3_env, "corrupt")
+    registry = s3_bucket(s3_env, "corrupt")
     open_registry(registry).put(reference_key, tiny_checkpoint, kind="checkpoint")
     s3 = boto3.client("s3", endpoint_url=s3_env)
     blobs = s3.list_objects_v2(Bucket="corrupt", Prefix="engines/blobs/")["Contents"]
@@ -168,13 +105,13 @@ def test_a_corrupt_engine_exits_before_serving(
     body = bytearray(s3.get_object(Bucket="corrupt", Key=big["Key"])["Body"].read())
     body[len(body) // 2] ^= 0xFF  # same size, one bit pattern changed
     s3.put_object(Bucket="corrupt", Key=big["Key"], Body=bytes(body))
-    out = _deploy(tiny_spec_file, tmp_path, registry, reference_key)
+    out = deploy_reference(tiny_spec_file, tmp_path, registry, reference_key)
     log = tmp_path / "entrypoint.log"
-    proc = _run(out, ports, log)
+    proc = run_entrypoint(out, ports, log)
     try:
         rc = proc.wait(120)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     text = log.read_text()
     assert rc != 0, text
     assert "does not match its digest" in text and "not serving" in text
@@ -184,15 +121,15 @@ def test_a_corrupt_engine_exits_before_serving(
 def test_a_repository_for_another_engine_is_refused(
     s3_env: str, tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, ports: dict[str, str], tmp_path: Path
 ) -> None:
-    registry = _bucket(s3_env, "other")
+    registry = s3_bucket(s3_env, "other")
     open_registry(registry).put(reference_key, tiny_checkpoint, kind="checkpoint")
-    out = _deploy(tiny_spec_file, tmp_path, registry, reference_key)
+    out = deploy_reference(tiny_spec_file, tmp_path, registry, reference_key)
     log = tmp_path / "entrypoint.log"
-    proc = _run(out, {**ports, "ENGINE_KEY": "b" * 64}, log)
+    proc = run_entrypoint(out, {**ports, "ENGINE_KEY": "b" * 64}, log)
     try:
         rc = proc.wait(60)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     assert rc != 0 and "was made for engine" in log.read_text()
 
 
@@ -205,7 +142,7 @@ def group(tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, tmp_p
     spec.write_text(yaml.safe_dump(d))
     registry = tmp_path / "registry"
     open_registry(str(registry)).put(reference_key, tiny_checkpoint, kind="checkpoint")
-    out = _deploy(spec, tmp_path, str(registry), reference_key, gpus_per_node=1, registry_pvc="engines")
+    out = deploy_reference(spec, tmp_path, str(registry), reference_key, gpus_per_node=1, registry_pvc="engines")
     fake = tmp_path / "bin"
     fake.mkdir()
     # `kubectl exec -n NS POD ...` (the leader asking a pod whether its engine is restored) succeeds only for
@@ -223,13 +160,13 @@ def group(tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, tmp_p
 
 def test_group_leader_starts_every_rank_through_kubessh(group: tuple[Path, Path, str], tmp_path: Path) -> None:
     out, registry, path = group
-    env, _ = _env_from_manifest(out, "leader")
+    env, _ = env_from_manifest(out, "leader")
     assert (env["TOOLCHAIN_NODES"], env["TOOLCHAIN_GPUS_PER_NODE"], env["TOOLCHAIN_WORLD_SIZE"]) == ("2", "1", "2")
     log = tmp_path / "leader.log"
     fake_log = tmp_path / "fake"
     for pod in ("grp-0", "grp-0-1"):
         Path(f"{fake_log}.ready-{pod}").touch()
-    proc = _run(
+    proc = run_entrypoint(
         out,
         {
             "TOOLCHAIN_REGISTRY": str(registry),
@@ -244,7 +181,7 @@ def test_group_leader_starts_every_rank_through_kubessh(group: tuple[Path, Path,
     try:
         rc = proc.wait(120)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     assert rc == 0, log.read_text()
     assert "leaderworkerset.sigs.k8s.io/group-key=g1" in Path(f"{fake_log}.kubectl").read_text()
     argv = Path(f"{fake_log}.mpirun").read_text().splitlines()
@@ -272,7 +209,7 @@ def test_group_leader_starts_every_rank_through_kubessh(group: tuple[Path, Path,
 def test_group_worker_restores_the_engine_and_waits(group: tuple[Path, Path, str], tmp_path: Path) -> None:
     out, registry, path = group
     log = tmp_path / "worker.log"
-    proc = _run(out, {"TOOLCHAIN_REGISTRY": str(registry), "PATH": path}, log, role="worker")
+    proc = run_entrypoint(out, {"TOOLCHAIN_REGISTRY": str(registry), "PATH": path}, log, role="worker")
     try:
         deadline = time.monotonic() + 120
         while "worker ready" not in log.read_text():
@@ -282,7 +219,7 @@ def test_group_worker_restores_the_engine_and_waits(group: tuple[Path, Path, str
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     assert any((tmp_path / "engines").iterdir())
 
 
@@ -330,7 +267,7 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
     )
     (fake / "trtllm-serve").chmod(0o755)
     log = tmp_path / "serve.log"
-    proc = _run(
+    proc = run_entrypoint(
         out,
         {
             "TOOLCHAIN_REGISTRY": str(registry),
@@ -342,7 +279,7 @@ def test_pytorch_runtime_starts_trtllm_serve_on_the_restored_checkpoint(
     try:
         rc = proc.wait(120)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     assert rc == 0, log.read_text()
     dest = tmp_path / "engines" / key
     argv = (tmp_path / "argv").read_text().splitlines()
@@ -381,11 +318,11 @@ def test_group_leader_waits_for_every_pod_to_restore_its_engine(group: tuple[Pat
         "FAKE_LOG": str(fake_log),
         "READY_TIMEOUT": "5",
     }
-    proc = _run(out, overrides, log, role="leader")
+    proc = run_entrypoint(out, overrides, log, role="leader")
     try:
         rc = proc.wait(120)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     text = log.read_text()
     assert rc != 0 and "pod grp-0-1 has not restored engine" in text, text
     assert not Path(f"{fake_log}.mpirun").exists()

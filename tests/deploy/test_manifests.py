@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 
 from tests.deploy.conftest import KUBERNETES, SHIPPED
-from tests.deploy.test_sizing import _target
+from tests.helpers import deploy_target
 from toolchain.deploy.manifests import PINNED, kustomization, manifests, queue_query
 from toolchain.deploy.sizing import size_cell
 from toolchain.planning.plan import plan_cell
@@ -24,7 +24,7 @@ CELLS = [c for spec in SHIPPED for c in expand(load_spec(spec))]
 
 def _all(cell: Any, **kw: Any) -> dict[str, dict[str, Any]]:
     s = size_cell(cell, plan_cell(cell, arch_for_spec(cell.spec, allow_network=False)), **kw)
-    return manifests(_target(), cell, s)
+    return manifests(deploy_target(), cell, s)
 
 
 def test_pinned_version_is_the_one_checked() -> None:
@@ -44,7 +44,7 @@ def test_every_resource_validates(cell: Any, validate_manifest: Callable[[dict[s
     }
     for r in res.values():
         validate_manifest(r)
-    k = kustomization(_target(), list(res))
+    k = kustomization(deploy_target(), list(res))
     assert k["resources"] == list(res)
 
 
@@ -82,7 +82,7 @@ def test_scaling_signal_is_the_diagnose_queue_time() -> None:
     res = _all(CELLS[0])
     (trigger,) = res["scaledobject.yaml"]["spec"]["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value"
-    assert trigger["metadata"]["query"] == queue_query(_target())
+    assert trigger["metadata"]["query"] == queue_query(deploy_target())
     q = trigger["metadata"]["query"]
     assert "nv_inference_queue_duration_us" in q and "nv_inference_request_success" in q and 'model="tensorrt_llm"' in q
     assert float(trigger["metadata"]["threshold"]) == QUEUE_MS

@@ -26,7 +26,7 @@ import yaml
 
 from tests.conftest import Cli
 from tests.deploy.conftest import SHIPPED, check_grafana_import
-from tests.deploy.test_sizing import _target
+from tests.helpers import deploy_target
 from toolchain.artifacts.rule_table import RULES, SIGNALS
 from toolchain.deploy.observability import RuleTable, Scope, Slo, build, dashboard, rule_groups
 from toolchain.planning.plan import plan_cell
@@ -71,7 +71,7 @@ def _check(path: Path) -> None:
 @needs_promtool
 @pytest.mark.parametrize("cell", CELLS, ids=[c.id for c in CELLS])
 def test_every_shipped_cells_rules_pass_promtool_check(cell: Any, tmp_path: Path) -> None:
-    obs = build(_target(), cell, plan_cell(cell, arch_for_spec(cell.spec, allow_network=False)), TABLE)
+    obs = build(deploy_target(), cell, plan_cell(cell, arch_for_spec(cell.spec, allow_network=False)), TABLE)
     plain = tmp_path / "rules.yaml"
     plain.write_text(yaml.safe_dump(obs.rule_file))
     _check(plain)

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.deploy.test_entrypoint import _bucket, _deploy, _run, _stop
+from tests.helpers import deploy_reference, run_entrypoint, s3_bucket, stop_entrypoint
 from tests.validators import hadolint
 from toolchain.digest import dir_digest
 from toolchain.registry import open_registry
@@ -65,19 +65,19 @@ def test_the_entrypoint_refuses_an_unsigned_engine(
     s3_env: str, tiny_spec_file: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     key = dir_digest(tiny_checkpoint).split(":", 1)[1]
-    registry = _bucket(s3_env, "unsigned")
+    registry = s3_bucket(s3_env, "unsigned")
     open_registry(registry).put(key, tiny_checkpoint, kind="checkpoint")
     pub = _pub(tmp_path)
-    out = _deploy(tiny_spec_file, tmp_path, registry, key, public_key_pem=pub.read_bytes())
+    out = deploy_reference(tiny_spec_file, tmp_path, registry, key, public_key_pem=pub.read_bytes())
     ports = {"SERVE_HOST": "127.0.0.1", "HTTP_PORT": str(free_port()), "GRPC_PORT": str(free_port())}
     # what the Dockerfile's ENV sets in the image (the image root is laid out under out/image here)
     env = {**ports, "METRICS_PORT": str(free_port()), "TOOLCHAIN_VERIFY_KEY": str(out / "image" / "cosign.pub")}
     log = tmp_path / "entrypoint.log"
-    proc = _run(out, env, log)
+    proc = run_entrypoint(out, env, log)
     try:
         rc = proc.wait(120)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     text = log.read_text()
     assert rc != 0, text
     assert "carries no signature" in text and "not serving" in text, text

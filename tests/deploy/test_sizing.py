@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import HERE, SHIPPED
-from toolchain.deploy.manifests import Target, manifests
+from tests.helpers import deploy_target
+from toolchain.deploy.manifests import manifests
 from toolchain.deploy.sizing import GIB, size_cell
 from toolchain.errors import DeployError
 from toolchain.hardware.catalog import CATALOG
@@ -17,23 +18,6 @@ from toolchain.planning.plan import plan_cell
 from toolchain.specs.arch import arch_for_spec
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import Cell, expand
-
-
-def _target(app: str = "app") -> Target:
-    return Target(
-        app=app,
-        image="registry.example.com/llm:v1",
-        engine_key="a" * 64,
-        registry="s3://engines/prod",
-        registry_secret="engine-registry",
-        registry_pvc=None,
-        frontend="openai",
-        engines_root="/engines",
-        model_repository="/opt/toolchain/model_repository",
-        queue_target_ms=200,
-        prometheus_url="http://prometheus.monitoring.svc:9090",
-    )
-
 
 CELLS = [(spec, cell) for spec in SHIPPED for cell in expand(load_spec(spec))]
 
@@ -50,7 +34,7 @@ def test_pods_and_fleet_follow_the_planner(spec: Path, cell: Cell) -> None:
     assert s.max_replicas == fleet["total_instances"] == fleet["total_gpus"] // ranks
     assert s.min_replicas == math.ceil(round(fleet["raw_instances"], 9))
     assert s.shm_bytes == (ranks + 1) * GIB
-    work = manifests(_target(), cell, s)["deployment.yaml"]
+    work = manifests(deploy_target(), cell, s)["deployment.yaml"]
     pod = work["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == str(ranks)
@@ -61,7 +45,7 @@ def test_pods_and_fleet_follow_the_planner(spec: Path, cell: Cell) -> None:
     assert probe["periodSeconds"] * probe["failureThreshold"] == s.startup_budget_s
     # the budget covers at least pulling the engine at the assumed rate and loading one rank
     assert s.startup_budget_s >= plan.weight_bytes_total / 250e6 + plan.weight_bytes_per_gpu / 1e9
-    so = manifests(_target(), cell, s)["scaledobject.yaml"]["spec"]
+    so = manifests(deploy_target(), cell, s)["scaledobject.yaml"]["spec"]
     assert (so["minReplicaCount"], so["maxReplicaCount"]) == (s.min_replicas, s.max_replicas)
 
 
@@ -88,7 +72,7 @@ def test_a_replica_wider_than_a_node_is_a_leaderworkerset() -> None:
     (cell,) = expand(load_spec(Path("engine_specs/llama-3.3-70b-fp8-h100.yaml")))
     s = size_cell(cell, plan_cell(cell, arch_for_spec(cell.spec, allow_network=False)), gpus_per_node=1)
     assert s.multi_node and s.nodes_per_replica == 2
-    res = manifests(_target(), cell, s)
+    res = manifests(deploy_target(), cell, s)
     lws = res["leaderworkerset.yaml"]
     assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert res["scaledobject.yaml"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
@@ -145,7 +129,7 @@ def test_autoscaler_bounds_cover_the_plans_gpus_when_the_silicon_estimate_sized_
     assert s.max_replicas * s.gpus_per_replica == est["total_gpus"] > plan.fleet["total_gpus"]
     assert s.min_replicas == math.ceil(round(est["raw_instances"], 9))
     assert s.replicas_source.startswith("silicon estimate (aiconfigurator 0.12.0)")
-    so = manifests(_target(), cell, s)["scaledobject.yaml"]["spec"]
+    so = manifests(deploy_target(), cell, s)["scaledobject.yaml"]["spec"]
     assert so["maxReplicaCount"] * s.gpus_per_replica >= est["total_gpus"]
 
 

@@ -10,8 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 
 from tests.conftest import REPO, Cli
 from tests.dynamo.conftest import DISAGG, dynamo_python_or_fail
+from tests.helpers import alive, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(300)]
 MODEL = "llama-3.3-70b-instruct-fp8-dynamo-disagg"
@@ -57,14 +57,6 @@ def descendants(root: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def listeners(pids: list[int]) -> list[tuple[int, str, int]]:
@@ -143,7 +135,7 @@ def stop_up(up: Up) -> None:
         except subprocess.TimeoutExpired:
             up.proc.kill()
     for pid in tree:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -223,15 +215,6 @@ def test_every_listener_is_on_loopback(disagg: Up) -> None:
     assert off == [], f"listeners off loopback: {off}"
 
 
-def _wait(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return cond()
-
-
 def test_aggregated_serves_and_sigkill_of_up_leaves_no_orphan(cli: Cli, tmp_path: Path) -> None:
     dynamo_python_or_fail()
     up = start_up(_spec(tmp_path, "aggregated"), tmp_path / "run")
@@ -246,7 +229,7 @@ def test_aggregated_serves_and_sigkill_of_up_leaves_no_orphan(cli: Cli, tmp_path
         assert len(tree) >= 6, tree  # a watchdog and its child per process
         os.kill(up.proc.pid, signal.SIGKILL)
         up.proc.wait(10)
-        assert _wait(lambda: not any(_alive(p) for p in tree), 30), [p for p in tree if _alive(p)]
+        assert wait_for(lambda: not any(alive(p) for p in tree), 30), [p for p in tree if alive(p)]
     finally:
         stop_up(up)
 
@@ -265,6 +248,6 @@ def test_a_worker_that_dies_fails_up_with_its_name(tmp_path: Path) -> None:
         assert up.proc.wait(30) != 0
         errors = [ln for ln in up.log.read_text().splitlines() if ln.startswith("Error: ")]
         assert errors and "the Dynamo mocker (stand-in for dynamo.trtllm), decode-0 exited" in errors[-1]
-        assert _wait(lambda: not any(_alive(p) for p in tree), 30), [p for p in tree if _alive(p)]
+        assert wait_for(lambda: not any(alive(p) for p in tree), 30), [p for p in tree if alive(p)]
     finally:
         stop_up(up)

@@ -10,14 +10,12 @@ import pytest
 import yaml
 
 from tests.conftest import SPECS, Cli
-from toolchain.quantize.tiny import make_tiny_checkpoint
 from toolchain.specs import families
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("families")
-    return {f: make_tiny_checkpoint(root / f, family=f) for f in [*families.FAMILIES, "gpt_neox"]}
+@pytest.fixture
+def checkpoints(family_checkpoints: dict[str, Path]) -> dict[str, Path]:
+    return family_checkpoints
 
 
 def _spec(

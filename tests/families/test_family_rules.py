@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import REPO, SPECS, Cli
 from toolchain.planning import bytes as B
 from toolchain.quantize.tiny import FAMILIES as TINY_FAMILIES
-from toolchain.quantize.tiny import TINY, make_tiny_checkpoint
+from toolchain.quantize.tiny import TINY
 from toolchain.specs import families
 from toolchain.specs.arch import arch_from_config
 
@@ -108,12 +108,6 @@ def test_catalog_mixtral_tpot_floor_reads_two_of_eight_experts() -> None:
 
 
 # --- spec validate, per family and runtime ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def family_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("families")
-    return {f: make_tiny_checkpoint(root / f, family=f) for f in [*families.FAMILIES, "gpt_neox"]}
 
 
 def _spec(tmp: Path, ckpt: Path, runtime: str, weights: str = "fp8") -> Path:

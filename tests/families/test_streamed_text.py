@@ -15,17 +15,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
-from toolchain.quantize.tiny import make_tiny_checkpoint
 
 # Thaana letter (2 bytes in UTF-8) followed by ASCII: the tiny byte-level BPE never saw it, so it is
 # two byte tokens that decode to U+FFFD one at a time.
 TEXT = "ާK"
 
 
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("streamed")
-    return {f: make_tiny_checkpoint(root / f, family=f) for f in ("qwen2", "gemma", "mixtral", "qwen2_moe")}
+@pytest.fixture
+def ckpts(family_checkpoints: dict[str, Path]) -> dict[str, Path]:
+    return family_checkpoints  # qwen2, gemma, mixtral and qwen2_moe among them
 
 
 @pytest.mark.parametrize("family", ["qwen2", "gemma", "mixtral", "qwen2_moe"])

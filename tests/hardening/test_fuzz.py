@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO
 from tests.hardening.fuzzing import BASE, LAUGHS, Tally, budget, check, hang_limit, invoke
-from tests.hardening.test_bad_input import GOOD_CONFIG, _safetensors, _whole_result
+from tests.helpers import GOOD_CONFIG, safetensors_bytes, whole_bench_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -209,7 +209,7 @@ def garbage(tmp_path: Path) -> dict[str, str]:
     (g / "runner.yaml").write_text("h100-sxm: [1, 2]\n")
     # issue 23: checkpoints whose header or config parse but do not describe the model, a bench result that lost
     # summary.requests, and specs pointing at those checkpoints or ending a path in a line break
-    weights = _safetensors({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    weights = safetensors_bytes({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
     for name, cfg, data in (
         ("ckpt-cut", GOOD_CONFIG, weights + b"\0" * 5),
         ("ckpt-long", GOOD_CONFIG, weights + b"\0" * 12),
@@ -222,7 +222,7 @@ def garbage(tmp_path: Path) -> dict[str, str]:
         spec = {**BASE, "name": name, "model": {"source": str(g / name)}}
         (g / f"spec-{name}.yaml").write_text(yaml.safe_dump(spec))
     (g / "spec-newline.yaml").write_text(yaml.safe_dump({**BASE, "model": {"source": str(g / "ckpt-cut") + "\n"}}))
-    no_requests = _whole_result()
+    no_requests = whole_bench_result()
     del no_requests["runs"][0]["summary"]["requests"]
     (g / "no-requests-result.json").write_text(json.dumps(no_requests))
     return {p.name: str(p) for p in g.iterdir()} | {"missing": str(g / "nope"), "dir": str(g), "out": str(g / "o")}

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import SPECS, write_tiny_spec
+from tests.helpers import deploy_reference, env_from_manifest, stop_entrypoint
 from tests.servers import RegistryServer
 from toolchain.pipeline.matrix import build_matrix
 from toolchain.registry import open_registry
@@ -101,13 +102,12 @@ def test_the_pod_entrypoint_restores_from_oci_and_refuses_a_corrupt_engine(
     tiny_checkpoint: Path,
     tmp_path: Path,
 ) -> None:
-    from tests.deploy.test_entrypoint import _deploy, _env_from_manifest, _stop
     from toolchain.digest import dir_digest
 
     key = dir_digest(tiny_checkpoint).split(":", 1)[1]
     m = open_registry(oci_url).put(key, tiny_checkpoint, kind="checkpoint")
-    out = _deploy(write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint), tmp_path, oci_url, key)
-    env, _ = _env_from_manifest(out)
+    out = deploy_reference(write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint), tmp_path, oci_url, key)
+    env, _ = env_from_manifest(out)
     assert env["TOOLCHAIN_REGISTRY"] == oci_url
     run_env = {**os.environ, **env, "TOOLCHAIN_PYTHON": sys.executable, "TOOLCHAIN_OCI_PLAIN_HTTP": "1"}
     run_env["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
@@ -129,7 +129,7 @@ def test_the_pod_entrypoint_restores_from_oci_and_refuses_a_corrupt_engine(
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.3)
     finally:
-        _stop(proc)
+        stop_entrypoint(proc)
     assert _tree(tmp_path / "engines" / key) == _tree(tiny_checkpoint)
     big = max(m.files.values(), key=lambda f: f.size)
     blob = oci_server.blob_data(big.digest)

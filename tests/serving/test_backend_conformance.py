@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.conftest import Cli
+from tests.helpers import fake_engine_dir, model_config
 from tests.serving.conftest import write_tiny_spec
-from tests.serving.test_emit_lint import _cfg, _engine_dir
 from toolchain.artifacts.cell import for_cell
 from toolchain.errors import TritonRepoError
 from toolchain.specs.loader import load_spec, parse_spec_text
@@ -60,7 +60,7 @@ def _set(repo: Path, model: str, key: str, value: str) -> None:
     """Set (or add) one parameter, the rest of the config untouched."""
     from google.protobuf import text_format
 
-    cfg = _cfg(repo, model)
+    cfg = model_config(repo, model)
     cfg.parameters[key].string_value = value
     (repo / model / "config.pbtxt").write_text(text_format.MessageToString(cfg))
 
@@ -183,7 +183,7 @@ def test_cuda_graphs_enabled_without_batch_sizes_keeps_a_graph_per_batch_size(
     spec = write_tiny_spec(tmp_path / "s.yaml", tiny_checkpoint, cuda_graphs={"enabled": True})
     cell = expand(load_spec(spec))[0]
     repo = Path(emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")["repository"])
-    p = _cfg(repo, "tensorrt_llm").parameters
+    p = model_config(repo, "tensorrt_llm").parameters
     assert p["cuda_graph_mode"].string_value == "true"
     # upstream: the runtime keeps min(max_batch_size, max(cuda_graph_cache_size, 1)) graphs, LRU by batch state;
     # 0 kept one graph, recaptured at every change of the decode batch
@@ -254,7 +254,9 @@ def test_draft_target_refuses_serving_values_it_would_otherwise_override(
 
 def test_a_copied_repository_that_serves_the_originals_engine_is_an_error(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]
-    repo = Path(emit_for_cell(for_cell(cell), str(_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"])
+    repo = Path(
+        emit_for_cell(for_cell(cell), str(fake_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"]
+    )
     assert _errors(repo) == []
     subprocess.run(["cp", "-a", str(repo), str(tmp_path / "copy")], check=True)
     errors = _errors(tmp_path / "copy")
@@ -264,7 +266,9 @@ def test_a_copied_repository_that_serves_the_originals_engine_is_an_error(tiny_s
 
 def test_lint_refuses_an_engine_whose_kv_dtype_is_not_the_specs(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]  # quantization.kv_cache: fp8
-    repo = Path(emit_for_cell(for_cell(cell), str(_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"])
+    repo = Path(
+        emit_for_cell(for_cell(cell), str(fake_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"]
+    )
     cfg_path = repo / "tensorrt_llm" / "1" / "engine" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["pretrained_config"]["quantization"]["kv_cache_quant_algo"] = None
@@ -278,7 +282,9 @@ def test_values_the_runtime_refuses_at_start_are_errors(tiny_spec: Path, tmp_pat
     """trtGptModelInflightBatching.cpp: crossKvCacheFraction only for encoder-decoder models; KV blocks must be
     onboarded when the engine has paged context FMHA."""
     cell = expand(load_spec(tiny_spec))[0]
-    repo = Path(emit_for_cell(for_cell(cell), str(_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"])
+    repo = Path(
+        emit_for_cell(for_cell(cell), str(fake_engine_dir(tmp_path / "engine")), tmp_path / "repo")["repository"]
+    )
     _set(repo, "tensorrt_llm", "cross_kv_cache_fraction", "0.5")
     _set(repo, "tensorrt_llm", "kv_cache_onboard_blocks", "false")
     errors = _errors(repo)

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import Cli
-from tests.serving.test_emit_lint import _engine_dir
+from tests.helpers import fake_engine_dir
 from toolchain.artifacts.cell import for_cell
 from toolchain.settings import cache_home
 from toolchain.specs.loader import load_spec
@@ -55,7 +55,7 @@ def _cfg(repo: Path, model: str = "tensorrt_llm") -> pb.ModelConfig:
 @pytest.fixture
 def engine_repo(tiny_spec: Path, tmp_path: Path) -> Path:
     cell = expand(load_spec(tiny_spec))[0]
-    eng = _engine_dir(tmp_path / "engine")
+    eng = fake_engine_dir(tmp_path / "engine")
     return Path(emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"])
 
 
@@ -152,7 +152,7 @@ def test_reference_repository_moves_whole(reference_repo: Path, tmp_path: Path) 
 
 def test_engines_root_points_at_the_mount_and_lint_names_it(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]
-    eng = _engine_dir(tmp_path / "engine")
+    eng = fake_engine_dir(tmp_path / "engine")
     res = emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo", engines_root="/engines")
     repo = Path(res["repository"])
     path = _cfg(repo).parameters["gpt_model_path"].string_value
@@ -174,6 +174,6 @@ def test_lint_flags_a_path_that_does_not_exist_where_it_runs(engine_repo: Path, 
 
 
 def test_engines_root_must_be_absolute(tiny_spec: Path, tmp_path: Path, cli: Cli) -> None:
-    eng = _engine_dir(tmp_path / "engine")
+    eng = fake_engine_dir(tmp_path / "engine")
     r = cli("triton", "emit", tiny_spec, "--engine", eng, "--out", tmp_path / "r", "--engines-root", "engines")
     assert r.exit_code == 2 and "not an absolute path" in r.output

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import Cli
+from tests.helpers import fake_engine_dir, model_config
 from tests.serving.conftest import write_tiny_spec
 from toolchain.artifacts.cell import for_cell
 from toolchain.errors import CheckpointError, OutputExistsError, TritonRepoError, UserInputError
@@ -24,21 +24,17 @@ from toolchain.triton.lint import lint_repository
 from toolchain.triton.repository import emit_for_cell
 
 
-def _cfg(repo: Path, model: str) -> Any:
-    return text_format.Parse((repo / model / "config.pbtxt").read_text(), pb.ModelConfig())
-
-
 def test_every_config_parses_back_with_no_placeholder(reference_repo: Path) -> None:
     names = sorted(p.parent.name for p in reference_repo.glob("*/config.pbtxt"))
     assert names == ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm", "tensorrt_llm_bls"]
     for n in names:
         text = (reference_repo / n / "config.pbtxt").read_text()
         assert "${" not in text
-        assert _cfg(reference_repo, n).name == n
+        assert model_config(reference_repo, n).name == n
 
 
 def test_tensorrt_llm_parameters_and_tensors_follow_the_backend_templates(reference_repo: Path) -> None:
-    llm = _cfg(reference_repo, "tensorrt_llm")
+    llm = model_config(reference_repo, "tensorrt_llm")
     p = {k: v.string_value for k, v in llm.parameters.items()}
     assert p["gpt_model_type"] == "inflight_fused_batching"
     assert p["enable_kv_cache_reuse"] == "true" and p["enable_chunked_context"] == "true"
@@ -54,11 +50,11 @@ def test_tensorrt_llm_parameters_and_tensors_follow_the_backend_templates(refere
     outs = {o.name: o for o in llm.output}
     assert list(outs["output_ids"].dims) == [-1, -1] and outs["context_logits"].data_type == pb.TYPE_FP32
     assert {"kv_cache_reused_blocks", "num_output_tokens", "first_token_time_ns"} <= set(outs)
-    ens = _cfg(reference_repo, "ensemble")
+    ens = model_config(reference_repo, "ensemble")
     steps = {s.model_name: s for s in ens.ensemble_scheduling.step}
     assert steps["tensorrt_llm"].input_map["streaming"] == "stream"
     assert steps["postprocessing"].output_map["OUTPUT"] == "text_output"
-    pre = {k: v.string_value for k, v in _cfg(reference_repo, "preprocessing").parameters.items()}
+    pre = {k: v.string_value for k, v in model_config(reference_repo, "preprocessing").parameters.items()}
     assert pre["tokenizer_dir"] == "../preprocessing/tokenizer"  # relative to the model's directory: relocatable
     assert (reference_repo / "preprocessing" / pre["tokenizer_dir"] / "tokenizer.json").is_file()
     meta = json.loads((reference_repo / "toolchain-repo.json").read_text())
@@ -164,47 +160,11 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     emit_for_cell(for_cell(cell), "reference", tmp_path / "d")  # same identity: re-emitting is fine
 
 
-def _engine_dir(
-    d: Path,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    batch: int = 8,
-    seq: int = 256,
-    beam: int = 1,
-    kv: str | None = "FP8",  # the tiny spec's quantization.kv_cache: fp8
-    **plugin: Any,
-) -> Path:
-    d.mkdir()
-    (d / "config.json").write_text(
-        json.dumps(
-            {
-                "pretrained_config": {
-                    "mapping": {"world_size": tp * pp, "tp_size": tp, "pp_size": pp},
-                    "logits_dtype": "float32",
-                    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": kv},
-                },
-                "build_config": {
-                    "max_batch_size": batch,
-                    "max_input_len": 128,
-                    "max_seq_len": seq,
-                    "max_beam_width": beam,
-                    "kv_cache_type": "PAGED",
-                    "plugin_config": {"use_paged_context_fmha": True, "tokens_per_block": 32, **plugin},
-                },
-            }
-        )
-    )
-    for r in range(tp * pp):
-        (d / f"rank{r}.engine").write_bytes(b"x")
-    return d
-
-
 def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:
     cell = expand(load_spec(tiny_spec))[0]
-    eng = _engine_dir(tmp_path / "engine")
+    eng = fake_engine_dir(tmp_path / "engine")
     repo = Path(emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")["repository"])
-    llm = _cfg(repo, "tensorrt_llm")
+    llm = model_config(repo, "tensorrt_llm")
     assert llm.backend == "tensorrtllm"
     assert llm.parameters["gpt_model_path"].string_value == str(repo / "tensorrt_llm" / "1" / "engine")
     assert [f.line() for f in lint_repository(repo) if f.severity == "error"] == []
@@ -235,7 +195,7 @@ def test_emit_refuses_an_engine_of_another_cell(
     tiny_spec: Path, tmp_path: Path, engine: dict[str, Any], expected: str
 ) -> None:
     cell = expand(load_spec(tiny_spec))[0]
-    eng = _engine_dir(tmp_path / "engine", **engine)
+    eng = fake_engine_dir(tmp_path / "engine", **engine)
     with pytest.raises(TritonRepoError, match="was not built for cell") as e:
         emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")
     assert expected in str(e.value)
@@ -261,7 +221,7 @@ def test_pytorch_runtime_unquantized_ships_model_py_and_its_checkpoint(tiny_chec
     res = emit_for_cell(for_cell(cell), "reference", tmp_path / "repo")
     assert res["layout"] == "llmapi" and res["mounts"] == []
     repo = tmp_path / "repo"
-    cfg = _cfg(repo, "tensorrt_llm")
+    cfg = model_config(repo, "tensorrt_llm")
     assert cfg.backend == "python" and cfg.max_batch_size == 0 and cfg.model_transaction_policy.decoupled
     my = yaml.safe_load((repo / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert my["triton_config"] == {"max_batch_size": 0, "decoupled": True} and my["backend"] == "pytorch"
@@ -295,7 +255,7 @@ def test_pytorch_runtime_refuses_a_tensorrt_engine_directory(tiny_checkpoint: Pa
     """The LLM API loads a Hugging Face checkpoint; an engine directory also has a config.json, and was taken."""
     spec = _pytorch_spec(tmp_path, tiny_checkpoint, weights="bf16", kv_cache="auto")
     cell = expand(load_spec(spec))[0]
-    eng = _engine_dir(tmp_path / "engine")
+    eng = fake_engine_dir(tmp_path / "engine")
     with pytest.raises(TritonRepoError, match=r"holds a TensorRT engine, but spec .* runs on the PyTorch runtime"):
         emit_for_cell(for_cell(cell), str(eng), tmp_path / "repo")
     assert not (tmp_path / "repo").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for
 from toolchain.artifacts.rule_table import RULES, SIGNALS
 from toolchain.bench import prom
 from toolchain.deploy.observability import RuleTable, Scope, Slo, dashboard, rule_groups
@@ -77,8 +78,16 @@ def test_live_scrape_exports_every_metric_the_rules_and_dashboard_name(served: S
     for t in threads:
         t.join(120)
     assert len(results) == 4
-    text = urllib.request.urlopen(served.metrics_url, timeout=5).read().decode()
-    after = prom.parse(text)
+    # Triton counts a decoupled request as done after its last response has gone out: a scrape at once can still
+    # lack some of the four (measured: requests_success 1.0 in a full run), so scrape until they are all counted
+    scraped: list[str] = []
+
+    def counted() -> bool:
+        scraped.append(urllib.request.urlopen(served.metrics_url, timeout=5).read().decode())
+        return bool(prom.server_side(before, prom.parse(scraped[-1]), [], "tensorrt_llm")["requests_success"] >= 4)
+
+    wait_for(counted, 60, every=0.2)
+    after = prom.parse(scraped[-1])
     # the summaries --metrics-config summary_latencies=true turns on: the queue P99 the undersized rule reads
     assert after.value("nv_inference_queue_summary_us", model="tensorrt_llm", quantile="0.99") is not None
     side = prom.server_side(before, after, [during, after], "tensorrt_llm")

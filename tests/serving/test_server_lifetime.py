@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import alive, wait_for
 from toolchain.triton import server as S
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(300)]
@@ -31,11 +32,6 @@ def _proc_stat(pid: int) -> tuple[str, int, str] | None:
     name = raw[raw.index(b"(") + 1 : raw.rindex(b")")].decode(errors="replace")
     fields = raw.rsplit(b")", 1)[1].split()
     return fields[0].decode(), int(fields[1]), name
-
-
-def _alive(pid: int) -> bool:
-    st = _proc_stat(pid)
-    return st is not None and st[0] != "Z"
 
 
 def _descendants(root: int) -> dict[int, str]:
@@ -56,15 +52,6 @@ def _descendants(root: int) -> dict[int, str]:
     return out
 
 
-def _wait(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return bool(cond())
-
-
 @pytest.fixture
 def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[int, str]]]:
     """`toolchain serve` as its own process, ready; yields it, its stderr log and its process tree."""
@@ -77,7 +64,7 @@ def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Pop
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     tree: dict[int, str] = {}
     try:
-        assert _wait(lambda: "ready:" in log.read_text() or proc.poll() is not None, 200), log.read_text()
+        assert wait_for(lambda: "ready:" in log.read_text() or proc.poll() is not None, 200), log.read_text()
         assert proc.poll() is None, log.read_text()
         tree = _descendants(proc.pid)
         assert "tritonserver" in tree.values(), tree
@@ -85,17 +72,15 @@ def serve(reference_repo: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Pop
         yield proc, log, tree
     finally:
         for pid in [proc.pid, *tree]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(10)
 
 
-# A ceiling, not a figure: the tree must go after `serve` is SIGKILLed, sooner than the watchdog's 10 s stop grace
-# for a server asked to stop. Measured on a loaded two-core machine: up to 3.6 s (before the fix: 4.8 to
-# 10.7 s, Triton's graceful shutdown polling its unloading models once a second, with nobody left to wait for
-# it). The short orphan grace itself is held by tests/hardening/test_watchdog.py with a server that ignores
-# SIGTERM, where waiting the full grace would take 10 s.
-GONE_AFTER_PARENT_DIES_S = 10.0
+# How soon the tree goes after `serve` is SIGKILLed (the watchdog's 1 s orphan grace, not its 10 s stop grace for a
+# server asked to stop) is held by tests/hardening/test_watchdog.py, with the stop grace raised to an hour so the
+# two cannot be mistaken on a loaded machine; here, with the real tritonserver, the tree goes at all. Measured on a
+# loaded two-core machine: up to 3.6 s (before the orphan grace: 4.8 to 10.7 s); printed for the log.
 
 
 def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve: Any) -> None:
@@ -103,20 +88,18 @@ def test_sigkill_of_serve_takes_tritonserver_and_its_stubs(serve: Any) -> None:
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
-    took = time.monotonic() - t0
-    print(f"tree gone {took:.2f} s after SIGKILL of serve")
-    assert took < GONE_AFTER_PARENT_DIES_S, f"{took:.2f} s"
+    assert wait_for(lambda: not any(alive(p) for p in tree), 60), {p: n for p, n in tree.items() if alive(p)}
+    print(f"tree gone {time.monotonic() - t0:.2f} s after SIGKILL of serve")
     # the Python backend's shared memory (prefix tc<serve pid>x<grpc port>_) goes with the tree
-    assert _wait(lambda: not glob.glob(f"/dev/shm/tc{proc.pid}x*"), 5), glob.glob(f"/dev/shm/tc{proc.pid}x*")
+    assert wait_for(lambda: not glob.glob(f"/dev/shm/tc{proc.pid}x*"), 5), glob.glob(f"/dev/shm/tc{proc.pid}x*")
 
 
 def test_sigkill_of_tritonserver_takes_its_stubs_and_serve_fails(serve: Any) -> None:
     proc, log, tree = serve
     triton = next(p for p, n in tree.items() if n == "tritonserver")
     os.kill(triton, signal.SIGKILL)
-    assert _wait(lambda: proc.poll() is not None, 30)
+    assert wait_for(lambda: proc.poll() is not None, 30)
     assert proc.returncode != 0
-    assert _wait(lambda: not any(_alive(p) for p in tree), 30), {p: n for p, n in tree.items() if _alive(p)}
+    assert wait_for(lambda: not any(alive(p) for p in tree), 30), {p: n for p, n in tree.items() if alive(p)}
     errors = [ln for ln in log.read_text().splitlines() if ln.startswith("Error: ")]
     assert errors and "tritonserver exited" in errors[-1]

@@ -210,22 +210,29 @@ def _handler(opts: StandInOptions, counters: Counters) -> type[BaseHTTPRequestHa
                 with counters.lock:
                     counters.busy -= 1
                 gate.release()
-            if stream:
-                if options.get("include_usage"):
-                    self._event({**head, "choices": [], "usage": usage})
-                data = b"data: [DONE]\n\n"
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
-                self.wfile.flush()
-            else:
-                text = "".join(words)
-                choice = (
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                    if chat
-                    else {"index": 0, "text": text, "finish_reason": "length"}
-                )
-                self._json(200, {**head, "object": kind, "choices": [choice], "usage": usage})
+            if stream and options.get("include_usage"):
+                self._event({**head, "choices": [], "usage": usage})
+            # counted before the answer's last bytes go out: a client holding its whole answer finds it counted
+            # (counted after them, a Ctrl-C right after an answer closed on "0 requests served")
             with counters.lock:
                 counters.served += 1
+            try:
+                if stream:
+                    data = b"data: [DONE]\n\n"
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
+                    self.wfile.flush()
+                else:
+                    text = "".join(words)
+                    choice = (
+                        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                        if chat
+                        else {"index": 0, "text": text, "finish_reason": "length"}
+                    )
+                    self._json(200, {**head, "object": kind, "choices": [choice], "usage": usage})
+            except OSError:  # the client left before the end: not answered to the end after all
+                with counters.lock:
+                    counters.served -= 1
+                raise
 
     return Handler
 
