@@ -15,8 +15,12 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 echo "setup: installing NVIDIA AIConfigurator 0.12.0 into $VENV (about a minute)" >&2
 [ -x $VENV/bin/python ] || "$PY" -m venv $VENV
+# shellcheck source=scripts/heartbeat.sh
+. "$(dirname "$0")/heartbeat.sh"
+heartbeat_start "installing NVIDIA AIConfigurator into $VENV"
 $VENV/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0 aiconfigurator-core==0.12.0 2>&1 \
   | grep -v "^WARNING: Location" || true
+heartbeat_stop
 $VENV/bin/python -c "from aiconfigurator.cli.api import cli_estimate" \
   || { echo "setup: the AIConfigurator environment is incomplete; see pip's output above" >&2; exit 1; }
 echo "$want" > "$stamp"

@@ -17,12 +17,16 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 echo "setup: installing NVIDIA Dynamo 1.6.1 into $VENV (about a minute)" >&2
 [ -x $VENV/bin/python ] || "$PY" -m venv $VENV
-pip=($VENV/bin/pip install -q --disable-pip-version-check)
+# shellcheck source=scripts/heartbeat.sh
+. "$(dirname "$0")/heartbeat.sh"
+heartbeat_start "installing NVIDIA Dynamo into $VENV"
+pip=("$VENV/bin/pip" install -q --disable-pip-version-check)
 # ai-dynamo 1.6.1's Requires-Dist, less aisimulate (read from the wheel's METADATA)
 "${pip[@]}" ai-dynamo-runtime==1.6.1 'aiohttp>=3.14.3,<4.0' 'certifi>=2026.10.19' 'kubernetes>=32.0.1,<33.0.0' \
   'msgspec>=0.19.0' 'prometheus-client>=0.23.1,<1.0' 'pyzmq>=26.0.0' 'redis>=6.2.0,<9.0.0' 'tqdm>=4.0.0' \
   'transformers>=4.56.0' 'typing-extensions>=4.10.0' 'zstandard>=0.23,<1.0' 2>&1 | grep -v "^WARNING: Location" || true
 "${pip[@]}" --no-deps ai-dynamo==1.6.1 2>&1 | grep -v "^WARNING: Location" || true
+heartbeat_stop
 $VENV/bin/python -c "import dynamo.frontend, dynamo.mocker, dynamo.llm, zmq" \
   || { echo "setup: the Dynamo environment is incomplete; see pip's output above" >&2; exit 1; }
 echo "$want" > "$stamp"
