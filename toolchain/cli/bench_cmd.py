@@ -256,28 +256,35 @@ def print_table(result: dict[str, Any], *, served_by: bool = True) -> None:
 
 
 def print_search(search: Search) -> None:
-    """The SLO search's probes in the order measured, and how it ended."""
+    """The SLO search's probes in the order measured, and how it ended. Fits 80 columns: the load column is
+    named after the search (its values are numbers), figures never wrap, the verdict wraps at spaces."""
     from rich.table import Table
 
     from toolchain.bench.report import _f
     from toolchain.cli.render import err, out
 
+    unit = "concurrency" if search.mode == "concurrency" else "req/s"
     t = Table(title=f"SLO search ({search.mode}): {search.slo_text}")
-    for c in ("probe", "load", "phase", "P99 TTFT", "P99 TPOT", "goodput", "tok/s", "SLOs"):
-        t.add_column(c)
+    for c in ("#", unit, "phase", "P99 TTFT", "P99 TPOT", "goodput", "tok/s", "SLOs"):
+        t.add_column(c, no_wrap=True, justify="left" if c in ("#", "phase", "SLOs") else "right")
+    missed: list[str] = []
     for i, p in enumerate(search.probes, 1):
-        verdict = "met" if p.passed else "missed: " + "; ".join(p.reasons)
+        verdict = "met" if p.passed else "missed"
+        if not p.passed and p.reasons:
+            missed.append(f"probe {i} ({p.label}) missed: {'; '.join(p.reasons)}")
         t.add_row(
             str(i),
-            p.label,
+            f"{p.load:g}",
             p.phase or "",
             _f(p.ttft_ms_p99),
             _f(p.tpot_ms_p99),
-            f"{p.goodput_fraction or 0:.1%}",
-            f"{p.output_token_throughput_tps or 0:.1f}",
+            f"{p.goodput_fraction or 0:.0%}",
+            f"{p.output_token_throughput_tps or 0:.0f}",
             verdict,
         )
     out.print(t)
+    for line in missed:  # the reasons in full, below the table: a cell would wrap them word by word
+        err.print(line, highlight=False, markup=False)
     err.print(f"SLO search: {search.message}", highlight=False, markup=False)
 
 
