@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 import yaml
 from typer.testing import CliRunner, Result
+
+# A shell starts a background job (`... &` without job control) with SIGINT ignored, and every process it
+# starts inherits that: the tests that press Ctrl-C (on a pty, or SIGINT to a child) then wait forever. Python
+# handling SIGINT here makes the children the tests start get the default disposition again (exec resets a
+# handled signal), however the suite itself was launched.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "engine_specs"

@@ -62,7 +62,7 @@ def test_draft_target_builds_two_engines(
     reg = open_registry(str(tmp_path / "reg"))
     draft, target = builds_for(art, reg)
     assert (draft.status, target.status) == ("built", "built")
-    assert draft.key != target.key and draft.cell.spec.name == "tiny-draft"
+    assert draft.key != target.key and draft.cell.spec.name == f"{target.cell.spec.name}-draft"
     d_art = draft_artifacts(art)
     assert d_art is not None and d_art.engine_key == draft.key
     # target: built for external drafts; draft: a plain engine of the draft checkpoint (bf16: converted)
