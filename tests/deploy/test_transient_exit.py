@@ -231,8 +231,6 @@ def test_bench_against_a_server_that_is_not_there_exits_75(cli: Cli, protocol: s
         "bench", "--url", url, "--protocol", protocol, "--model", "m", "--tokenizer", tok, "--input-tokens", "4",
         "--output-tokens", "4", "--warmup", "0", "--requests", "2", "--json",
     )  # fmt: skip
-    if protocol == "triton" and r.exit_code == 3:
-        pytest.skip("tritonclient is not installed")
     assert r.exit_code == 75, r.output
     assert json.loads(r.stdout)["exit"] == 75 and "cannot reach" in r.stderr
 
