@@ -271,3 +271,22 @@ def stop_entrypoint(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+# A real pull (Registry.get) run as `python -c SLOW_PULL REGISTRY KEY DEST`, with one injected pause after its
+# first file lands: alive for as long as a test needs to kill it with its staging directory half full.
+SLOW_PULL = """
+import sys, time
+from pathlib import Path
+from toolchain.registry import open_registry
+from toolchain.registry import backends
+
+real = backends.LocalBackend.restore
+def slow(self, *a, **kw):
+    got = real(self, *a, **kw)
+    print("landed", flush=True)
+    time.sleep(600)
+    return got
+backends.LocalBackend.restore = slow
+open_registry(sys.argv[1]).get(sys.argv[2], Path(sys.argv[3]))
+"""

@@ -16,28 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Cli
+from tests.helpers import SLOW_PULL as _SLOW_PULL
 from toolchain.artifacts.layout import cache
 from toolchain.digest import staging_journal
 from toolchain.registry import open_registry
 
 KEY = "5" * 64
-
-# The real pull with one injected pause after its first file lands: a pull that is alive for as long as needed.
-_SLOW_PULL = """
-import sys, time
-from pathlib import Path
-from toolchain.registry import open_registry
-from toolchain.registry import backends
-
-real = backends.LocalBackend.restore
-def slow(self, *a, **kw):
-    got = real(self, *a, **kw)
-    print("landed", flush=True)
-    time.sleep(600)
-    return got
-backends.LocalBackend.restore = slow
-open_registry(sys.argv[1]).get(sys.argv[2], Path(sys.argv[3]))
-"""
 
 
 def _partials(dest: Path) -> list[Path]:

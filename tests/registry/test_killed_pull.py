@@ -12,28 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SLOW_PULL as _SLOW_PULL
 from toolchain.registry import open_registry
 
 K1 = "1" * 64
 REPO = Path(__file__).resolve().parents[2]
-
-# The real pull (Registry.get) with one injected pause after the first file lands, so the parent can kill it while
-# its staging directory is half full.
-_SLOW_PULL = """
-import sys, time
-from pathlib import Path
-from toolchain.registry import open_registry
-from toolchain.registry import backends
-
-real = backends.LocalBackend.restore
-def slow(self, *a, **kw):
-    got = real(self, *a, **kw)
-    print("landed", flush=True)
-    time.sleep(600)
-    return got
-backends.LocalBackend.restore = slow
-open_registry(sys.argv[1]).get(sys.argv[2], Path(sys.argv[3]))
-"""
 
 
 def _partials(dest: Path) -> list[Path]:
