@@ -5,6 +5,7 @@ out, with its reason). The offline Kubernetes schemas are checked in test_manife
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import SHIPPED, render_kustomization
+from tests.helpers import deploy_target
 from tests.validators import ALWAYS_SKIPPED, CHECKOV_SKIPS, CHECKOV_SKIPS_WHEN, checkov, hadolint, shell
 from toolchain.deploy import DeployOptions
 from toolchain.deploy.context import ENTRYPOINT, KUBESSH, dockerfile, pinned_image
@@ -52,20 +54,7 @@ WHEN_MARK = {
 
 
 def _target(*, image: str, namespace: str | None) -> Target:
-    return Target(
-        app="app",
-        image=image,
-        engine_key="a" * 64,
-        registry="s3://engines/prod",
-        registry_secret="engine-registry",
-        registry_pvc=None,
-        frontend="openai",
-        engines_root="/engines",
-        model_repository="/opt/toolchain/model_repository",
-        queue_target_ms=200,
-        prometheus_url="http://prometheus.monitoring.svc:9090",
-        namespace=namespace,
-    )
+    return dataclasses.replace(deploy_target(), image=image, namespace=namespace)
 
 
 def _sized(cell: Cell, **kw: Any) -> Any:
