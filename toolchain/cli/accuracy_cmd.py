@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import Device, JsonOpt
+from toolchain.cli.options import Device, JsonOpt, given_thresholds
 
 
 def accuracy(
@@ -40,15 +40,7 @@ def accuracy(
     from toolchain.quantize import runtime
     from toolchain.specs.models import AccuracyGate
 
-    given = {
-        k: v
-        for k, v in (
-            ("max_rel_logit_error", max_rel_logit_error),
-            ("min_top1_agreement", min_top1_agreement),
-            ("max_ppl_increase", max_ppl_increase),
-        )
-        if v is not None
-    }
+    given = given_thresholds(max_rel_logit_error, min_top1_agreement, max_ppl_increase)
     limits = AccuracyGate(**given)
     verdict = runtime.judge(checkpoint, quantized, limits, device=device.value)
     for note in verdict.notes:

@@ -179,3 +179,15 @@ def out_dir_opt(what: str) -> Any:
 def timeout_opt(what: str) -> Any:
     """``--timeout SECONDS``: when one unit of work (``what``) is abandoned."""
     return typer.Option("--timeout", help=f"Seconds before {what} is abandoned", min=0.001)
+
+
+def given_thresholds(
+    max_rel_logit_error: float | None, min_top1_agreement: float | None, max_ppl_increase: float | None
+) -> dict[str, float]:
+    """The accuracy-gate thresholds given on the command line (``quantize``, ``accuracy``), by field name."""
+    named = {
+        "max_rel_logit_error": max_rel_logit_error,
+        "min_top1_agreement": min_top1_agreement,
+        "max_ppl_increase": max_ppl_increase,
+    }
+    return {k: v for k, v in named.items() if v is not None}

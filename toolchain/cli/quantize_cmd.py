@@ -18,6 +18,7 @@ from toolchain.cli.options import (
     RegistryOpt,
     RehashOpt,
     WeightFormat,
+    given_thresholds,
     out_dir_opt,
 )
 
@@ -93,15 +94,7 @@ def quantize(
         )
     from toolchain.specs.models import AccuracyGate as Limits
 
-    given = {
-        k: v
-        for k, v in (
-            ("max_rel_logit_error", max_rel_logit_error),
-            ("min_top1_agreement", min_top1_agreement),
-            ("max_ppl_increase", max_ppl_increase),
-        )
-        if v is not None
-    }
+    given = given_thresholds(max_rel_logit_error, min_top1_agreement, max_ppl_increase)
     target: Path | QuantizeJob
     if spec is not None:
         if given:
