@@ -17,7 +17,7 @@ echo "setup: installing NVIDIA AIConfigurator 0.12.0 into $VENV (about a minute)
 [ -x $VENV/bin/python ] || "$PY" -m venv $VENV
 # shellcheck source=scripts/heartbeat.sh
 . "$(dirname "$0")/heartbeat.sh"
-heartbeat_start "installing NVIDIA AIConfigurator into $VENV"
+heartbeat_start "pip installing AIConfigurator into $VENV"
 $VENV/bin/pip install -q --disable-pip-version-check aiconfigurator==0.12.0 aiconfigurator-core==0.12.0 2>&1 \
   | grep -v "^WARNING: Location" || true
 heartbeat_stop

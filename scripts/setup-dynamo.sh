@@ -19,7 +19,7 @@ echo "setup: installing NVIDIA Dynamo 1.6.1 into $VENV (about a minute)" >&2
 [ -x $VENV/bin/python ] || "$PY" -m venv $VENV
 # shellcheck source=scripts/heartbeat.sh
 . "$(dirname "$0")/heartbeat.sh"
-heartbeat_start "installing NVIDIA Dynamo into $VENV"
+heartbeat_start "pip installing NVIDIA Dynamo into $VENV"
 pip=("$VENV/bin/pip" install -q --disable-pip-version-check)
 # ai-dynamo 1.6.1's Requires-Dist, less aisimulate (read from the wheel's METADATA)
 "${pip[@]}" ai-dynamo-runtime==1.6.1 'aiohttp>=3.14.3,<4.0' 'certifi>=2026.10.19' 'kubernetes>=32.0.1,<33.0.0' \

@@ -23,7 +23,7 @@ fi
 echo "setup: installing into .venv (first run takes a few minutes)" >&2
 # shellcheck source=scripts/heartbeat.sh
 . scripts/heartbeat.sh
-heartbeat_start "installing torch, ModelOpt, Triton and the test tools into .venv"
+heartbeat_start "pip installing into .venv"
 # torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q --disable-pip-version-check -c <(echo torch==2.13.0) -e '.[all,dev]' 2>&1 \
@@ -38,7 +38,7 @@ for t in actionlint check-jsonschema hadolint; do
   [ -x ".venv/bin/$t" ] || { echo "setup: .venv/bin/$t is missing; see pip's output above" >&2; exit 1; }
 done
 [ -x .venv-tools/bin/python ] || "$PY" -m venv .venv-tools
-heartbeat_start "installing checkov into .venv-tools"
+heartbeat_start "pip installing checkov into .venv-tools"
 .venv-tools/bin/pip install -q --disable-pip-version-check checkov==3.3.30 2>&1 | grep -v "^WARNING: Location" || true
 heartbeat_stop
 .venv-tools/bin/checkov --version >/dev/null 2>&1 || { echo "setup: checkov did not install into .venv-tools" >&2; exit 1; }
