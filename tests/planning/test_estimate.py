@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, SPECS, Cli, write_tiny_spec
+from tests.conftest import REPO, SPECS, Cli, every_shipped_spec, write_tiny_spec
 from toolchain.planning.plan import CellPlan
 from toolchain.planning.spec_plan import SpecPlan, plan_spec
 from toolchain.specs.loader import load_spec
@@ -159,14 +159,10 @@ def test_fleet_at_the_batch_the_cell_runs(tmp_path: Path, cli: Cli) -> None:
     assert b64["fleet_estimate"]["gpus_at_full_load"] == 3 and b64["fleet_estimate"]["total_gpus"] == 4
 
 
-def _shipped(tiny_checkpoint: Path, tmp: Path) -> list[Path]:
-    specs = [p for p in sorted(SPECS.glob("*.yaml")) if p.name != "tiny.yaml"]
-    return [*specs, write_tiny_spec(tmp / "tiny.yaml", tiny_checkpoint)]
-
-
 @pytest.fixture(scope="module")
 def shipped_plans(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> list[SpecPlan]:
-    return [plan_spec(load_spec(p), estimator="auto") for p in _shipped(tiny_checkpoint, tmp_path_factory.mktemp("s"))]
+    specs = every_shipped_spec(tiny_checkpoint, tmp_path_factory.mktemp("s"))
+    return [plan_spec(load_spec(p), estimator="auto") for p in specs]
 
 
 def test_every_shipped_spec_plans_floor_and_estimate_side_by_side(shipped_plans: list[SpecPlan]) -> None:
