@@ -26,7 +26,20 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "toolchain"
-BASE = {"__init__", "errors", "settings", "digest", "proc", "progress", "units", "_deps", "http", "logs", "redact"}
+BASE = {
+    "__init__",
+    "errors",
+    "settings",
+    "digest",
+    "proc",
+    "progress",
+    "units",
+    "_deps",
+    "http",
+    "logs",
+    "redact",
+    "watchdog",
+}
 STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
 RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "dynamo": 5, "cli": 6}
 
@@ -255,10 +268,23 @@ def importers_of(top: str, files: list[Path], root: Path) -> list[str]:
 
 def test_only_proc_and_the_watchdog_start_processes() -> None:
     """Subprocesses go through toolchain/proc.py (deadlines, logs, the watchdog); the watchdog runs on its own."""
-    allowed = {PACKAGE / "proc.py", PACKAGE / "triton" / "watchdog.py"}
+    allowed = {PACKAGE / "proc.py", PACKAGE / "watchdog.py"}
     files = [p for p in sorted(PACKAGE.rglob("*.py")) if p not in allowed]
     offenders = importers_of("subprocess", files, PACKAGE.parent)
     assert offenders == [], f"import subprocess outside toolchain/proc.py: {offenders}"
+
+
+def test_a_module_started_with_python_m_is_an_import_of_its_layer() -> None:
+    """`python -m toolchain.X` in a base module runs X on its behalf: X must be a base module too (measured before:
+    proc.py, the base layer, started toolchain.triton.watchdog, a stage)."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        started = [
+            node.value
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("toolchain.")
+        ]
+        above = [m for m in started if m.split(".")[1] not in BASE]
+        assert not above, f"{path.name} starts {above}, above the base layer"
 
 
 def test_tests_take_nothing_from_benchmarks() -> None:

@@ -224,14 +224,14 @@ def spawn_guarded(
 ) -> subprocess.Popen[bytes]:
     """Start a long-running ``cmd`` (a server, a worker) under the toolchain's watchdog in a new session, the
     command line and then its output in ``log_path``. The watchdog ties the child's whole tree to this process:
-    it dies with us even on SIGKILL (toolchain/triton/watchdog.py)."""
+    it dies with us even on SIGKILL (toolchain/watchdog.py)."""
     import sys
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         log.write(("$ " + shlex.join(redact_argv(cmd)) + "\n").encode())
         log.flush()
-        guarded = [sys.executable, "-m", "toolchain.triton.watchdog", "--parent", str(os.getpid())]
+        guarded = [sys.executable, "-m", "toolchain.watchdog", "--parent", str(os.getpid())]
         guarded += [*watchdog_args, "--", *cmd]
         proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     _started(cmd, proc.pid)  # the watchdog's pid: the command runs under it

@@ -16,14 +16,14 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import alive
-from toolchain.triton import watchdog
+from toolchain import watchdog
 
 # Runs the watchdog in a child interpreter whose first wait on the server sees it still running, then
 # sleeps until the server has exited: the orphan reaper is the one that collects it.
 RACE = textwrap.dedent(
     """
     import os, sys, time
-    from toolchain.triton import watchdog
+    from toolchain import watchdog
 
     real = os.waitpid
     first = {"done": False}
@@ -55,7 +55,7 @@ def test_a_server_collected_by_the_reaper_keeps_its_exit_code() -> None:
 def test_exit_codes_pass_through() -> None:
     for rc in (0, 3):
         code = (
-            "import os, sys\nfrom toolchain.triton import watchdog\n"
+            "import os, sys\nfrom toolchain import watchdog\n"
             "sys.exit(watchdog.main(['--parent', str(os.getppid()), '--', sys.executable, '-c',"
             f" 'raise SystemExit({rc})']))"
         )
@@ -74,13 +74,13 @@ SERVER = textwrap.dedent(
     time.sleep(120)
     """
 )
-# The watchdog as `python -m toolchain.triton.watchdog` runs it, with its stop grace for a server asked to stop
+# The watchdog as `python -m toolchain.watchdog` runs it, with its stop grace for a server asked to stop
 # (GRACE_S, 10 s) raised to an hour: a watchdog that gave the server that grace after its parent died would keep
 # the tree for an hour, one that takes the orphan grace (PARENT_GONE_GRACE_S, 1 s) ends it in about a second.
 WATCHDOG = textwrap.dedent(
     """
     import sys
-    from toolchain.triton import watchdog
+    from toolchain import watchdog
     watchdog.GRACE_S = 3600.0
     sys.exit(watchdog.main(sys.argv[1:]))
     """

@@ -8,7 +8,7 @@ and has no host flag, so it is not used: the frontend sends a request to prefill
 frontend writes its model-card cache under ``$HOME/.cache/dynamo`` (``XDG_CACHE_HOME`` is not read), so
 ``HOME`` is the run directory's ``home/`` for the Dynamo processes only.
 
-Each process runs under ``toolchain.triton.watchdog`` in its own session: it dies with the process that
+Each process runs under ``toolchain.watchdog`` in its own session: it dies with the process that
 started it, even by SIGKILL, and takes its own children with it.
 """
 

@@ -6,7 +6,7 @@ On a GPU host: `/opt/tritonserver/bin/tritonserver` from NVIDIA's container, and
 one rank per GPU when the engine's world size is > 1 (the command launch_triton_server.py builds).
 Bound to 127.0.0.1 unless told otherwise; readiness has its own deadline (a stub that cannot start
 makes tritonserver hang in "loading" forever); stop removes the shared-memory regions it made.
-The server runs under ``toolchain.triton.watchdog``, so neither it nor its Python-backend stubs
+The server runs under ``toolchain.watchdog``, so neither it nor its Python-backend stubs
 outlive the process that started them.
 """
 

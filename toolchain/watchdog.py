@@ -1,6 +1,6 @@
 """Keep a server's process tree tied to the process that started it.
 
-``python -m toolchain.triton.watchdog --parent PID [--shm-prefix NAME] -- CMD...`` runs CMD (tritonserver, or
+``python -m toolchain.watchdog --parent PID [--shm-prefix NAME] -- CMD...`` runs CMD (tritonserver, or
 mpirun) and:
 
 - dies with its parent: ``PR_SET_PDEATHSIG`` (Linux ``prctl(2)``) sends it SIGTERM when ``toolchain serve``
@@ -130,7 +130,7 @@ def _parse(argv: list[str]) -> tuple[int, str | None, list[str]] | None:
 def main(argv: list[str]) -> int:
     parsed = _parse(argv)
     if parsed is None:
-        sys.stderr.write("usage: python -m toolchain.triton.watchdog --parent PID [--shm-prefix NAME] -- CMD...\n")
+        sys.stderr.write("usage: python -m toolchain.watchdog --parent PID [--shm-prefix NAME] -- CMD...\n")
         return 2
     parent, shm_prefix, cmd = parsed
     stop = {"sig": 0}
