@@ -107,3 +107,26 @@ def test_plan_explain_wraps_at_spaces_at_80_columns(tmp_path: Path) -> None:
         return text.split("floor fleet:", 1)[1].split()
 
     assert words(narrow.text) == words(wide.text), narrow.describe()  # every figure whole, in the same order
+
+
+@pytest.mark.slow
+def test_wide_tables_become_records_at_80_columns_with_every_value_whole(tmp_path: Path) -> None:
+    """On main `spec expand --wide` was 112 columns and `plan --wide` cut 31 cells (`ce… we… bu… KV…`) at 80.
+    Piped, --wide stays a table (what scripts read); on an 80-column terminal each row is a record."""
+    import subprocess
+
+    spec = str(SPECS / "llama-3.1-8b-fp8.yaml")
+    main = [sys.executable, "-m", "toolchain.cli.main"]
+    env = _env(tmp_path)
+    for argv in (["spec", "expand", spec, "--wide"], ["plan", spec, "--wide", "--estimator", "floor"]):
+        r = run_on_pty([*main, *argv], env=env, timeout=300, cols=80)
+        assert r.returncode == 0, r.describe()
+        lines = r.text.replace("\r", "").splitlines()
+        assert max(len(ln) for ln in lines) <= 80 and "…" not in r.text, r.describe()
+        piped = subprocess.run([*main, *argv], env=env, capture_output=True, text=True, timeout=300, check=True)
+        cells = [ln.split("│")[1:-1] for ln in piped.stdout.splitlines() if ln.startswith("│")]
+        assert cells and all(len(c) > 5 for c in cells), piped.stdout  # piped: still the table
+        record = " ".join(lines)
+        for row in cells:
+            for value in (v.strip() for v in row):
+                assert value in record, (value, r.describe())  # every value whole on the terminal

@@ -109,7 +109,10 @@ def plan(
     if json_out:
         print_json(sp.to_json())
     else:
-        out.print(_table(s.name, arch.name, arch.params, plans, wide))
+        if wide:
+            _wide(s.name, arch.name, arch.params, plans)
+        else:
+            out.print(_table(s.name, arch.name, arch.params, plans))
         source = provenance_line(plans)
         out.print(
             f"floor: roofline (HBM bandwidth; prefill at {plans[0].mfu:.0%} MFU), a lower bound\n"
@@ -119,7 +122,7 @@ def plan(
         )
         err.print(
             "GPUs: with the spec's utilization target and burst headroom"
-            + ("" if explain else "; every formula: --explain"),
+            + ("" if explain else "; formulas: --explain"),
             highlight=False,
         )
         if explain:
@@ -274,50 +277,54 @@ def _print_search(result: Any, top: int, priced: bool) -> None:
     )
 
 
-def _table(name: str, model: str, params: float, plans: list[Any], wide: bool) -> Any:
-    """The plan table: compact (fits 80 columns: floor and estimate at the batch each cell runs) or ``wide``
-    (every memory term, batch 1 too)."""
-    from rich.table import Table
+def _at(p: Any) -> dict[str, Any] | None:
+    return p.estimate["at_batch"] if p.estimate else None
 
-    from toolchain.cli.render import fmt_bytes
 
-    t = Table(title=f"plan: {name} ({model}, {params / 1e9:.2f} B params)")
+def _est(p: Any, key: str, fmt: str) -> str:
+    a = _at(p)
+    return format(a[key], fmt) if a else "-"
 
-    def at(p: Any) -> dict[str, Any] | None:
-        return p.estimate["at_batch"] if p.estimate else None
 
-    def est(p: Any, key: str, fmt: str) -> str:
-        a = at(p)
-        return format(a[key], fmt) if a else "-"
+def _batch(p: Any) -> str:
+    a = _at(p)
+    return str(a["batch"]) if a else (str(p.batch_at_sla) if p.batch_at_sla else "-")
 
-    def batch(p: Any) -> str:
-        a = at(p)
-        return str(a["batch"]) if a else (str(p.batch_at_sla) if p.batch_at_sla else "-")
 
-    def tpot(p: Any) -> str:
-        """Floor / estimate TPOT at the batch the cell runs (the estimate's batch, else the floor's)."""
-        a = at(p)
-        if a:
-            return f"{p.estimate['floor_tpot_at_batch_ms']:.2f} / {a['tpot_ms']:.2f}"
-        floor = p.tpot_floor_at_sla_ms if p.tpot_floor_at_sla_ms is not None else p.tpot_floor_kv_batch_ms
-        return f"{floor:.2f} / -"
+def _tpot(p: Any) -> str:
+    """Floor / estimate TPOT at the batch the cell runs (the estimate's batch, else the floor's)."""
+    a = _at(p)
+    if a:
+        return f"{p.estimate['floor_tpot_at_batch_ms']:.2f} / {a['tpot_ms']:.2f}"
+    floor = p.tpot_floor_at_sla_ms if p.tpot_floor_at_sla_ms is not None else p.tpot_floor_kv_batch_ms
+    return f"{floor:.2f} / -"
 
-    def gpus(p: Any) -> str:
-        floor = str(p.fleet["total_gpus"]) if p.fleet else "-"
-        if p.fleet_estimate:
-            return f"{p.fleet_estimate['total_gpus']} (≥{floor})"
-        return f"- (≥{floor})" if p.fleet else "-"
 
-    if wide:
-        columns = ["cell", "weights/GPU", "KV budget", "KV/token", "max conc @max_seq", "@avg ctx"]
-        columns += ["TPOT b=1 ms floor / est", "batch", "TPOT ms floor / est", "prefill floor", "TTFT est"]
-        columns += ["tok/s/GPU est", "memory est", "GPUs est (≥floor)"]
-        for c in columns:
-            t.add_column(c)
-        for p in plans:
-            a = at(p)
-            b1 = f"{p.estimate['batch_1']['tpot_ms']:.2f}" if p.estimate else "-"
-            t.add_row(
+def _gpus(p: Any) -> str:
+    floor = str(p.fleet["total_gpus"]) if p.fleet else "-"
+    if p.fleet_estimate:
+        return f"{p.fleet_estimate['total_gpus']} (≥{floor})"
+    return f"- (≥{floor})" if p.fleet else "-"
+
+
+def _title(name: str, model: str, params: float) -> str:
+    return f"plan: {name} ({model}, {params / 1e9:.2f} B params)"
+
+
+def _wide(name: str, model: str, params: float, plans: list[Any]) -> None:
+    """Every memory term, batch 1 too: a table where the terminal is wide enough, else one record per cell
+    (render.print_table), every value whole."""
+    from toolchain.cli.render import fmt_bytes, print_table
+
+    columns = ["cell", "weights/GPU", "KV budget", "KV/token", "max conc @max_seq", "@avg ctx"]
+    columns += ["TPOT b=1 ms floor / est", "batch", "TPOT ms floor / est", "prefill floor", "TTFT est ms"]
+    columns += ["tok/s/GPU est", "memory est", "GPUs est (≥floor)"]
+    rows = []
+    for p in plans:
+        a = _at(p)
+        b1 = f"{p.estimate['batch_1']['tpot_ms']:.2f}" if p.estimate else "-"
+        rows.append(
+            [
                 p.cell_id,
                 fmt_bytes(p.weight_bytes_per_gpu),
                 fmt_bytes(p.kv_budget_bytes),
@@ -325,20 +332,28 @@ def _table(name: str, model: str, params: float, plans: list[Any], wide: bool) -
                 str(p.max_concurrency_at_max_seq),
                 str(p.max_concurrency_at_avg),
                 f"{p.tpot_floor_b1_ms:.2f} / {b1}",
-                batch(p),
-                tpot(p),
+                _batch(p),
+                _tpot(p),
                 f"{p.prefill_ms_avg_input:.1f} ms",
-                est(p, "ttft_ms", ".0f"),
-                est(p, "tok_s_per_gpu", ",.0f"),
+                _est(p, "ttft_ms", ".0f"),
+                _est(p, "tok_s_per_gpu", ",.0f"),
                 f"{a['memory_gb']:.1f} GB" if a else "-",
-                gpus(p),
-            )
-        return t
+                _gpus(p),
+            ]
+        )
+    print_table(_title(name, model, params), columns, rows)
+
+
+def _table(name: str, model: str, params: float, plans: list[Any]) -> Any:
+    """The plan table, fitting 80 columns: floor and estimate at the batch each cell runs."""
+    from rich.table import Table
+
+    t = Table(title=_title(name, model, params))
     t.add_column("cell", no_wrap=True)
     for c in ("batch", "TPOT ms\nfloor / est", "TTFT ms\nest", "GPUs\nest (≥floor)"):
         t.add_column(c, justify="right")
     for p in plans:
-        t.add_row(p.cell_id, batch(p), tpot(p), est(p, "ttft_ms", ".0f"), gpus(p))
+        t.add_row(p.cell_id, _batch(p), _tpot(p), _est(p, "ttft_ms", ".0f"), _gpus(p))
     return t
 
 

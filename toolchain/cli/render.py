@@ -64,10 +64,31 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         return sep + sep.join(f" {v.ljust(w)} " for v, w in zip(values, widths, strict=True)) + sep
 
     total = sum(widths) + 3 * len(widths) + 1
+    if sys.stdout.isatty() and total > max(out.width, 40):
+        sys.stdout.write("\n".join(_records(title, columns, rows, max(out.width, 40))) + "\n")
+        return
     parts = [title.center(total).rstrip(), line("┏", "━", "┳", "┓"), cells("┃", columns), line("┡", "━", "╇", "┩")]
     parts += [cells("│", row) for row in rows]
     parts.append(line("└", "─", "┴", "┘"))
     sys.stdout.write("\n".join(parts) + "\n")
+
+
+def _records(title: str, columns: list[str], rows: list[list[str]], width: int) -> list[str]:
+    """A table too wide for the terminal, one record per row: the first cell on its own line, then each other
+    column as "name value", packed onto indented lines no wider than ``width``; a value is never split."""
+    lines = [title]
+    for row in rows:
+        lines.append(row[0])
+        current = ""
+        for name, value in zip(columns[1:], row[1:], strict=True):
+            pair = f"{name} {value}" if value else f"{name} -"
+            if current and len(current) + 3 + len(pair) > width:
+                lines.append(current)
+                current = ""
+            current = f"{current} · {pair}" if current else f"  {pair}"
+        if current:
+            lines.append(current)
+    return lines
 
 
 def print_wrapped(text: str) -> None:
