@@ -201,7 +201,7 @@ def test_the_table_fits_80_columns(shipped_plans: list[SpecPlan]) -> None:
 
     for sp in shipped_plans:
         buf = io.StringIO()
-        Console(file=buf, width=80).print(_table(sp.spec.name, sp.arch.name, sp.arch.params, sp.plans, False))
+        Console(file=buf, width=80).print(_table(sp.spec.name, sp.arch.name, sp.arch.params, sp.plans))
         text = buf.getvalue()
         assert max(len(line) for line in text.splitlines()) <= 80, text
         for p in sp.plans:
