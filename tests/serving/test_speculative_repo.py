@@ -102,7 +102,7 @@ def test_plain_engine_of_a_speculative_mode_needs_its_decoding_mode() -> None:
 
 
 def test_predicted_build_config_lints_its_own_repository() -> None:
-    from toolchain.specs.speculative import draft_cell
+    from toolchain.specs.speculative_spec import draft_cell
     from toolchain.triton.speculative import predicted_build_config
 
     blocks: dict[str, Any]

@@ -14,7 +14,7 @@ from toolchain.specs.fields import field_table
 from toolchain.specs.loader import load_spec
 from toolchain.specs.matrix import expand
 from toolchain.specs.models import EngineSpec
-from toolchain.specs.speculative import draft_cell
+from toolchain.specs.speculative_spec import draft_cell
 
 CKPT = {"digest": "sha256:" + "0" * 64}
 # the 8B spec on the engine path: runtime fields then change the profile, never the engine key (on the

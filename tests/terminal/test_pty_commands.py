@@ -70,6 +70,11 @@ def test_up_on_a_terminal_exits_0_and_is_never_silent(up_run: PtyRun) -> None:
     assert re.search(r"engine key +[0-9a-f]{64}", text), text[-2000:]  # whole, to copy: never cut to "…"
     assert truncated_cells(text) == [], truncated_cells(text)
     assert "stopping tritonserver" in text  # the unload is narrated, not a silent wait
+    # the summary wraps at spaces at 80 columns (on main 11 lines were wider); only a path or key longer than a
+    # line may stand alone on one
+    summary = text.replace("\r", "").rsplit("toolchain up tiny", 1)[1].splitlines()
+    wide = [ln for ln in summary if len(ln) > 80 and len(ln.split()) > 1]
+    assert not wide, wide
 
 
 def _repo(home: Path) -> Path:

@@ -96,6 +96,9 @@ def print_wrapped(text: str) -> None:
     that the terminal never splits a figure ("0.8" | "0 GPUs"); unwrapped where stdout is not a terminal."""
     import textwrap
 
+    from toolchain import redact
+
+    text = redact.text(text)
     if not sys.stdout.isatty():
         sys.stdout.write(text + "\n")
         return

@@ -22,7 +22,7 @@ def up(
     """
 
     from toolchain.cli.bench_cmd import print_table
-    from toolchain.cli.render import Stages, err, out, print_json
+    from toolchain.cli.render import Stages, err, print_json, print_wrapped
     from toolchain.pipeline.up import run_up
     from toolchain.specs.gate import checked_spec
 
@@ -44,15 +44,14 @@ def up(
         return
     if res.bench:
         print_table(res.bench, served_by=False)  # the summary below says what served
-    # label: value lines, not a table: keys and paths are what a person copies, so a narrow terminal wraps them
-    # (soft_wrap: no newline is inserted) instead of cutting them to "…"
+    # label: value lines, not a table: keys and paths are what a person copies, so they are wrapped at spaces
+    # (print_wrapped: a path or key is never split, never cut to "…")
     rows = [("engine key", res.engine_key or "-"), ("profile id", res.profile_id or "-"), ("served by", res.served_by)]
     rows += [(f"stage: {k}", v) for k, v in res.stages.items()]
     rows += list(res.artifacts.items())
     width = max(len(k) for k, _ in rows)
-    out.print(f"toolchain up {res.spec} / {res.cell}", highlight=False, markup=False)
-    for k, v in rows:
-        out.print(f"  {k.ljust(width)}  {v}", soft_wrap=True, highlight=False, markup=False)
+    lines = [f"toolchain up {res.spec} / {res.cell}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)]
+    print_wrapped("\n".join(lines))
     for f in res.findings:
         err.print(
             f"diagnose [{f['severity']}] {f['rule']}: {f['evidence']} -> {f['action']}",

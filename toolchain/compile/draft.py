@@ -8,7 +8,7 @@ from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.store import ArtifactStore
 from toolchain.compile.engine import CellBuild, build_cell, plan_cell_build
 from toolchain.progress import Progress, silent
-from toolchain.specs.speculative import draft_cell
+from toolchain.specs.speculative_spec import draft_cell
 
 
 def draft_artifacts(art: CellArtifacts) -> CellArtifacts | None:

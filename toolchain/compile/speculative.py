@@ -4,7 +4,7 @@
   ``--lora_plugin``/``--lora_target_modules``/``--max_lora_rank`` for LoRA.
 - Conversion: Medusa and EAGLE heads are converted together with the base model by their own
   ``examples/{medusa,eagle}/convert_checkpoint.py``; draft-target converts (or quantizes) each model on its
-  own, and the draft is built as an engine of its own (``toolchain.specs.speculative.draft_cell``).
+  own, and the draft is built as an engine of its own (``toolchain.specs.speculative_spec.draft_cell``).
 - What the engine's ``build_config`` records after TensorRT-LLM's adjustments: ``max_seq_len`` grows by
   ``max_draft_len`` (EAGLE: also by its layer count), ``max_num_tokens`` is at least
   ``max_batch_size × (max_draft_len + 1)``.
@@ -19,7 +19,7 @@ from typing import Any
 
 from toolchain.errors import CheckpointError, CompatibilityError
 from toolchain.specs.matrix import Cell
-from toolchain.specs.speculative import engine_max_seq_len
+from toolchain.specs.speculative_spec import engine_max_seq_len
 
 HEAD_CONVERTERS = {
     "medusa": ("examples/medusa/convert_checkpoint.py", "--medusa_model_dir", "--num_medusa_heads"),

@@ -93,7 +93,7 @@ def _draft_engine(art: CellArtifacts, registry: str | None) -> str | None:
     if sd is None or sd.mode != "draft_target" or art.spec.runtime != "tensorrt":
         return None
     from toolchain.artifacts.cell import for_cell
-    from toolchain.specs.speculative import draft_cell
+    from toolchain.specs.speculative_spec import draft_cell
 
     key = for_cell(draft_cell(art.cell)).engine_key
     if key is None:

@@ -15,7 +15,7 @@ from toolchain.progress import Progress, silent
 from toolchain.quantize.run import QuantizeResult, quantize
 from toolchain.registry import open_registry
 from toolchain.specs.gate import checked_spec
-from toolchain.specs.speculative import draft_spec
+from toolchain.specs.speculative_spec import draft_spec
 
 
 @dataclass(frozen=True)

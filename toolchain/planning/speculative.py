@@ -182,7 +182,7 @@ def _draft_tpot_ms(cell: Cell, avg_context: int) -> float | None:
     from toolchain.planning import bytes as B
     from toolchain.planning.perf import tpot_floor_ms
     from toolchain.specs.arch import arch_for_spec
-    from toolchain.specs.speculative import draft_spec
+    from toolchain.specs.speculative_spec import draft_spec
 
     ds = draft_spec(cell.spec)
     try:

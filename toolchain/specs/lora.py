@@ -9,16 +9,12 @@ cache sized by the ``lora_cache_*`` parameters, so they are runtime fields.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from toolchain.specs.base import BUILD, RUNTIME, Problem, Strict
+from toolchain.specs.base import BUILD, RUNTIME, Strict
 from toolchain.specs.sources import check_hf_source
-
-if TYPE_CHECKING:
-    from toolchain.specs.models import EngineSpec
-
 
 # LoraManager.LORA_MODULE_IDS (tensorrt_llm/lora_manager.py, 1.x): name -> module id
 LoraModule = Literal[
@@ -126,30 +122,3 @@ class LoraServing(Strict):
         if len(set(v)) != len(v):
             raise ValueError("adapters must not repeat")
         return v
-
-
-def problems(spec: EngineSpec) -> list[Problem]:
-
-    lo = spec.lora
-    if lo is None:
-        return []
-    out: list[Problem] = []
-    if lo.max_rank > lo.cache.max_adapter_size:
-        out.append(
-            Problem(
-                None,
-                f"lora.max_rank {lo.max_rank} exceeds lora.cache.max_adapter_size {lo.cache.max_adapter_size}: a "
-                "cache page row holds at most max_adapter_size ranks of one module and layer",
-                f"set lora.cache.max_adapter_size to at least {lo.max_rank}",
-            )
-        )
-    if spec.runtime == "tensorrt" and lo.max_loras is not None:
-        out.append(
-            Problem(
-                None,
-                "lora.max_loras is an LLM-API (pytorch runtime) option; the Triton backend sizes its adapter "
-                "cache with lora.cache",
-                "remove lora.max_loras or use runtime: pytorch",
-            )
-        )
-    return out

@@ -143,10 +143,13 @@ def _paged_context_problems(spec: EngineSpec) -> list[Problem]:
 
 def check_spec(spec: EngineSpec) -> list[Problem]:
     """Rules that do not depend on a matrix cell."""
-    from toolchain.specs import cuda_graphs, dynamo, lora, speculative
+    from toolchain.specs import cuda_graphs, dynamo_spec, lora_spec, speculative_spec
 
     out: list[Problem] = (
-        speculative.problems(spec) + lora.problems(spec) + cuda_graphs.problems(spec) + dynamo.problems(spec)
+        speculative_spec.problems(spec)
+        + lora_spec.problems(spec)
+        + cuda_graphs.problems(spec)
+        + dynamo_spec.problems(spec)
     )
     s, b, q = spec.serving, spec.build, spec.quantization
     out += _release_problems(spec)
@@ -314,9 +317,9 @@ def _shape_problems(cell: Cell, arch: Any) -> list[Problem]:
 
 def check_cell(cell: Cell, arch: Any | None = None) -> list[Problem]:
     """Rules for one matrix cell; ``arch`` (a ModelArch) enables the shape rules."""
-    from toolchain.specs import cuda_graphs, speculative
+    from toolchain.specs import cuda_graphs, speculative_spec
 
-    out: list[Problem] = speculative.cell_problems(cell) + cuda_graphs.cell_problems(cell)
+    out: list[Problem] = speculative_spec.cell_problems(cell) + cuda_graphs.cell_problems(cell)
     weight_format = _weight_format_problem(cell)
     if weight_format is not None:
         out.append(weight_format)

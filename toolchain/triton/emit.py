@@ -28,7 +28,7 @@ from toolchain.specs.cuda_graphs import tensorrt_cache_size
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import Serving
 from toolchain.specs.slo import slo_targets
-from toolchain.specs.speculative import engine_max_seq_len
+from toolchain.specs.speculative_spec import engine_max_seq_len
 from toolchain.triton import speculative as SP
 from toolchain.triton import tensors as T
 

@@ -137,7 +137,7 @@ def _reference_draft(cell: Any) -> Path | None:
     sd = cell.spec.speculative
     if sd is None or sd.mode != "draft_target":
         return None
-    from toolchain.specs.speculative import draft_spec
+    from toolchain.specs.speculative_spec import draft_spec
 
     src = draft_spec(cell.spec).local_source()
     if src is None or not (src / "config.json").is_file():
