@@ -185,6 +185,7 @@ def test_bench_streams_through_the_frontend_and_prefill_and_decode_ran_on_differ
     pre_metrics, dec_metrics = pre["metrics"], dec["metrics"]
     before = (_served(pre_metrics, "prefill"), _served(dec_metrics, "backend"))
     result = _bench(cli, disagg, tmp_path / "run.json", "--concurrency", "2", "--requests", "6")
+    assert result["provenance"]["reference"] == disagg.info["stand_in"]  # the mocker named (on main: nothing)
     run = result["runs"][0]
     assert run["summary"]["completed"] == 6 and run["summary"]["errors"] == 0
     assert run["summary"]["ttft_ms"]["p50"] > 0 and run["summary"]["tpot_ms"]["p50"] > 0

@@ -188,11 +188,16 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
 
 
 def _stand_in(url: str) -> str | None:
-    """What the server says it is when it is the toolchain's stand-in (toolchain.bench.standin), else None; a server
-    that cannot be asked is left to the load generator's own check, which names the problem."""
+    """What serves at ``url`` when it is a stand-in, else None: the toolchain's stand-in says so in a header
+    (toolchain.bench.standin); `dynamo up` records the mocker (toolchain.artifacts.standins). A server that cannot
+    be asked is left to the load generator's own check, which names the problem."""
     from toolchain import http
+    from toolchain.artifacts import standins
     from toolchain.bench.standin import HEADER
 
+    recorded = standins.lookup(url)  # a stand-in behind a server that cannot say so (the Dynamo mocker)
+    if recorded:
+        return recorded
     resp = http.probe("GET", url.rstrip("/") + "/v1/models", timeout=5)
     value = resp.headers.get(HEADER) if resp is not None else None
     return str(value) if value else None

@@ -238,6 +238,7 @@ def up(
     import sys
     import threading
 
+    from toolchain.artifacts import standins
     from toolchain.cli.render import Stages, err
     from toolchain.dynamo.local import STAND_IN, LocalDeployment, serve_until
     from toolchain.dynamo.pipeline import up as up_pipeline
@@ -258,7 +259,9 @@ def up(
     stages.settle()  # the model is registered: nothing redraws after the ready line
     assert isinstance(started, LocalDeployment)
     dep = started
+    recorded = contextlib.ExitStack()  # while it serves, a bench of its address names the mocker (artifacts.standins)
     try:
+        recorded.enter_context(standins.serving(dep.url, STAND_IN))
         signal.signal(signal.SIGTERM, lambda *a: stop.set())
         info = dep.describe()
         if json_out:
@@ -283,6 +286,7 @@ def up(
         with contextlib.suppress(KeyboardInterrupt):
             serve_until(dep, stop.is_set)
     finally:
+        recorded.close()
         dep.stop()
     err.print("stopped")
 
