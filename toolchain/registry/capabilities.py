@@ -40,6 +40,20 @@ class StoresSignatures(Protocol):
         """Add a signature of ``subject``, keeping the other signers' ones."""
         ...
 
+    def drop_signatures(self, subject: str) -> None:
+        """Remove every signature of ``subject`` (a manifest the entry no longer is: ``push --force``)."""
+        ...
+
+
+@runtime_checkable
+class ChecksRecords(Protocol):
+    """A store whose entry manifests are checked against the toolchain's record kept beside them (OCI: the
+    manifest's config blob). An entry pushed before records has none: it is refused unless ``allow_legacy``,
+    and each key served without a record is added to ``legacy_served``."""
+
+    allow_legacy: bool
+    legacy_served: set[str]
+
 
 class SignedRegistry(Protocol):
     """What signing and verifying need of a registry (``toolchain.registry.store.Registry`` is one)."""
