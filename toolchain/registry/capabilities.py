@@ -8,6 +8,7 @@ package can all depend on it without an import circle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -43,6 +44,14 @@ class StoresSignatures(Protocol):
     def drop_signatures(self, subject: str) -> None:
         """Remove every signature of ``subject`` (a manifest the entry no longer is: ``push --force``)."""
         ...
+
+
+@runtime_checkable
+class ReportsWaits(Protocol):
+    """A store that says what it waits on while a request has had no answer for a while (OCI): ``waiting``,
+    when set, is called with one short line (``waiting on HOST: GET blob (4 s)``) every few seconds."""
+
+    waiting: Callable[[str], None] | None
 
 
 @runtime_checkable

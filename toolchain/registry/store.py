@@ -36,7 +36,7 @@ from toolchain.errors import (
 )
 from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend
-from toolchain.registry.capabilities import ChecksRecords, ResolvesManifestDigests
+from toolchain.registry.capabilities import ChecksRecords, ReportsWaits, ResolvesManifestDigests
 from toolchain.registry.connect import open_backend
 from toolchain.registry.manifest import (
     KEY_RE,
@@ -114,7 +114,19 @@ class Registry:
             backend.allow_legacy = allow_legacy
         layout = cache()
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
-        self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
+        self._progress: Progress = silent
+
+    @property
+    def progress(self) -> Progress:
+        """Transfer progress (bytes moved of the entry's total), and what a store that reports its waits
+        (``ReportsWaits``: OCI) is waiting on."""
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: Progress) -> None:
+        self._progress = value
+        if isinstance(self.backend, ReportsWaits):
+            self.backend.waiting = None if value is silent else (lambda line: value(line))
 
     @contextlib.contextmanager
     def _metered(self, stage: str, total: int) -> Iterator[Callable[[int], None]]:
