@@ -78,6 +78,7 @@ class Backoff:
     cap: float = 8.0
     jitter: float = 0.5
     max_wait: float = 30.0
+    retry_stalls: bool = True  # False: a read or write that timed out ends the tries (the peer stopped answering)
 
     def delay(
         self, failures: int, retry_after: str | None = None, *, rand: Callable[[], float] = random.random
@@ -129,13 +130,19 @@ def timeouts() -> tuple[float, float]:
 
 
 def client(
-    *, headers: Mapping[str, str] | None = None, follow_redirects: bool = True, transport: Any = None
+    *,
+    headers: Mapping[str, str] | None = None,
+    follow_redirects: bool = True,
+    transport: Any = None,
+    read: float | None = None,
 ) -> httpx.Client:
-    """An httpx client with the configured deadlines. Redirects are followed (registries send blobs to storage);
-    httpx drops ``Authorization`` when a redirect leaves the origin."""
+    """An httpx client with the configured deadlines (``read``: a shorter read deadline of the caller's). Redirects
+    are followed (registries send blobs to storage); httpx drops ``Authorization`` when a redirect leaves the
+    origin."""
     import httpx  # a core dependency, imported when first needed so `toolchain --help` stays light
 
-    connect, read = timeouts()
+    connect, configured = timeouts()
+    read = configured if read is None else read
     return httpx.Client(
         timeout=httpx.Timeout(read, connect=connect),
         follow_redirects=follow_redirects,
@@ -208,6 +215,7 @@ def send(
             failures += 1
             # a URL this client cannot speak or a request it could not form fails the same way every time
             hopeless = isinstance(e, (httpx.UnsupportedProtocol, httpx.LocalProtocolError))
+            hopeless = hopeless or (not policy.retry_stalls and isinstance(e, (httpx.ReadTimeout, httpx.WriteTimeout)))
             again = not hopeless and (safe or _unsent(e)) and policy.allows(failures)
             _log_try(req, f"{type(e).__name__}", t0, failures, again)
             if not again:

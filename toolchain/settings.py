@@ -23,7 +23,10 @@ variable                       default                  meaning
                                                         giving up
 ``TOOLCHAIN_HTTP_READ_TIMEOUT``     ``30``          seconds a registry (``oci://``, ``s3://``, ``hf://``) may send
                                                         nothing before the request counts as stalled (retried,
-                                                        then one-line error)
+                                                        then one-line error; ``oci://``: see the next line)
+``TOOLCHAIN_OCI_STALL_TIMEOUT``     ``20``          seconds an ``oci://`` registry may send nothing (at most the
+                                                        read timeout) before the command ends with ``registry HOST
+                                                        stopped answering``: a stall is not retried
 ``TOOLCHAIN_SIGNING_KEY``      (none)                   private key ``cache push`` signs entries with (``--sign``)
 ``TOOLCHAIN_SIGNING_PASSWORD`` ``$COSIGN_PASSWORD``     password of an encrypted signing key (never printed)
 ``TOOLCHAIN_VERIFY_KEY``       (none)                   public key pulls require a valid signature of (``--public-key``)
@@ -71,6 +74,9 @@ AWS_ENDPOINT = Setting("AWS_ENDPOINT_URL", None, "fallback S3 endpoint (the AWS 
 OCI_PLAIN_HTTP = Setting("TOOLCHAIN_OCI_PLAIN_HTTP", None, "1: plain HTTP to oci:// registries (else HTTPS)")
 OCI_USERNAME = Setting("TOOLCHAIN_OCI_USERNAME", None, "user name for oci:// registries (else the Docker config)")
 OCI_PASSWORD = Setting("TOOLCHAIN_OCI_PASSWORD", None, "password or token for oci:// registries (never printed)")
+OCI_STALL_TIMEOUT = Setting(
+    "TOOLCHAIN_OCI_STALL_TIMEOUT", "20", "seconds an oci:// registry may send nothing before it is named stopped"
+)
 DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of config.json (read, not set, here)")
 HTTP_CONNECT_TIMEOUT = Setting("TOOLCHAIN_HTTP_CONNECT_TIMEOUT", "5", "seconds to connect to a registry")
 HTTP_READ_TIMEOUT = Setting("TOOLCHAIN_HTTP_READ_TIMEOUT", "30", "seconds a registry may send nothing (stalled)")
@@ -98,6 +104,7 @@ ALL: tuple[Setting, ...] = (
     DOCKER_CONFIG,
     HTTP_CONNECT_TIMEOUT,
     HTTP_READ_TIMEOUT,
+    OCI_STALL_TIMEOUT,
     SIGNING_KEY,
     SIGNING_PASSWORD,
     COSIGN_PASSWORD,
@@ -143,6 +150,11 @@ def _seconds(s: Setting) -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"{s.name}={raw!r} is not a positive number of seconds")
     return value
+
+
+def oci_stall_timeout() -> float:
+    """Seconds an oci:// registry may send nothing, once, before the command ends; ValueError names a bad value."""
+    return _seconds(OCI_STALL_TIMEOUT)
 
 
 def http_timeouts() -> tuple[float, float]:

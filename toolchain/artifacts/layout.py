@@ -68,6 +68,11 @@ class CacheLayout:
         return self.root / "statcache-blake3.json"
 
     @property
+    def signatures_seen(self) -> Path:
+        """The newest signature sequence seen per registry and entry key (``toolchain.registry.freshness``)."""
+        return self.root / "trust" / "seen.json"
+
+    @property
     def verified_blobs(self) -> Path:
         """Registry blobs already verified, by (path, size, mtime, inode)."""
         return self.root / "verified-blobs.json"

@@ -22,6 +22,13 @@ SignOpt = Annotated[
         "COSIGN_PASSWORD) or a PEM P-256 key [env TOOLCHAIN_SIGNING_KEY]",
     ),
 ]
+AllowLegacyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-legacy",
+        help="Trust an oci:// entry pushed before records on its content annotation alone (re-push it instead)",
+    ),
+]
 PublicKeyOpt = Annotated[
     Path | None,
     typer.Option(
@@ -91,25 +98,38 @@ def pull(
         ),
     ] = False,
     public_key: PublicKeyOpt = None,
+    digest: Annotated[
+        str | None,
+        typer.Option(
+            "--digest",
+            help="Refuse the entry unless its signed digest (oci://: manifest digest) is this sha256:HEX",
+        ),
+    ] = None,
+    allow_legacy: AllowLegacyOpt = False,
 ) -> None:
     """Restore an entry into DEST, hashing every restored file against its digest.
 
     A local registry gives independent copies (reflinks where the file system has them) unless --link.
     With --public-key (or TOOLCHAIN_VERIFY_KEY) the entry must carry a valid signature of that key: an
-    unsigned entry, another key or a signature of another digest exits 6 and nothing is written.
+    unsigned entry, another key, a signature of another digest, or a signature older than the newest this
+    machine has seen for the key (a rollback) exits 6 and nothing is written. --digest pins one manifest.
 
     Examples:
       toolchain cache pull 3f2a9c1d ./engine
       toolchain cache pull 3f2a9c1d ./engine --require-signature --public-key cosign.pub
     """
     from toolchain.cli.render import Stages, err, plural
+    from toolchain.errors import UserInputError
     from toolchain.registry import open_registry
     from toolchain.registry.signing import verifier_for
+    from toolchain.registry.store import digest_hex
 
+    if digest is not None and digest_hex(digest) == digest:
+        raise UserInputError(f"--digest {digest[:80]!r} is not a digest", "give sha256: and 64 hex digits")
     verifier = verifier_for(public_key, require=require_signature)
-    r = open_registry(registry, must_exist=True)
+    r = open_registry(registry, must_exist=True, allow_legacy=allow_legacy)
     stages = r.progress = Stages()
-    m = r.get(ref, dest, force=force, link=link, verifier=verifier)
+    m = r.get(ref, dest, force=force, link=link, verifier=verifier, pin=digest and digest.removeprefix("@"))
     stages.close()
     signed = f", signature verified with {verifier.path}" if verifier is not None else ""
     err.print(
@@ -117,6 +137,10 @@ def pull(
         highlight=False,
         markup=False,
     )
+    if r.served_legacy(m.key):
+        err.print("note: legacy entry, no record: trusted on its content annotation only", highlight=False)
+    if verifier is None:
+        err.print("note: no signature checked (--public-key PUB requires one)", highlight=False)
 
 
 @app.command(short_help="Store a directory as one entry (--sign signs it).")
@@ -209,9 +233,11 @@ def verify(
     repair: Annotated[bool, typer.Option("--repair", help="Remove corrupt entries and blobs")] = False,
     public_key: PublicKeyOpt = None,
     json_out: JsonOpt = False,
+    allow_legacy: AllowLegacyOpt = False,
 ) -> None:
-    """Re-hash every blob of every entry; exit 1 when any entry is corrupt (unless repaired). With
-    --public-key every entry must also carry a valid signature of that key: exit 6 when one does not.
+    """Re-hash every blob of every entry; exit 1 when any entry is corrupt (unless repaired): a blob that
+    does not match, or (oci://) a manifest that lacks or contradicts its record. With --public-key every
+    entry must also carry a valid signature of that key: exit 6 when one does not.
 
     Examples: toolchain cache verify --public-key cosign.pub --registry oci://registry.example.com/llm/engines
     """
@@ -221,7 +247,7 @@ def verify(
     from toolchain.registry.signing import verifier_for, verify_signatures
 
     verifier = verifier_for(public_key, require=False)
-    r = open_registry(registry, must_exist=True)
+    r = open_registry(registry, must_exist=True, allow_legacy=allow_legacy)
     rep = r.verify(repair=repair)
     unsigned = verify_signatures(r, verifier) if verifier is not None else {}
     if json_out:

@@ -8,6 +8,7 @@ package can all depend on it without an import circle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -39,6 +40,28 @@ class StoresSignatures(Protocol):
     def write_signature(self, subject: str, payload: bytes, sig: str) -> None:
         """Add a signature of ``subject``, keeping the other signers' ones."""
         ...
+
+    def drop_signatures(self, subject: str) -> None:
+        """Remove every signature of ``subject`` (a manifest the entry no longer is: ``push --force``)."""
+        ...
+
+
+@runtime_checkable
+class ReportsWaits(Protocol):
+    """A store that says what it waits on while a request has had no answer for a while (OCI): ``waiting``,
+    when set, is called with one short line (``waiting on HOST: GET blob (4 s)``) every few seconds."""
+
+    waiting: Callable[[str], None] | None
+
+
+@runtime_checkable
+class ChecksRecords(Protocol):
+    """A store whose entry manifests are checked against the toolchain's record kept beside them (OCI: the
+    manifest's config blob). An entry pushed before records has none: it is refused unless ``allow_legacy``,
+    and each key served without a record is added to ``legacy_served``."""
+
+    allow_legacy: bool
+    legacy_served: set[str]
 
 
 class SignedRegistry(Protocol):

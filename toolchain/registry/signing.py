@@ -52,6 +52,9 @@ COSIGN_TYPE = "cosign container image signature"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 CLAIM_KEY = "dev.toolchain.key"
 CLAIM_RECORD = "dev.toolchain.record"
+CLAIM_SIGNER = "dev.toolchain.signer"  # sha256 of the signer's public key (DER SubjectPublicKeyInfo)
+CLAIM_SEQUENCE = "dev.toolchain.sequence"  # grows with every signature of a key: milliseconds since 1970, or more
+CLAIM_SIGNED = "dev.toolchain.signed"  # when, UTC (ISO 8601): for people; the sequence is what is compared
 PEM_TYPES_COSIGN = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
 # go-securesystemslib encrypted: the scrypt parameters it accepts (Legacy, Standard, OWASP); Standard for new keys
 SCRYPT_PARAMS = ((32768, 8, 1), (65536, 8, 1), (131072, 8, 1))
@@ -426,15 +429,35 @@ def verifier_for(path: Path | str | None, *, require: bool) -> Verifier | None:
 # --- payloads ----------------------------------------------------------------------------------------
 
 
-def payload(subject: str, reference: str, key: str, record: str) -> bytes:
-    """cosign's simple-signing payload naming ``subject`` (``critical.image.docker-manifest-digest``)."""
+def fingerprint(key: EllipticCurvePublicKey) -> str:
+    """``sha256:`` of a public key's DER SubjectPublicKeyInfo: how a payload names its signer."""
+    from cryptography.hazmat.primitives import serialization
+
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def payload(
+    subject: str, reference: str, key: str, record: str, *, signer: str = "", sequence: int | None = None
+) -> bytes:
+    """cosign's simple-signing payload naming ``subject`` (``critical.image.docker-manifest-digest``); its
+    optional claims name the entry, its record, the signer's key and the signature's sequence."""
+    optional: dict[str, str] = {CLAIM_KEY: key, CLAIM_RECORD: record}
+    if signer:
+        optional[CLAIM_SIGNER] = signer
+    if sequence is not None:
+        import datetime
+
+        optional[CLAIM_SEQUENCE] = str(sequence)
+        when = datetime.datetime.fromtimestamp(sequence / 1000, datetime.timezone.utc)
+        optional[CLAIM_SIGNED] = when.isoformat(timespec="seconds")
     doc = {
         "critical": {
             "identity": {"docker-reference": reference},
             "image": {"docker-manifest-digest": subject},
             "type": COSIGN_TYPE,
         },
-        "optional": {CLAIM_KEY: key, CLAIM_RECORD: record},
+        "optional": optional,
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -544,36 +567,125 @@ def _write_signature(
 
 
 def sign_entry(reg: SignedRegistry, ref: str, signer: Signer) -> str:
-    """Sign the entry as the registry holds it now; returns the digest the signature names."""
+    """Sign the entry as the registry holds it now; returns the digest the signature names. The signature's
+    sequence is above every one this machine has seen for the key, and is remembered (``freshness``)."""
+    import time
+
+    from toolchain.registry import freshness
+
     key = reg.resolve(ref)
     raw, subject = _subject(reg, key)
     parse_manifest(raw, f"{reg.url}/manifests/{key}.json")  # never sign a record that would be refused
     record = "sha256:" + hashlib.sha256(raw).hexdigest()
-    data = payload(subject, _reference(reg), key, record)
     mine = Verifier(signer.key.public_key(), signer.path)
+    me = fingerprint(mine.key)
     try:
         existing = _read_signatures(reg, key, subject)
     except SignatureError:
         existing = []  # an unreadable signature file is replaced
-    if any(d == data and _verifies(mine, d, s) for d, s in existing):
-        return subject  # already signed by this key: signing again would only add a copy
+    ours = [d for d, s in existing if _verifies(mine, d, s) and _named(d)[0] == subject]
+    if ours:  # already signed by this key: signing again would only add a copy
+        freshness.record(reg.url, key, me, max(_sequence(_named(d)[1]) for d in ours), subject)
+        return subject
+    last = freshness.seen(reg.url, key, me)
+    sequence = max(time.time_ns() // 1_000_000, last.sequence + 1 if last else 0)
+    data = payload(subject, _reference(reg), key, record, signer=me, sequence=sequence)
     others = [(d, s) for d, s in existing if not _verifies(mine, d, s)]  # other signers' are kept
     _write_signature(reg, key, subject, data, sign_payload(signer, data), others)
+    freshness.record(reg.url, key, me, sequence, subject)
     return subject
 
 
-def verified_entry(reg: SignedRegistry, ref: str, verifier: Verifier) -> EntryManifest:
-    """The entry's record, parsed from the very bytes whose signature was checked; SignatureError (exit 6)
-    when it is unsigned, signed with another key, or its signature names another digest."""
+def _sequence(claims: dict[str, Any]) -> int:
+    """A payload's sequence claim; 0 for a signature made before sequences (or an unreadable claim)."""
+    try:
+        return max(0, int(str(claims.get(CLAIM_SEQUENCE, 0))))
+    except ValueError:
+        return 0
+
+
+def current_subject(reg: SignedRegistry, key: str) -> str | None:
+    """The digest a signature of the entry would name now; None when there is no such entry, or it is refused."""
+    from toolchain.errors import RegistryError
+
+    try:
+        return _subject(reg, key)[1]
+    except (RegistryError, FileNotFoundError):
+        return None
+
+
+def retire_signatures(reg: SignedRegistry, key: str, subject: str) -> None:
+    """Remove every signature of ``subject``, a manifest entry ``key`` no longer is (``push --force``), so a tag
+    re-pointed at it finds no signature."""
+    if isinstance(reg.backend, StoresSignatures):
+        reg.backend.drop_signatures(subject)
+        return
+    try:
+        existing = _read_signatures(reg, key, subject)
+    except SignatureError:
+        return
+    keep = [(d, s) for d, s in existing if _named(d)[0] != subject]
+    if len(keep) == len(existing):
+        return
+    if not keep:
+        reg.backend.delete(signature_path(key))
+        return
+    doc = {
+        "signatures": [
+            {"mediaType": SIMPLE_SIGNING_MT, "payload": base64.b64encode(d).decode(), "signature": s} for d, s in keep
+        ]
+    }
+    reg.backend.write_bytes(signature_path(key), json.dumps(doc, indent=2).encode())
+
+
+def _check_pin(pin: str | None, subject: str, where: str) -> None:
+    if pin is not None and pin != subject:
+        raise SignatureError(
+            f"{where} is {subject[:23]}..., not the pinned {pin[:23]}... (--digest)",
+            "pull the digest you trust, or drop --digest if the entry was replaced on purpose",
+        )
+
+
+def pinned_entry(reg: SignedRegistry, ref: str, pin: str) -> EntryManifest:
+    """The entry's record, parsed from the very bytes whose digest (the subject a signature would name) is
+    ``pin``; SignatureError (exit 6) when the registry serves anything else."""
     key = reg.resolve(ref)
     raw, subject = _subject(reg, key)
-    where = f"entry {key[:16]} in {reg.url}"
+    _check_pin(pin, subject, f"entry {key[:16]} in {reg.url}")
+    return _parsed(reg, key, raw)
+
+
+def _parsed(reg: SignedRegistry, key: str, raw: bytes) -> EntryManifest:
     m = parse_manifest(raw, f"{reg.url}/manifests/{key}.json")
     if m.key != key:
         from toolchain.errors import ManifestError
 
         raise ManifestError(f"manifest {key} names key {m.key}")
-    check_signatures(_read_signatures(reg, key, subject), subject, key, verifier, where, registry=reg.url)
+    return m
+
+
+def verified_entry(reg: SignedRegistry, ref: str, verifier: Verifier, *, pin: str | None = None) -> EntryManifest:
+    """The entry's record, parsed from the very bytes whose signature was checked; SignatureError (exit 6)
+    when it is unsigned, signed with another key, its signature names another digest, it is older than the
+    newest signature this machine has seen for the key (a rollback), or it is not ``pin``."""
+    from toolchain.registry import freshness
+
+    key = reg.resolve(ref)
+    raw, subject = _subject(reg, key)
+    where = f"entry {key[:16]} in {reg.url}"
+    m = _parsed(reg, key, raw)
+    _check_pin(pin, subject, where)
+    claims = check_signatures(_read_signatures(reg, key, subject), subject, key, verifier, where, registry=reg.url)
+    sequence = _sequence(claims)
+    signer = fingerprint(verifier.key)
+    last = freshness.seen(reg.url, key, signer)
+    if last is not None and (sequence < last.sequence or (sequence == last.sequence and subject != last.subject)):
+        raise SignatureError(
+            f"{where} is signed at sequence {sequence}, older than {last.sequence} ({last.subject[:19]}...) "
+            "seen here before: a rollback",
+            f"do not use it; ask the signer, or pin what you trust with --digest {last.subject[:19]}...",
+        )
+    freshness.record(reg.url, key, signer, sequence, subject)
     return m
 
 
@@ -590,7 +702,9 @@ def check_signatures(
     where: str,
     *,
     registry: str | None = None,
-) -> None:
+) -> dict[str, Any]:
+    """The optional claims of the newest signature of ``subject`` that verifies with ``verifier``;
+    SignatureError (exit 6) when none does."""
     if not sigs:
         raise SignatureError(
             f"{where} carries no signature of {subject[:23]} (it is unsigned, or it changed after it was "
@@ -598,13 +712,18 @@ def check_signatures(
             f"sign it (`{sign_command(key, registry)}`), or pull an entry that is signed",
         )
     others: list[str] = []
+    good: list[dict[str, Any]] = []
+    signer = fingerprint(verifier.key)
     for data, sig in sigs:
         if not _verifies(verifier, data, sig):
             continue
         named, claims = _named(data)
-        if named == subject and claims.get(CLAIM_KEY, key) == key:
-            return
+        if named == subject and claims.get(CLAIM_KEY, key) == key and claims.get(CLAIM_SIGNER, signer) == signer:
+            good.append(claims)
+            continue
         others.append(str(named or "no digest"))
+    if good:
+        return max(good, key=_sequence)
     if others:
         raise SignatureError(
             f"the signature of {where} is of {others[0][:23]}, not of the entry's {subject[:23]}: it was copied "

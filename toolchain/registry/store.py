@@ -36,7 +36,7 @@ from toolchain.errors import (
 )
 from toolchain.progress import Progress, silent
 from toolchain.registry.backends import Backend
-from toolchain.registry.capabilities import ResolvesManifestDigests
+from toolchain.registry.capabilities import ChecksRecords, ReportsWaits, ResolvesManifestDigests
 from toolchain.registry.connect import open_backend
 from toolchain.registry.manifest import (
     KEY_RE,
@@ -105,12 +105,28 @@ class VerifyReport:
 
 
 class Registry:
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, *, allow_legacy: bool = False) -> None:
+        """``allow_legacy``: serve an entry whose store keeps records (OCI) but which has none, pushed before
+        records, on its content annotation alone (docs/signing.md "Trust policy")."""
         self.backend = backend
         self.url = backend.url
+        if isinstance(backend, ChecksRecords):
+            backend.allow_legacy = allow_legacy
         layout = cache()
         self._src_cache = StatCache(layout.statcache_blake3, "blake3")
-        self.progress: Progress = silent  # transfer progress: bytes moved of the entry's total
+        self._progress: Progress = silent
+
+    @property
+    def progress(self) -> Progress:
+        """Transfer progress (bytes moved of the entry's total), and what a store that reports its waits
+        (``ReportsWaits``: OCI) is waiting on."""
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: Progress) -> None:
+        self._progress = value
+        if isinstance(self.backend, ReportsWaits):
+            self.backend.waiting = None if value is silent else (lambda line: value(line))
 
     @contextlib.contextmanager
     def _metered(self, stage: str, total: int) -> Iterator[Callable[[int], None]]:
@@ -164,6 +180,10 @@ class Registry:
 
     def exists(self, key: str) -> bool:
         return self.backend.exists(manifest_path(key))
+
+    def served_legacy(self, key: str) -> bool:
+        """Whether entry ``key`` was served without a record, on its content annotation alone (--allow-legacy)."""
+        return isinstance(self.backend, ChecksRecords) and key in self.backend.legacy_served
 
     def existing(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` the registry holds. Many keys: one listing of ``manifests/`` (a directory
@@ -259,11 +279,15 @@ class Registry:
         ``signer`` (else the key TOOLCHAIN_SIGNING_KEY names, loaded before anything is stored): the entry is
         signed as stored (``toolchain.registry.signing``).
         """
-        from toolchain.registry.signing import sign_entry, signer_for
+        from toolchain.registry.signing import current_subject, retire_signatures, sign_entry, signer_for
 
         signer = signer or signer_for(None)
+        # the manifest a --force push replaces: its signatures are retired, so it cannot be rolled back to
+        old = current_subject(self, key) if force and key is not None else None
         with self.backend.lock(exclusive=False):
             m = self._put(key, src, kind=kind, provenance=provenance, force=force)
+        if old is not None and current_subject(self, m.key) != old:
+            retire_signatures(self, m.key, old)
         if signer is not None:
             sign_entry(self, m.key, signer)
         return m
@@ -355,16 +379,24 @@ class Registry:
     # --- get ----------------------------------------------------------------------------------
 
     def get(
-        self, ref: str, dest: Path, *, force: bool = False, link: bool = False, verifier: Verifier | None = None
+        self,
+        ref: str,
+        dest: Path,
+        *,
+        force: bool = False,
+        link: bool = False,
+        verifier: Verifier | None = None,
+        pin: str | None = None,
     ) -> EntryManifest:
         """Restore an entry into ``dest`` (must not exist unless ``force``), hashing every restored file.
 
         Local registries give independent copies (reflinks where the file system has them); ``link``
         hardlinks the read-only blobs instead (files with the executable bit are still copied).
         ``verifier``: the entry's signature must verify with that public key, checked before anything is
-        written (``toolchain.registry.signing``).
+        written (``toolchain.registry.signing``), and a signed manifest older than the newest this machine has
+        seen for the key is refused. ``pin``: the digest the entry's signed subject must have (``sha256:<hex>``).
         """
-        m = self._signed_or_shown(ref, verifier)
+        m = self._signed_or_shown(ref, verifier, pin)
         dest = Path(dest).resolve()
         if dest.exists() and not force:
             if dest.is_dir() and not any(dest.iterdir()):
@@ -403,15 +435,18 @@ class Registry:
                     moved(f.size)
         return m
 
-    def _signed_or_shown(self, ref: str, verifier: Verifier | None) -> EntryManifest:
+    def _signed_or_shown(self, ref: str, verifier: Verifier | None, pin: str | None = None) -> EntryManifest:
         """The entry to restore; with a verifier (else the key TOOLCHAIN_VERIFY_KEY names: then every restore
-        requires a signature) only from the record whose signature verifies."""
-        from toolchain.registry.signing import verified_entry, verifier_for
+        requires a signature) only from the record whose signature verifies; with ``pin`` only from the
+        manifest of that digest."""
+        from toolchain.registry.signing import pinned_entry, verified_entry, verifier_for
 
         verifier = verifier or verifier_for(None, require=False)
-        if verifier is None:
-            return self.show(ref)
-        return verified_entry(self, ref, verifier)
+        if verifier is not None:
+            return verified_entry(self, ref, verifier, pin=pin)
+        if pin is not None:
+            return pinned_entry(self, ref, pin)
+        return self.show(ref)
 
     # --- verify and gc ------------------------------------------------------------------------
 
@@ -535,10 +570,11 @@ def _source_files(src: Path) -> list[tuple[str, Path, os.stat_result]]:
     return found
 
 
-def open_registry(url: str | None, *, must_exist: bool = False) -> Registry:
+def open_registry(url: str | None, *, must_exist: bool = False, allow_legacy: bool = False) -> Registry:
     """The registry at ``url`` (the default local one when None); ``must_exist`` refuses a named local path
-    that is not there instead of creating an empty registry (for commands that only read or tidy)."""
-    return Registry(open_backend(url, must_exist=must_exist))
+    that is not there instead of creating an empty registry (for commands that only read or tidy);
+    ``allow_legacy``: see :class:`Registry`."""
+    return Registry(open_backend(url, must_exist=must_exist), allow_legacy=allow_legacy)
 
 
 def _printable(text: str) -> str:

@@ -34,7 +34,6 @@ from toolchain.registry.oci.mapping import (
     EMPTY_DIGEST,
     OCI_TAG_RE,
     entry_to_oci,
-    oci_to_entry,
 )
 from toolchain.registry.oci.signatures import Signatures
 
@@ -58,6 +57,7 @@ class OCIBackend(Signatures, Backend):
         super().__init__(host, repo, client=client)
         self._unlisted: list[tuple[str, str]] = []  # what the last listing of manifests/ could not read
         self._config_pushed = False
+        self.legacy_served: set[str] = set()  # the ChecksRecords capability (toolchain/registry/capabilities.py)
 
     # --- the Backend interface -----------------------------------------------------------------
 
@@ -94,12 +94,10 @@ class OCIBackend(Signatures, Backend):
             return bytes(resp.content)
         kind, name = self._split(path)
         if kind == "manifest" and KEY_RE.fullmatch(name):
-            got = self._entry_ref(name)
-            if got is None:
+            trusted = self._entry_record(name)
+            if trusted is None:
                 raise FileNotFoundError(path)
-            where = f"{self.url}:{name[:16]}"
-            entry = oci_to_entry(got[0], name, where)
-            return self._trusted(got[0], entry, where)
+            return trusted[0]
         if kind == "tag" and TAG_RE.fullmatch(name) and not KEY_RE.fullmatch(name):
             got = self._get_manifest(name)
             if got is None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from toolchain.errors import CorruptArtifactError, RegistryUnavailableError
 from toolchain.registry.oci import transport
-from toolchain.registry.oci.transport import RETRY_STATUS, Broken, Transport, oci_error
+from toolchain.registry.oci.transport import RETRY_STATUS, Broken, Transport, oci_error, stalled
 
 CHUNK = 64 * 2**20  # bytes per PATCH of a chunked upload (raised to the registry's OCI-Chunk-Min-Length)
 SMALL = 16 * 2**20  # files up to this size are read into memory, hashed, HEADed and sent in one request
@@ -314,15 +314,17 @@ class Blobs(Transport):
                         # raw bytes unless the response is content-encoded (the blob is what is hashed);
                         # httpx's re-chunking of iter_bytes costs ~2x the time on large blobs
                         chunks = resp.iter_bytes() if resp.headers.get("Content-Encoding") else resp.iter_raw()
-                        for b in chunks:
-                            out.write(b)
-                            h.update(b)
-                            written += len(b)
-                            if self.meter is not None:
-                                self.meter(len(b))
+                        with self.waiting_on(f"GET blob {digest[7:19]}") as came:
+                            for b in chunks:
+                                came()
+                                out.write(b)
+                                h.update(b)
+                                written += len(b)
+                                if self.meter is not None:
+                                    self.meter(len(b))
                         return "sha256:" + h.hexdigest()
                     except stream_errors() as e:
-                        if not tries.left():
+                        if stalled(e) or not tries.left():  # a stall is named at once, never resumed
                             raise self._unreachable(e) from e
                     finally:
                         resp.close()

@@ -24,6 +24,7 @@ from toolchain.registry.oci.mapping import (
     MAX_MANIFEST,
     RECORD_MT,
     content_of,
+    oci_to_entry,
 )
 from toolchain.registry.oci.transport import oci_error
 
@@ -99,6 +100,15 @@ class Manifests(Blobs):
             self._check_api()
         return got
 
+    def _entry_record(self, key: str) -> tuple[bytes, str] | None:
+        """(the trusted entry JSON, the manifest's digest) of entry ``key``, None when there is none."""
+        got = self._entry_ref(key)
+        if got is None:
+            return None
+        where = f"{self.url}:{key[:16]}"
+        by_key = got[1] != f"sha256:{key}"  # found by the key's tag, not by its own manifest digest
+        return self._trusted(got[0], oci_to_entry(got[0], key, where), where, got[1], by_key), got[1]
+
     def key_of_manifest_digest(self, hexd: str) -> str | None:
         """The entry key a manifest digest reference names: the key the toolchain's manifest records, the
         digest itself for another client's artifact, None when the registry holds no such manifest (a
@@ -131,31 +141,50 @@ class Manifests(Blobs):
             url = urljoin(str(resp.request.url), nxt.group(1)) if nxt else None
         return out
 
-    def _trusted(self, m: dict[str, Any], entry: dict[str, Any], where: str) -> bytes:
-        """The entry JSON to trust for manifest ``m``: its record blob, checked against every layer (title,
-        digest, size, mode; no file missing or extra). A toolchain manifest without a record (pushed before
-        records) is checked against its content annotation; another client's artifact has neither."""
+    allow_legacy = False  # the ChecksRecords capability (toolchain/registry/capabilities.py)
+    legacy_served: set[str]  # set by the backend's __init__
+
+    def _trusted(self, m: dict[str, Any], entry: dict[str, Any], where: str, digest: str, by_key: bool) -> bytes:
+        """The entry JSON to trust for manifest ``m`` (whose digest is ``digest``; ``by_key``: found under a
+        toolchain key's tag): its record blob, checked against every layer (title, digest, size, mode; no file
+        missing or extra). A toolchain manifest without a record (pushed before records, or its record stripped)
+        is refused unless ``allow_legacy``, then checked against its content annotation only. Another client's
+        artifact has neither: it is served by its own digest, never under a toolchain key."""
         ann = m.get("annotations") or {}
         config = m.get("config")
         layers = [la for la in m.get("layers") or [] if isinstance(la, dict)]
         recs = [la for la in [config, *layers] if isinstance(la, dict) and la.get("mediaType") == RECORD_MT]
         if A_RECORD not in ann and not recs:
-            if A_KEY in ann:
-                files = entry.get("files") or {}
-                if ann.get(A_CONTENT) != content_of(files):
-                    raise ManifestError(
-                        f"{where}: the manifest's layers differ from the content it records "
-                        "(a layer retitled, swapped or dropped)",
-                        "do not use this entry; push it again from a trusted copy",
-                    )
+            if A_KEY not in ann:
+                if not by_key:
+                    return json.dumps(entry).encode()
+                raise ManifestError(
+                    f"{where} is not a toolchain entry: its tag names another client's artifact {digest}",
+                    f"pull that artifact by its own digest (`toolchain cache pull {digest} DIR`), or push the "
+                    "entry again from a trusted copy",
+                )
+            if not self.allow_legacy:
+                raise ManifestError(
+                    f"{where} carries no record (pushed before records, or the record was stripped from it)",
+                    "push the entry again from a trusted copy (`toolchain cache push DIR --key KEY --force`), "
+                    "or pass --allow-legacy to trust its content annotation alone",
+                )
+            files = entry.get("files") or {}
+            if ann.get(A_CONTENT) != content_of(files):
+                raise ManifestError(
+                    f"{where}: the manifest's layers differ from the content it records "
+                    "(a layer retitled, swapped or dropped)",
+                    "do not use this entry; push it again from a trusted copy",
+                )
+            self.legacy_served.add(str(entry.get("key")))
             return json.dumps(entry).encode()
         if len(recs) != 1 or recs[0] is not config or recs[0].get("digest") != ann.get(A_RECORD):
             raise ManifestError(
                 f"{where}: the manifest's record (its config) and its {A_RECORD} annotation disagree",
                 "do not use this entry; push it again from a trusted copy",
             )
-        digest = str(recs[0].get("digest"))
-        raw = self.record_bytes(digest)
+        record_digest = str(recs[0].get("digest"))
+        raw = self.record_bytes(record_digest)
         if len(raw) != recs[0].get("size"):
             raise ManifestError(f"{where}: the manifest gives the record another size", "push the entry again")
         record = parse_manifest(raw, where)

@@ -13,7 +13,7 @@ import re
 from toolchain.digest import canonical_json
 from toolchain.errors import CorruptArtifactError, ManifestError
 from toolchain.registry.oci.manifests import Manifests
-from toolchain.registry.oci.mapping import MANIFEST_MT, oci_to_entry
+from toolchain.registry.oci.mapping import MANIFEST_MT
 
 SIG_CONFIG_MT = "application/vnd.oci.image.config.v1+json"
 
@@ -24,13 +24,12 @@ class Signatures(Manifests):
     def signed_subject(self, key: str) -> tuple[bytes, str]:
         """(the entry's trusted record bytes, the digest of the manifest they came with), from one GET:
         the digest a cosign signature of this entry names."""
-        got = self._entry_ref(key)
+        got = self._entry_record(key)
         if got is None:
             from toolchain.errors import ArtifactNotFoundError
 
             raise ArtifactNotFoundError(key, self.url)
-        where = f"{self.url}:{key[:16]}"
-        return self._trusted(got[0], oci_to_entry(got[0], key, where), where), got[1]
+        return got
 
     def read_signatures(self, subject: str) -> builtins.list[tuple[bytes, str]]:
         """Every (payload, base64 signature) of the cosign signature manifest ``sha256-<hex>.sig``."""
@@ -94,3 +93,13 @@ class Signatures(Manifests):
             "layers": layers,
         }
         self._put_manifest(tag, m)
+
+    def drop_signatures(self, subject: str) -> None:
+        """Delete the cosign signature manifest of ``subject`` (a manifest the entry no longer is)."""
+        tag = subject.replace(":", "-") + ".sig"
+        d = self._head_manifest(tag)
+        if d is None:
+            return
+        resp = self._request("DELETE", f"/manifests/{d}", push=True)
+        if resp.status_code not in (200, 202, 404):
+            raise self._fail(resp, f"deleting the signatures of {subject[:19]}", push=True)

@@ -35,12 +35,16 @@ from toolchain.errors import (
     RegistryPlainHTTPError,
     RegistryUnavailableError,
     RegistryURLError,
+    UserInputError,
 )
 from toolchain.proc import capture
+from toolchain.registry.oci.waits import Waits, what_of
 
 # toolchain/http.py's policy: per request on 429/5xx/connection errors (idempotent requests; a PATCH whose bytes
 # went out is resumed from the upload's status instead), and per chunk/download on a broken stream (blobs.py)
-POLICY = http.DEFAULT
+# a read or write that timed out is a registry that stopped answering: named at once, not retried (a frozen
+# registry would otherwise hold a command for tries x the read timeout)
+POLICY = http.Backoff(retry_stalls=False)
 RETRY_STATUS = http.RETRY_STATUS
 REGISTRY_ERRORS = http.Kinds(
     auth=RegistryAuthError, missing=RegistryError, unavailable=RegistryUnavailableError, other=RegistryError
@@ -329,11 +333,18 @@ def oci_error(resp: Any) -> str:
         return ""
 
 
+def stalled(e: BaseException) -> bool:
+    """Whether ``e`` is a read or write that timed out: the registry (or the path to it) stopped answering."""
+    import httpx
+
+    return isinstance(e, (httpx.ReadTimeout, httpx.WriteTimeout))
+
+
 class Broken(Exception):
     """A request whose stream broke (connection lost, timed out): the caller resumes where the registry is."""
 
 
-class Transport:
+class Transport(Waits):
     """One OCI repository over HTTP: its URL, its client, its credentials and the errors of its answers."""
 
     def __init__(self, host: str, repo: str, *, client: Any = None) -> None:
@@ -342,14 +353,23 @@ class Transport:
         api_host = "registry-1.docker.io" if host.lower() in DOCKER_HUB_HOSTS else host
         self.scheme = "http" if settings.oci_plain_http() else "https"
         self.base = f"{self.scheme}://{api_host}/v2/{repo}"
-        _, self.read_timeout = http.timeouts()
+        _, read = http.timeouts()
+        try:
+            stall = settings.oci_stall_timeout()
+        except ValueError as e:
+            raise UserInputError(str(e), "set it to seconds, e.g. 20 (or unset it for the default)") from e
+        self.read_timeout = min(read, stall)  # the longest silence before the registry is named stopped
+        self.deadline_setting = "TOOLCHAIN_OCI_STALL_TIMEOUT" if stall < read else "TOOLCHAIN_HTTP_READ_TIMEOUT"
         # storage redirects (S3) are followed; httpx drops Authorization when the origin changes
-        self.client = client or http.client(headers={"User-Agent": "toolchain-oci/1"})
+        self.client = client or http.client(headers={"User-Agent": "toolchain-oci/1"}, read=self.read_timeout)
         self._auth: str | None = None
         self._creds: Credentials | None = None
         self._creds_loaded = False
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request sent: tests and benchmarks
+        self.waiting: Callable[[str], None] | None = None  # the ReportsWaits capability (registry/capabilities.py)
+        self._inflight: dict[int, tuple[str, float]] = {}  # what each waiting request is, since when nothing came
+        self._watching = False
         self._api_checked = False
 
     # --- HTTP ----------------------------------------------------------------------------------
@@ -404,7 +424,7 @@ class Transport:
         if isinstance(cause, httpx.TimeoutException) and not isinstance(cause, httpx.ConnectTimeout):
             return RegistryUnavailableError(
                 f"registry {self.host} stopped answering (nothing for {self.read_timeout:g} s, {tries}); "
-                "raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
+                f"raise {self.deadline_setting} if it is only slow",
                 "check the registry's health and the network, then try again",
             )
         if isinstance(cause, httpx.ConnectTimeout):
@@ -448,6 +468,24 @@ class Transport:
         ours = httpx.URL(full).netloc == httpx.URL(self.base).netloc
         safe = method in http.IDEMPOTENT if idempotent is None else idempotent
         policy = http.ONCE if resumable and safe else POLICY  # a PATCH is resent only when nothing went out
+        with self.waiting_on(what_of(method, httpx.URL(full).path)):
+            return self._send(method, full, ours, push, body, headers, params, stream, resumable, policy, idempotent)
+
+    def _send(
+        self,
+        method: str,
+        full: str,
+        ours: bool,
+        push: bool,
+        body: bytes | Callable[[], Iterable[bytes]] | None,
+        headers: dict[str, str] | None,
+        params: dict[str, str] | None,
+        stream: bool,
+        resumable: bool,
+        policy: http.Backoff,
+        idempotent: bool | None,
+    ) -> Any:
+        import httpx
 
         def sent(resp: Any) -> None:
             self.requests.append((method, httpx.URL(full).path))
@@ -471,7 +509,7 @@ class Transport:
                     observe=sent,
                 )
             except httpx.TransportError as e:
-                if resumable:
+                if resumable and not stalled(e):  # a stall is named at once, never resumed
                     raise Broken(str(e)) from e
                 raise self._unreachable(e) from e
             if resp.status_code == 401 and not authed and ours:
