@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from tests.bench.workloads import bench_args
-from toolchain.bench.loadgen import Load
 from toolchain.bench.options import BenchOptions
+from toolchain.bench.result import Load
 from toolchain.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,9 @@ import pytest
 from tests.bench.stall_servers import stall_http, stall_triton
 from tests.bench.workloads import bench_cmd
 from tests.conftest import Cli
-from toolchain.bench.loadgen import Load, RunOutcome, run_load
+from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
+from toolchain.bench.result import Load
 from toolchain.bench.run import assess
 from toolchain.bench.workload import Request
 

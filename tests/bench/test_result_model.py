@@ -17,9 +17,9 @@ import pytest
 from tests.conftest import REPO, Cli
 from tests.validators import must_pass, tool
 from toolchain.bench import prom, search
-from toolchain.bench.loadgen import Load, RunOutcome
+from toolchain.bench.loadgen import RunOutcome
 from toolchain.bench.metrics import RequestRecord
-from toolchain.bench.result import RESULT_SCHEMA, BenchResult, parse_result, read_result
+from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, parse_result, read_result
 from toolchain.bench.run import BenchConfig, _load_point, _result_document, _server_window, save
 from toolchain.errors import UserInputError
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from toolchain import __version__, redact
 from toolchain.bench import prom, speculative
-from toolchain.bench.loadgen import Load, RunOutcome, run_load
+from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
-from toolchain.bench.result import RESULT_SCHEMA, build_document
+from toolchain.bench.result import RESULT_SCHEMA, Load, build_document
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
@@ -185,7 +185,7 @@ def _load_point(
     if out.workers:
         client["workers"] = out.workers
     return {
-        "load": load.__dict__,
+        "load": load.model_dump(),
         "label": load.label(),
         "summary": summary,
         "server": server,

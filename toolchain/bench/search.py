@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from toolchain.bench.loadgen import Load
+from toolchain.bench.result import Load
 from toolchain.bench.run import BenchConfig, _result_document, measure_point
 from toolchain.errors import UserInputError
 from toolchain.progress import Progress, silent
