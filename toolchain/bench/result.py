@@ -16,6 +16,7 @@ count takes a whole number, and no number may be NaN or infinite (``allow_inf_na
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -283,13 +284,33 @@ class Startup(_Part):
 
 
 class SearchPlan(_Part):
-    mode: str
+    """How an SLO search probes (toolchain.bench.search.make_plan checks and fills it in): the mode, the loads it
+    grows from and up to, when the bracket is narrow enough, and at most how many probes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: str = Field(description="concurrency or rate")
     start: float
     limit: float
     tolerance: float
     max_probes: int
     poisson: bool = False
     duration_s: float | None = None
+
+    def load(self, x: float) -> Load:
+        if self.mode == "concurrency":
+            return Load(concurrency=int(x), duration_s=self.duration_s)
+        return Load(rate=x, poisson=self.poisson, duration_s=self.duration_s)
+
+    def close_enough(self, lo: float, hi: float) -> bool:
+        """Whether the bracket [lo, hi] is within the tolerance (the search stops there)."""
+        if self.mode == "concurrency":
+            return hi - lo <= max(1.0, self.tolerance)
+        return hi - lo <= self.tolerance * lo
+
+    def between(self, lo: float, hi: float) -> float:
+        mid = (lo + hi) / 2
+        return float(math.floor(mid)) if self.mode == "concurrency" else float(f"{mid:.4g}")
 
 
 class SearchSlo(_Part):
