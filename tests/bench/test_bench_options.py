@@ -116,3 +116,18 @@ def test_no_other_module_spells_the_flag_list(tmp_path: Path) -> None:
     copy = tmp_path / "copy.py"  # the check sees a copy: the CLI's old way of passing each flag by name
     copy.write_text("BenchOptions(" + ", ".join(f"{f}={f}" for f in sorted(fields)[: len(fields) // 2 + 1]) + ")\n")
     assert spellers([copy], fields) == [str(copy)]
+
+
+def test_the_prepared_config_takes_the_options_warmup_and_is_never_changed() -> None:
+    """BenchConfig once had a warm-up default of its own (1, where the flag's is 2) and was changed after it was
+    built (its SLOs, by a search): it has no warm-up default now, and it is frozen."""
+    import dataclasses
+
+    from toolchain.bench.run import BenchConfig
+
+    warmup = next(f for f in dataclasses.fields(BenchConfig) if f.name == "warmup")
+    assert warmup.default is dataclasses.MISSING and warmup.default_factory is dataclasses.MISSING
+    cfg = BenchConfig("openai", "u", "m", [], [], warmup=BenchOptions(url="u").warmup)
+    assert cfg.warmup == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.slo = {}  # type: ignore[misc]

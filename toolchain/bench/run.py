@@ -25,15 +25,19 @@ from toolchain.errors import BenchError
 from toolchain.progress import Progress, silent
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchConfig:
+    """The prepared load test (toolchain.bench.setup.make_config): BenchOptions' flags with the workload, SLOs and
+    provenance they led to. Frozen: a search or an SLO override makes a new one (``dataclasses.replace``). The
+    warm-up has no default here: BenchOptions' (or the caller's) is the one."""
+
     protocol: str  # triton | openai
     url: str
     model: str
     loads: list[Load]
     requests: list[Request]
+    warmup: int
     stream: bool = True
-    warmup: int = 1
     seed: int = 0
     metrics_url: str | None = None
     llm_model: str = "tensorrt_llm"

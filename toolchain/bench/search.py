@@ -174,7 +174,7 @@ def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], 
 
 def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> dict[str, Any]:
     """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section."""
-    cfg.slo = slo.per_request()
+    cfg = replace(cfg, slo=slo.per_request())
     runs: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     interrupted = stop = None
