@@ -113,7 +113,7 @@ class Server:
 
 def ours(url: str, workers: int, concurrency: int, requests: int, tokens: int) -> dict[str, float]:
     """One run of toolchain's load generator: wall, chunks, client CPU, TTFT median."""
-    from toolchain.bench.loadgen import Load
+    from toolchain.bench.result import Load
     from toolchain.bench.run import BenchConfig, run_bench
     from toolchain.bench.workload import Request
 

@@ -53,7 +53,8 @@ def test_heartbeat_reports_every_interval_with_the_probe() -> None:
 
 
 def test_bench_reports_every_finished_request() -> None:
-    from toolchain.bench.loadgen import Load, _run
+    from toolchain.bench.loadgen import _run
+    from toolchain.bench.result import Load
 
     seen: list[tuple[str, float | None, float | None]] = []
 

@@ -221,6 +221,7 @@ def test_bench_provenance_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) 
         model="m",
         loads=[],
         requests=[],
+        warmup=0,
         provenance={"metrics_url": "http://alice:Pz9secret@h:8002/metrics"},
     )
     doc = _result_document(cfg, [], None, None)

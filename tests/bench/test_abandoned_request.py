@@ -4,8 +4,9 @@ of its first chunk. Before, a request that streamed its first token after a few 
 
 from __future__ import annotations
 
-from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.loadgen import run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
+from toolchain.bench.result import Load
 from toolchain.bench.standin import SERVED_MODEL, StandIn, StandInOptions
 from toolchain.bench.workload import Request
 

@@ -19,8 +19,9 @@ from tests.bench.sse_server import sse_server
 from tests.bench.workloads import bench_cmd
 from tests.conftest import REPO, Cli
 from tests.helpers import BlockingTarget, bench_requests
-from toolchain.bench.loadgen import Load, _run, run_load
+from toolchain.bench.loadgen import _run, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
+from toolchain.bench.result import Load
 from toolchain.bench.run import assess, client_health
 
 

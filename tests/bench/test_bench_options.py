@@ -3,24 +3,27 @@ they combine, checked when it is made (before the tokenizer, the spec or the tra
 
 from __future__ import annotations
 
-import dataclasses
+import ast
 import inspect
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from tests.bench.workloads import bench_args
-from toolchain.bench.loadgen import Load
 from toolchain.bench.options import BenchOptions
+from toolchain.bench.result import Load
 from toolchain.errors import UserInputError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_options_are_frozen_and_derive_their_loads() -> None:
     o = BenchOptions(**bench_args(rate="1,2", poisson=True, duration=5.0))
     assert o.loads == (Load(rate=1.0, poisson=True, duration_s=5.0), Load(rate=2.0, poisson=True, duration_s=5.0))
     assert o.search_plan is None
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(ValidationError, match="frozen"):
         o.requests = 5  # type: ignore[misc]
     s = BenchOptions(**bench_args(slo_search="rate", slo_max=8.0, slo_ttft_ms=100.0, poisson=True))
     assert s.search_plan is not None and s.search_plan.limit == 8.0 and s.search_plan.poisson
@@ -38,7 +41,7 @@ def test_options_are_frozen_and_derive_their_loads() -> None:
         ({"concurrency": "1", "rate": "2"}, "choose --concurrency or --rate, not both"),
         ({"concurrency": "1,x"}, "cannot read the list '1,x'"),
         ({"trace": Path("t.jsonl"), "rate": "2"}, "--rate cannot be combined with it"),
-        ({"trace": Path("t.jsonl"), "shared": "2:8:0.5"}, "--shared-prefix cannot be combined with it"),
+        ({"trace": Path("t.jsonl"), "shared_prefix": "2:8:0.5"}, "--shared-prefix cannot be combined with it"),
         ({"trace": Path("t.jsonl"), "trace_block_tokens": 0}, "--trace-block-tokens must be at least 1"),
         ({"trace_speed": "2"}, "--trace-speed scales a --trace"),
         ({"slo_search": "concurrency", "concurrency": "4"}, "--slo-search chooses its own load points"),
@@ -48,6 +51,9 @@ def test_options_are_frozen_and_derive_their_loads() -> None:
         ({"requests": 0}, "--requests must be at least 1"),
         ({"warmup": -1}, "--warmup must be 0 or more"),
         ({"timeout": 0.0}, "--timeout must be a positive number"),
+        ({"idle_timeout": float("inf")}, "--idle-timeout must be a positive number of seconds"),
+        ({"requests": "4"}, "--requests must be a whole number"),
+        ({"concurency": "4"}, "bench has no option 'concurency'"),
         ({"num_draft_tokens": 0}, "--num-draft-tokens must be at least 1"),
     ],
 )
@@ -66,15 +72,62 @@ def test_options_are_the_one_argument_of_make_config_and_run_benchmark() -> None
     assert [p for p, v in params.items() if v.kind is not inspect.Parameter.KEYWORD_ONLY] == ["opts"]
 
 
-# the CLI's parameter names that differ from the option they set; the rest are spelled alike
-CLI_RENAMES = {"shared_prefix": "shared", "dataset": "dataset_path", "cell": "cell_id"}
 CLI_ONLY = {"ctx", "save", "json_out"}  # what to do with the result, not what to measure
 
 
-def test_every_bench_flag_is_a_field_of_the_options() -> None:
-    """A flag added to `toolchain bench` without a field here (or a field no flag sets) fails."""
-    from toolchain.cli.bench_cmd import bench
+def test_the_bench_command_is_built_from_the_options() -> None:
+    """Each `toolchain bench` flag is a field of BenchOptions, spelled alike, with the field's help."""
+    import typer
 
-    flags = {CLI_RENAMES.get(p, p) for p in inspect.signature(bench).parameters} - CLI_ONLY
-    fields = {f.name for f in dataclasses.fields(BenchOptions) if f.init}
-    assert flags == fields
+    from toolchain.cli.main import app
+
+    group = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    opts = {p.name: p for p in group.params if p.name not in CLI_ONLY}
+    assert list(opts) == list(BenchOptions.model_fields)
+    for name, field in BenchOptions.model_fields.items():
+        assert opts[name].opts[0] == "--" + name.replace("_", "-")
+        assert opts[name].help == field.description and field.description
+    assert opts["stream"].secondary_opts == ["--no-stream"] and opts["poisson"].is_flag
+    assert [e.value for e in opts["protocol"].type_descriptor.annotation] == ["triton", "openai", "openai-chat"]
+    assert opts["requests"].default == 32 and opts["warmup"].default == 2 and opts["url"].default is None
+
+
+def _keywords(path: Path) -> list[set[str]]:
+    """The keyword names of every call in a file, and the string keys of every dict literal."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            out.append({k.arg for k in node.keywords if k.arg})
+        elif isinstance(node, ast.Dict):
+            out.append({k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)})
+    return out
+
+
+def spellers(files: list[Path], fields: set[str]) -> list[str]:
+    """Files with a call or dict that names more than half the bench fields: a second copy of the list (a caller
+    that sets the few options it needs is not one)."""
+    return sorted(str(p) for p in files if any(2 * len(ks & fields) > len(fields) for ks in _keywords(p)))
+
+
+def test_no_other_module_spells_the_flag_list(tmp_path: Path) -> None:
+    fields = set(BenchOptions.model_fields)
+    files = [p for d in ("toolchain", "tests", "scripts", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    assert spellers(files, fields) == []
+    copy = tmp_path / "copy.py"  # the check sees a copy: the CLI's old way of passing each flag by name
+    copy.write_text("BenchOptions(" + ", ".join(f"{f}={f}" for f in sorted(fields)[: len(fields) // 2 + 1]) + ")\n")
+    assert spellers([copy], fields) == [str(copy)]
+
+
+def test_the_prepared_config_takes_the_options_warmup_and_is_never_changed() -> None:
+    """BenchConfig once had a warm-up default of its own (1, where the flag's is 2) and was changed after it was
+    built (its SLOs, by a search): it has no warm-up default now, and it is frozen."""
+    import dataclasses
+
+    from toolchain.bench.run import BenchConfig
+
+    warmup = next(f for f in dataclasses.fields(BenchConfig) if f.name == "warmup")
+    assert warmup.default is dataclasses.MISSING and warmup.default_factory is dataclasses.MISSING
+    cfg = BenchConfig("openai", "u", "m", [], [], warmup=BenchOptions(url="u").warmup)
+    assert cfg.warmup == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.slo = {}  # type: ignore[misc]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.loadgen import run_load
 from toolchain.bench.metrics import aggregate
+from toolchain.bench.result import Load
 from toolchain.bench.run import BenchConfig, run_bench
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError

@@ -15,8 +15,9 @@ import pytest
 
 from tests.bench.workloads import bench_args
 from tests.conftest import Cli
-from toolchain.bench.loadgen import Load, run_load
+from toolchain.bench.loadgen import run_load
 from toolchain.bench.metrics import RequestRecord, aggregate, summarize
+from toolchain.bench.result import Load
 from toolchain.bench.workload import Dist, PromptMaker, Request, arrivals, shared_prefix
 from toolchain.diagnose.rules import Observations, diagnose
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ import pytest
 from tests.conftest import REPO, Cli
 from tests.validators import must_pass, tool
 from toolchain.bench import prom, search
-from toolchain.bench.loadgen import Load, RunOutcome
+from toolchain.bench.loadgen import RunOutcome
 from toolchain.bench.metrics import RequestRecord
-from toolchain.bench.result import RESULT_SCHEMA, BenchResult, parse_result, read_result
+from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, parse_result, read_result
 from toolchain.bench.run import BenchConfig, _load_point, _result_document, _server_window, save
 from toolchain.errors import UserInputError
 
@@ -55,6 +56,7 @@ def _cfg() -> BenchConfig:
         "ensemble",
         [Load(concurrency=2)],
         [],
+        warmup=1,
         slo={"ttft_ms": 100.0, "tpot_ms": 20.0},
         provenance={"spec": "tiny", "cell": "cpu-b4", "gpu": "H100-SXM", "workload": {"input_tokens": "8"}},
     )
@@ -146,8 +148,7 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
         'nv_inference_request_success{model="m"} 4\nnv_inference_queue_summary_us{model="m",quantile="0.99"} NaN\n'
     )
     monkeypatch.setattr(prom, "scrape", lambda url, timeout=5.0: after)
-    cfg = _cfg()
-    cfg.metrics_url, cfg.llm_model = "http://127.0.0.1:1/metrics", "m"
+    cfg = replace(_cfg(), metrics_url="http://127.0.0.1:1/metrics", llm_model="m")
     window = _server_window(cfg, before, [])
     assert window is not None and "queue_ms_p99" not in window and window["requests_success"] == 4
     path = tmp_path / "r.json"

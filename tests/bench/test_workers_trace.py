@@ -15,8 +15,8 @@ import pytest
 from tests.bench.sse_server import sse_server_process
 from tests.bench.workloads import bench_args, bench_cmd
 from tests.conftest import Cli
-from toolchain.bench.loadgen import Load
 from toolchain.bench.options import BenchOptions
+from toolchain.bench.result import Load
 from toolchain.bench.run import BenchConfig, run_bench
 from toolchain.bench.workers import split
 from toolchain.bench.workload import Request

@@ -1,4 +1,4 @@
-"""Keyword arguments of ``toolchain.bench.options.BenchOptions`` as the CLI passes them, for tests to override."""
+"""Keyword arguments of ``toolchain.bench.options.BenchOptions`` for tests, and the bench command line."""
 
 from __future__ import annotations
 
@@ -8,33 +8,9 @@ from typing import Any
 
 
 def bench_args(**over: Any) -> dict[str, Any]:
-    """Every ``BenchOptions`` field at the CLI's defaults (4 requests, no spec, Triton gRPC), updated by ``over``."""
-    args: dict[str, Any] = dict(
-        url="127.0.0.1:1",
-        protocol="triton",
-        model="ensemble",
-        concurrency=None,
-        rate=None,
-        poisson=False,
-        requests=4,
-        duration=None,
-        warmup=0,
-        input_tokens=None,
-        output_tokens=None,
-        shared=None,
-        dataset_path=None,
-        tokenizer=None,
-        repo=None,
-        spec=None,
-        cell_id=None,
-        metrics_url=None,
-        stream=True,
-        seed=0,
-        stop_on_error=False,
-        timeout=10.0,
-    )
-    args.update(over)
-    return args
+    """A quick load test's options (4 requests, no warm-up, a 10 s deadline, Triton gRPC at an unused port), the
+    model's defaults for the rest, updated by ``over``."""
+    return {"url": "127.0.0.1:1", "requests": 4, "warmup": 0, "timeout": 10.0, **over}
 
 
 def bench_cmd(url: str, tok: Path, out: Path, *extra: str) -> list[str]:

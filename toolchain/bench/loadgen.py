@@ -27,40 +27,13 @@ import numpy as np
 
 from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
+from toolchain.bench.result import Load
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError, BenchUnavailableError
 from toolchain.progress import Progress, silent
 
 PERF_OUT = ("text_output", "num_output_tokens", "kv_cache_reused_blocks", *speculative.OUTPUTS)
 LLMAPI_MAX_TOKENS = "sampling_param_max_tokens"  # TensorRT-LLM's llmapi model names its inputs after SamplingParams
-
-
-@dataclass
-class Load:
-    concurrency: int | None = None
-    rate: float | None = None
-    poisson: bool = False
-    duration_s: float | None = None
-    trace: str | None = None  # replay each request at its trace time (Request.at), divided by speed
-    speed: float = 1.0
-
-    def label(self) -> str:
-        if self.concurrency is not None:
-            return f"concurrency={self.concurrency}"
-        if self.trace is not None:
-            return f"trace={self.trace} x{self.speed:g}"
-        return f"rate={self.rate:g}/s{' poisson' if self.poisson else ''}"
-
-    def offsets(self, todo: list[Request], seed: int) -> list[float]:
-        """Send offsets (seconds after the start) of an open-loop load: the trace's times, or the rate's."""
-        from toolchain.bench.workload import arrivals
-
-        if self.trace is not None:
-            ats = [r.at or 0.0 for r in todo]
-            first = min(ats, default=0.0)
-            return [(a - first) / self.speed for a in ats]
-        assert self.rate is not None
-        return arrivals(len(todo), self.rate, poisson=self.poisson, seed=seed)
 
 
 @dataclass

@@ -1,24 +1,31 @@
-"""What `toolchain bench` is asked to do: every flag in one frozen object that owns every rule on which values
-and combinations are allowed.
+"""What `toolchain bench` is asked to do: every flag in one frozen, validated model that owns every rule on which
+values and combinations are allowed, and is also the command line.
 
-``BenchOptions`` is the one argument of ``toolchain.pipeline.bench.run_benchmark`` and
-``toolchain.bench.setup.make_config``. It is checked when it is made, before anything slow runs (no I/O here:
-reading the spec, the tokenizer, the trace or the dataset is make_config's), and each mistake is a one-line
-UserInputError naming the flag. A new flag is a field here, a rule in ``__post_init__``, and its use in
-make_config; the CLI passes it through.
+``BenchOptions`` declares each bench flag once: a field named after the flag (``--shared-prefix`` is
+``shared_prefix``), its type, default and help (the field's description). The Typer command is built from it
+when the CLI starts (``toolchain.cli.model_options``), so a new flag is a field here, a rule in ``_rules`` and its
+use in ``toolchain.bench.setup.make_config``; nothing else lists the flags.
+
+It is checked when it is made, before anything slow runs (no I/O here: reading the spec, the tokenizer, the trace
+or the dataset is make_config's); each mistake is a one-line UserInputError naming the flag. A field's
+``json_schema_extra`` may carry ``error`` (the message of a value its type or bounds refuse, with ``{flag}`` and
+``{value}``) and ``hint`` (the fix).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from toolchain.bench.loadgen import Load
-from toolchain.bench.search import SearchPlan, check_slo_flags, make_plan
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolchain.bench.loadgen import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from toolchain.bench.result import Load, SearchPlan
+from toolchain.bench.search import check_slo_flags, make_plan
 from toolchain.errors import UserInputError
 
-PROTOCOLS = ("triton", "openai", "openai-chat")
+Protocol = Literal["triton", "openai", "openai-chat"]
+PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 MAX_WORKERS = 256
 
 
@@ -35,79 +42,136 @@ def parse_list(text: str | None, kind: type) -> list[Any]:
     return vals
 
 
-@dataclass(frozen=True)
-class BenchOptions:
-    """The bench flags (names as make_config has always taken them; the CLI flag is in each rule's message)."""
+def flag(name: str) -> str:
+    """The command-line flag of a field: ``shared_prefix`` -> ``--shared-prefix``."""
+    return "--" + name.replace("_", "-")
 
-    url: str
-    protocol: str = "triton"  # triton | openai | openai-chat
-    model: str = "ensemble"
-    concurrency: str | None = None  # "1,8,64"
-    rate: str | None = None  # "1,2,4" requests per second
-    poisson: bool = False
-    requests: int = 32
-    duration: float | None = None
-    warmup: int = 2
-    input_tokens: str | None = None
-    output_tokens: str | None = None
-    shared: str | None = None  # K:P:FRACTION
-    dataset_path: Path | None = None
-    tokenizer: Path | None = None
-    repo: Path | None = None
-    spec: Path | None = None
-    cell_id: str | None = None
-    metrics_url: str | None = None
-    stream: bool = True
-    seed: int = 0
-    stop_on_error: bool = False
-    timeout: float = 300.0
-    idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: the load generator's default
-    num_draft_tokens: int | None = None
-    workers: int = 1
-    trace: Path | None = None
-    trace_speed: str | None = None  # "1" or "1,2,4"
-    trace_block_tokens: int = 512
-    slo_search: str | None = None  # concurrency | rate
-    slo_start: float | None = None
-    slo_max: float | None = None
-    slo_tolerance: float | None = None
-    slo_max_probes: int | None = None
-    slo_ttft_ms: float | None = None
-    slo_tpot_ms: float | None = None
-    slo_goodput: float | None = None
-    # derived when made: the fixed load points (an SLO search chooses its own), and the search's plan
-    loads: tuple[Load, ...] = field(init=False, repr=False)
-    search_plan: SearchPlan | None = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self.url:
-            raise UserInputError("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC")
+def _says(error: str, hint: str | None = None) -> dict[str, Any]:
+    return {"error": error, "hint": hint} if hint else {"error": error}
+
+
+class BenchOptions(BaseModel):
+    """The bench flags: one field per flag, its description the flag's help."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    url: str = Field(
+        min_length=1,
+        description="Triton gRPC host:port, or http://host:port (OpenAI)",
+        json_schema_extra=_says("--url is required", "e.g. --url 127.0.0.1:8001 for Triton gRPC"),
+    )
+    protocol: Protocol = Field(
+        "triton",
+        description="Triton gRPC streaming, or the OpenAI API",
+        json_schema_extra=_says("unknown protocol {value!r}", f"use one of {', '.join(PROTOCOLS)}"),
+    )
+    model: str = Field("ensemble", description="Name of the served model (ensemble; tensorrt_llm for an llmapi --repo)")
+    concurrency: str | None = Field(None, description="Fixed concurrency sweep, e.g. 1,8,64")
+    rate: str | None = Field(None, description="Request-rate sweep (req/s), e.g. 1,2,4")
+    poisson: bool = Field(False, description="Poisson arrivals (seeded) instead of constant")
+    requests: int = Field(32, ge=1, description="Measured requests per load point")
+    duration: float | None = Field(None, description="Stop a load point after N seconds")
+    warmup: int = Field(
+        2,
+        ge=0,
+        description="Requests sent first and excluded",
+        json_schema_extra=_says("{flag} must be 0 or more, not {value}", "pass --warmup 0 to measure every request"),
+    )
+    input_tokens: str | None = Field(
+        None, description="N | normal:M:S | uniform:LO:HI | file:P [default: the spec's traffic, else 64]"
+    )
+    output_tokens: str | None = Field(
+        None, description="Same forms as --input-tokens [default: the spec's traffic, else 32]"
+    )
+    shared_prefix: str | None = Field(None, description="K:P:FRACTION shared system prompts")
+    dataset: Path | None = Field(None, description='Prompts to send: JSONL of {"prompt": ...}')
+    tokenizer: Path | None = Field(None, description="Tokenizer directory")
+    repo: Path | None = Field(None, description="Emitted repository (tokenizer + provenance)")
+    spec: Path | None = Field(None, description="Spec for SLOs, provenance and the planner floor")
+    cell: str | None = Field(None, description="One matrix cell id (see `toolchain spec expand`)")
+    metrics_url: str | None = Field(None, description="Prometheus URL, e.g. http://127.0.0.1:8002/metrics")
+    stream: bool = Field(True, description="Stream tokens (--no-stream: one answer per request)")
+    seed: int = Field(0, description="Seed of the prompts and of Poisson arrivals")
+    stop_on_error: bool = Field(False, description="Stop at the first failed request")
+    timeout: float = Field(
+        DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="Seconds before a request is abandoned",
+        json_schema_extra=_says("{flag} must be a positive number of seconds, not {value}"),
+    )
+    idle_timeout: float = Field(
+        DEFAULT_IDLE_TIMEOUT_S,
+        gt=0,
+        description="Seconds a request may receive nothing (connect, first token, between chunks) "
+        "[never above --timeout]",
+        json_schema_extra=_says("{flag} must be a positive number of seconds, not {value}"),
+    )
+    num_draft_tokens: int | None = Field(
+        None, ge=1, description="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
+    )
+    slo_search: str | None = Field(
+        None,
+        description="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); each probe "
+        "sends at least --requests, 4 per stream or 4 s of its rate (docs/capacity.md)",
+    )
+    slo_start: float | None = Field(None, description="Lowest load the search probes [1]")
+    slo_max: float | None = Field(None, description="Highest load the search probes [1024 streams, 10000 req/s]")
+    slo_tolerance: float | None = Field(
+        None, description="Stop when the bracket is this narrow: streams [1], rate fraction [0.05]"
+    )
+    slo_max_probes: int | None = Field(None, description="At most this many probes [16]")
+    slo_ttft_ms: float | None = Field(None, description="P99 TTFT SLO in ms [the spec's slo.ttft_ms]")
+    slo_tpot_ms: float | None = Field(None, description="P99 TPOT SLO in ms [the spec's slo.tpot_ms]")
+    slo_goodput: float | None = Field(
+        None, description="Fraction of requests that must meet both per-request SLOs, e.g. 0.95"
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=MAX_WORKERS,
+        description="Load-generator processes (one clock, merged timestamps)",
+        json_schema_extra=_says(
+            f"{{flag}} must be from 1 to {MAX_WORKERS} processes, not {{value}}", "e.g. --workers 4"
+        ),
+    )
+    trace: Path | None = Field(
+        None, description="Replay a Mooncake/AIPerf JSONL trace (timestamp, lengths, hash_ids): every line, on time"
+    )
+    trace_speed: str | None = Field(None, description="Replay speed(s), e.g. 1 or 1,2,4 (2 = twice as fast) [1]")
+    trace_block_tokens: int = Field(512, ge=1, description="Prompt tokens per trace hash id")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _user_error(e) from e
+
+    @model_validator(mode="after")
+    def _rules(self) -> BenchOptions:
+        """The rules on combinations of flags (each value's own bounds are its field's)."""
         check_slo_flags(self.slo_ttft_ms, self.slo_tpot_ms, self.slo_goodput)
-        plan = self._search_plan()
-        if self.protocol not in PROTOCOLS:
-            raise UserInputError(f"unknown protocol {self.protocol!r}", f"use one of {', '.join(PROTOCOLS)}")
-        w = self.workers
-        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WORKERS:
-            raise UserInputError(f"--workers must be from 1 to {MAX_WORKERS} processes, not {w}", "e.g. --workers 4")
-        loads = self._loads()
-        if self.requests < 1:
-            raise UserInputError("--requests must be at least 1")
-        if self.warmup < 0:
-            raise UserInputError(
-                f"--warmup must be 0 or more, not {self.warmup}", "pass --warmup 0 to measure every request"
-            )
-        if not self.timeout > 0:  # also NaN
-            raise UserInputError(f"--timeout must be a positive number of seconds, not {self.timeout}")
-        if self.idle_timeout is not None and not 0 < self.idle_timeout < float("inf"):  # also NaN
-            raise UserInputError(f"--idle-timeout must be a positive number of seconds, not {self.idle_timeout}")
-        if self.num_draft_tokens is not None and self.num_draft_tokens < 1:
-            raise UserInputError("--num-draft-tokens must be at least 1")
-        object.__setattr__(self, "loads", tuple(loads))
-        object.__setattr__(self, "search_plan", plan)
+        self._plan()
+        self._loads()
+        return self
 
-    def _search_plan(self) -> SearchPlan | None:
-        """The SLO search's plan (None without --slo-search); its shaping flags need it, its own loads exclude
-        the fixed ones."""
+    @property
+    def loads(self) -> tuple[Load, ...]:
+        """The fixed load points: the trace's speeds, --concurrency, --rate, or one client at a time (an SLO search
+        chooses its own)."""
+        return tuple(self._loads())
+
+    @property
+    def search_plan(self) -> SearchPlan | None:
+        """The SLO search's plan; None without --slo-search."""
+        return self._plan()
+
+    @property
+    def slo_flags(self) -> dict[str, float | None]:
+        """The SLOs given on the command line (each overrides the spec's)."""
+        return {"ttft_ms": self.slo_ttft_ms, "tpot_ms": self.slo_tpot_ms, "goodput": self.slo_goodput}
+
+    def _plan(self) -> SearchPlan | None:
         shaping = (self.slo_start, self.slo_max, self.slo_tolerance, self.slo_max_probes)
         if self.slo_search is None:
             if any(v is not None for v in shaping):
@@ -132,22 +196,14 @@ class BenchOptions:
         )
 
     def _loads(self) -> list[Load]:
-        """The fixed load points: the trace's speeds, --concurrency, --rate, or one client at a time."""
         if self.trace is not None:
-            for flag, value in (
-                ("--concurrency", self.concurrency),
-                ("--rate", self.rate),
-                ("--dataset", self.dataset_path),
-                ("--shared-prefix", self.shared),
-            ):
-                if value:  # a trace brings its own arrival times and prompts
+            for name in ("concurrency", "rate", "dataset", "shared_prefix"):
+                if getattr(self, name):  # a trace brings its own arrival times and prompts
                     raise UserInputError(
-                        f"--trace brings its own arrival times and prompts; {flag} cannot be combined with it",
-                        f"drop {flag}, or drop --trace",
+                        f"--trace brings its own arrival times and prompts; {flag(name)} cannot be combined with it",
+                        f"drop {flag(name)}, or drop --trace",
                     )
             speeds = parse_list(self.trace_speed or "1", float)
-            if self.trace_block_tokens < 1:
-                raise UserInputError(f"--trace-block-tokens must be at least 1, not {self.trace_block_tokens}")
             return [Load(trace=self.trace.name, speed=sp, duration_s=self.duration) for sp in speeds]
         if self.trace_speed is not None:
             raise UserInputError("--trace-speed scales a --trace", "pass --trace FILE too, or drop --trace-speed")
@@ -160,7 +216,36 @@ class BenchOptions:
             or [Load(concurrency=1, duration_s=self.duration)]
         )
 
-    @property
-    def slo_flags(self) -> dict[str, float | None]:
-        """The SLOs given on the command line (each overrides the spec's)."""
-        return {"ttft_ms": self.slo_ttft_ms, "tpot_ms": self.slo_tpot_ms, "goodput": self.slo_goodput}
+
+_BOUNDS = {
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be above {gt}",
+    "less_than_equal": "must be at most {le}",
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "finite_number": "must be a positive number",  # every float flag of bench is a positive amount
+    "string_type": "must be text",
+    "bool_type": "must be true or false",
+    "path_type": "must be a path",
+}
+
+
+def _user_error(e: ValidationError) -> UserInputError:
+    """The first problem pydantic found, as the one-line error of its flag (its field's own words where it has
+    them)."""
+    err = e.errors(include_url=False)[0]
+    name = str(err["loc"][0]) if err["loc"] else ""
+    field = BenchOptions.model_fields.get(name)
+    if field is None:  # a keyword that is no field: a caller's mistake, said in its own words
+        return UserInputError(f"bench has no option {name!r}", "see `toolchain bench --help`")
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    value = err.get("input")
+    template = extra.get("error")
+    if isinstance(template, str):
+        return UserInputError(template.format(flag=flag(name), value=value), _text(extra.get("hint")))
+    said = _BOUNDS.get(err["type"], err["msg"][:1].lower() + err["msg"][1:])
+    return UserInputError(f"{flag(name)} {said.format(**err.get('ctx', {}))}, not {value!r}")
+
+
+def _text(x: object) -> str | None:
+    return x if isinstance(x, str) else None

@@ -16,12 +16,16 @@ count takes a whole number, and no number may be NaN or infinite (``allow_inf_na
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolchain.errors import UserInputError
+
+if TYPE_CHECKING:
+    from toolchain.bench.workload import Request
 
 KIND = "toolchain.bench-result"
 RESULT_SCHEMA = 1  # the newest result schema this toolchain writes and reads
@@ -73,8 +77,11 @@ class Summary(_Part):
     aiperf_names: dict[str, str] = Field(default_factory=dict, description="our metric key -> AIPerf's metric tag")
 
 
-class LoadSetting(_Part):
-    """One load point's load: a concurrency, a request rate, or a trace replayed at a speed."""
+class Load(_Part):
+    """One load point's load: a concurrency, a request rate, or a trace replayed at a speed (the load generator
+    runs it; the result records it)."""
+
+    model_config = ConfigDict(frozen=True)
 
     concurrency: int | None = None
     rate: float | None = Field(None, description="requests per second")
@@ -82,6 +89,24 @@ class LoadSetting(_Part):
     duration_s: float | None = None
     trace: str | None = Field(None, description="the replayed trace's file name")
     speed: float = Field(1.0, description="trace replay speed (2 = twice as fast)")
+
+    def label(self) -> str:
+        if self.concurrency is not None:
+            return f"concurrency={self.concurrency}"
+        if self.trace is not None:
+            return f"trace={self.trace} x{self.speed:g}"
+        return f"rate={self.rate:g}/s{' poisson' if self.poisson else ''}"
+
+    def offsets(self, todo: list[Request], seed: int) -> list[float]:
+        """Send offsets (seconds after the start) of an open-loop load: the trace's times, or the rate's."""
+        from toolchain.bench.workload import arrivals
+
+        if self.trace is not None:
+            ats = [r.at or 0.0 for r in todo]
+            first = min(ats, default=0.0)
+            return [(a - first) / self.speed for a in ats]
+        assert self.rate is not None
+        return arrivals(len(todo), self.rate, poisson=self.poisson, seed=seed)
 
 
 class ServerWindow(_Part):
@@ -194,7 +219,7 @@ class ProbeVerdict(_Part):
 class LoadPoint(_Part):
     """One measured load point: its summary, the server's and the client's side, and every request."""
 
-    load: LoadSetting = Field(default_factory=LoadSetting)
+    load: Load = Field(default_factory=Load)
     label: str = Field(description="e.g. concurrency=8, rate=2/s poisson, trace=t.jsonl x1")
     summary: Summary
     server: ServerWindow | None = None
@@ -259,13 +284,33 @@ class Startup(_Part):
 
 
 class SearchPlan(_Part):
-    mode: str
+    """How an SLO search probes (toolchain.bench.search.make_plan checks and fills it in): the mode, the loads it
+    grows from and up to, when the bracket is narrow enough, and at most how many probes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: str = Field(description="concurrency or rate")
     start: float
     limit: float
     tolerance: float
     max_probes: int
     poisson: bool = False
     duration_s: float | None = None
+
+    def load(self, x: float) -> Load:
+        if self.mode == "concurrency":
+            return Load(concurrency=int(x), duration_s=self.duration_s)
+        return Load(rate=x, poisson=self.poisson, duration_s=self.duration_s)
+
+    def close_enough(self, lo: float, hi: float) -> bool:
+        """Whether the bracket [lo, hi] is within the tolerance (the search stops there)."""
+        if self.mode == "concurrency":
+            return hi - lo <= max(1.0, self.tolerance)
+        return hi - lo <= self.tolerance * lo
+
+    def between(self, lo: float, hi: float) -> float:
+        mid = (lo + hi) / 2
+        return float(math.floor(mid)) if self.mode == "concurrency" else float(f"{mid:.4g}")
 
 
 class SearchSlo(_Part):

@@ -16,24 +16,28 @@ from typing import Any
 
 from toolchain import __version__, redact
 from toolchain.bench import prom, speculative
-from toolchain.bench.loadgen import Load, RunOutcome, run_load
+from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
-from toolchain.bench.result import RESULT_SCHEMA, build_document
+from toolchain.bench.result import RESULT_SCHEMA, Load, build_document
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
 from toolchain.progress import Progress, silent
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchConfig:
+    """The prepared load test (toolchain.bench.setup.make_config): BenchOptions' flags with the workload, SLOs and
+    provenance they led to. Frozen: a search or an SLO override makes a new one (``dataclasses.replace``). The
+    warm-up has no default here: BenchOptions' (or the caller's) is the one."""
+
     protocol: str  # triton | openai
     url: str
     model: str
     loads: list[Load]
     requests: list[Request]
+    warmup: int
     stream: bool = True
-    warmup: int = 1
     seed: int = 0
     metrics_url: str | None = None
     llm_model: str = "tensorrt_llm"
@@ -185,7 +189,7 @@ def _load_point(
     if out.workers:
         client["workers"] = out.workers
     return {
-        "load": load.__dict__,
+        "load": load.model_dump(),
         "label": load.label(),
         "summary": summary,
         "server": server,

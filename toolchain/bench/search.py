@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from toolchain.bench.loadgen import Load
+from toolchain.bench.result import SearchPlan
 from toolchain.bench.run import BenchConfig, _result_document, measure_point
 from toolchain.errors import UserInputError
 from toolchain.progress import Progress, silent
@@ -57,32 +57,6 @@ class SloTargets:
         if self.goodput is not None:
             parts.append(f"goodput >= {self.goodput:.0%} of requests")
         return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class SearchPlan:
-    mode: str  # concurrency | rate
-    start: float
-    limit: float
-    tolerance: float
-    max_probes: int = DEFAULT_MAX_PROBES
-    poisson: bool = False
-    duration_s: float | None = None
-
-    def load(self, x: float) -> Load:
-        if self.mode == "concurrency":
-            return Load(concurrency=int(x), duration_s=self.duration_s)
-        return Load(rate=x, poisson=self.poisson, duration_s=self.duration_s)
-
-    def close_enough(self, lo: float, hi: float) -> bool:
-        """Whether the bracket [lo, hi] is within the tolerance (the search stops there)."""
-        if self.mode == "concurrency":
-            return hi - lo <= max(1.0, self.tolerance)
-        return hi - lo <= self.tolerance * lo
-
-    def between(self, lo: float, hi: float) -> float:
-        mid = (lo + hi) / 2
-        return float(math.floor(mid)) if self.mode == "concurrency" else float(f"{mid:.4g}")
 
 
 def probe_size(plan: SearchPlan, x: float, budget: int) -> tuple[int, str]:
@@ -141,7 +115,9 @@ def make_plan(
     probes = DEFAULT_MAX_PROBES if max_probes is None else max_probes
     if probes < 2:
         raise UserInputError(f"--slo-max-probes must be at least 2, not {probes}", "e.g. --slo-max-probes 12")
-    return SearchPlan(mode, lo, hi, tol, probes, poisson, duration_s)
+    return SearchPlan(
+        mode=mode, start=lo, limit=hi, tolerance=tol, max_probes=probes, poisson=poisson, duration_s=duration_s
+    )
 
 
 def check_slo_flags(ttft_ms: float | None, tpot_ms: float | None, goodput: float | None) -> None:
@@ -198,7 +174,7 @@ def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], 
 
 def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> dict[str, Any]:
     """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section."""
-    cfg.slo = slo.per_request()
+    cfg = replace(cfg, slo=slo.per_request())
     runs: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     interrupted = stop = None
@@ -281,7 +257,7 @@ def _section(
         knee = {**best, "first_failing_load": hi}
     return {
         "mode": plan.mode,
-        "plan": asdict(plan),
+        "plan": plan.model_dump(),
         "slo": asdict(slo),
         "slo_text": slo.describe(),
         "status": status,

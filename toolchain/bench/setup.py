@@ -109,7 +109,7 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     slo: dict[str, float | None] = {}
     input_tokens, output_tokens = opts.input_tokens, opts.output_tokens
     if opts.spec:
-        cell, art, slo, traffic = _from_spec(opts.spec, opts.cell_id)
+        cell, art, slo, traffic = _from_spec(opts.spec, opts.cell)
         prov.update(art.identity(), gpu=cell.gpu.name)
         if traffic is not None:  # the spec's traffic shape, unless the flags say otherwise
             input_tokens = input_tokens or dist_text(traffic.input_tokens)
@@ -125,9 +125,9 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     prov["workload"] = {
-        "input_tokens": "dataset" if opts.dataset_path else input_tokens,
+        "input_tokens": "dataset" if opts.dataset else input_tokens,
         "output_tokens": output_tokens,
-        "shared_prefix": opts.shared,
+        "shared_prefix": opts.shared_prefix,
     }
     if entries is not None:
         from toolchain.bench.trace import trace_requests
@@ -146,7 +146,7 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
     more: Callable[[int], list[Request]] | None = None
     if entries is None:
         reqs, more = _workload(
-            tok, opts.dataset_path, opts.shared, input_tokens, output_tokens, opts.seed, opts.requests + opts.warmup
+            tok, opts.dataset, opts.shared_prefix, input_tokens, output_tokens, opts.seed, opts.requests + opts.warmup
         )
     if opts.protocol.startswith("openai"):
         stand_in = _stand_in(opts.url)

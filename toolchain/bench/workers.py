@@ -20,11 +20,11 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from toolchain.bench.loadgen import INTERRUPTED, Load, RunOutcome, Shard, run_load
+from toolchain.bench.loadgen import INTERRUPTED, RunOutcome, Shard, run_load
+from toolchain.bench.result import Load
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
 from toolchain.progress import Progress
@@ -45,7 +45,7 @@ def split(load: Load, todo: list[Request], workers: int, seed: int) -> list[tupl
         for j in range(len(todo)):
             mine[slots[j % len(slots)]].append(j)
         return [
-            (replace(load, concurrency=conc[w]), Shard(indices=mine[w]), [todo[j] for j in mine[w]])
+            (load.model_copy(update={"concurrency": conc[w]}), Shard(indices=mine[w]), [todo[j] for j in mine[w]])
             for w in range(n)
             if mine[w]
         ]

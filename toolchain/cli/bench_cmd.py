@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from toolchain.cli.options import (
-    BenchProtocol,
-    CellOpt,
-    JsonOpt,
-    MetricsUrlOpt,
-    RequestsOpt,
-    ServedModelOpt,
-    TokenizerOpt,
-    out_dir_opt,
-    timeout_opt,
-)
+from toolchain.bench.options import BenchOptions
+from toolchain.cli.model_options import model_options, values, with_parameters
+from toolchain.cli.options import JsonOpt, out_dir_opt
+
+SaveOpt = Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")]
 
 if TYPE_CHECKING:
     from toolchain.bench.result import Search
@@ -29,108 +24,7 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def bench(
-    ctx: typer.Context,
-    url: Annotated[
-        str | None, typer.Option("--url", help="Triton gRPC host:port, or http://host:port (OpenAI)")
-    ] = None,
-    protocol: Annotated[
-        BenchProtocol, typer.Option("--protocol", help="Triton gRPC streaming, or the OpenAI API")
-    ] = BenchProtocol.triton,
-    model: ServedModelOpt = "ensemble",
-    concurrency: Annotated[
-        str | None, typer.Option("--concurrency", help="Fixed concurrency sweep, e.g. 1,8,64")
-    ] = None,
-    rate: Annotated[str | None, typer.Option("--rate", help="Request-rate sweep (req/s), e.g. 1,2,4")] = None,
-    poisson: Annotated[bool, typer.Option("--poisson", help="Poisson arrivals (seeded) instead of constant")] = False,
-    requests: RequestsOpt = 32,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop a load point after N seconds")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Requests sent first and excluded")] = 2,
-    input_tokens: Annotated[
-        str | None,
-        typer.Option(
-            "--input-tokens", help="N | normal:M:S | uniform:LO:HI | file:P [default: the spec's traffic, else 64]"
-        ),
-    ] = None,
-    output_tokens: Annotated[
-        str | None,
-        typer.Option("--output-tokens", help="Same forms as --input-tokens [default: the spec's traffic, else 32]"),
-    ] = None,
-    shared_prefix: Annotated[
-        str | None, typer.Option("--shared-prefix", help="K:P:FRACTION shared system prompts")
-    ] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help='Prompts to send: JSONL of {"prompt": ...}')] = None,
-    tokenizer: TokenizerOpt = None,
-    repo: Annotated[Path | None, typer.Option("--repo", help="Emitted repository (tokenizer + provenance)")] = None,
-    spec: Annotated[Path | None, typer.Option("--spec", help="Spec for SLOs, provenance and the planner floor")] = None,
-    cell: CellOpt = None,
-    metrics_url: MetricsUrlOpt = None,
-    stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="Stop at the first failed request")] = False,
-    timeout: Annotated[float, timeout_opt("a request")] = 300.0,
-    idle_timeout: Annotated[
-        float,
-        typer.Option(
-            "--idle-timeout",
-            help="Seconds a request may receive nothing (connect, first token, between chunks) [never above --timeout]",
-            min=0.001,
-        ),
-    ] = 60.0,
-    num_draft_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--num-draft-tokens", help="Draft-target: drafts per verify step (tensorrt_llm_bls, with --no-stream)"
-        ),
-    ] = None,
-    slo_search: Annotated[
-        str | None,
-        typer.Option(
-            "--slo-search",
-            help="concurrency | rate: find the highest load that meets the SLOs (grow, then bisect); each probe "
-            "sends at least --requests, 4 per stream or 4 s of its rate (docs/capacity.md)",
-        ),
-    ] = None,
-    slo_start: Annotated[float | None, typer.Option("--slo-start", help="Lowest load the search probes [1]")] = None,
-    slo_max: Annotated[
-        float | None, typer.Option("--slo-max", help="Highest load the search probes [1024 streams, 10000 req/s]")
-    ] = None,
-    slo_tolerance: Annotated[
-        float | None,
-        typer.Option("--slo-tolerance", help="Stop when the bracket is this narrow: streams [1], rate fraction [0.05]"),
-    ] = None,
-    slo_max_probes: Annotated[
-        int | None, typer.Option("--slo-max-probes", help="At most this many probes [16]")
-    ] = None,
-    slo_ttft_ms: Annotated[
-        float | None, typer.Option("--slo-ttft-ms", help="P99 TTFT SLO in ms [the spec's slo.ttft_ms]")
-    ] = None,
-    slo_tpot_ms: Annotated[
-        float | None, typer.Option("--slo-tpot-ms", help="P99 TPOT SLO in ms [the spec's slo.tpot_ms]")
-    ] = None,
-    slo_goodput: Annotated[
-        float | None,
-        typer.Option("--slo-goodput", help="Fraction of requests that must meet both per-request SLOs, e.g. 0.95"),
-    ] = None,
-    workers: Annotated[
-        int, typer.Option("--workers", help="Load-generator processes (one clock, merged timestamps)")
-    ] = 1,
-    trace: Annotated[
-        Path | None,
-        typer.Option(
-            "--trace", help="Replay a Mooncake/AIPerf JSONL trace (timestamp, lengths, hash_ids): every line, on time"
-        ),
-    ] = None,
-    trace_speed: Annotated[
-        str | None, typer.Option("--trace-speed", help="Replay speed(s), e.g. 1 or 1,2,4 (2 = twice as fast) [1]")
-    ] = None,
-    trace_block_tokens: Annotated[
-        int, typer.Option("--trace-block-tokens", help="Prompt tokens per trace hash id")
-    ] = 512,
-    save: Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")] = None,
-    json_out: JsonOpt = False,
-) -> None:
+def bench(ctx: typer.Context, **given: Any) -> None:
     """Run a load test; print a table and write one JSON document with raw timings and provenance.
 
     Examples:
@@ -141,49 +35,13 @@ def bench(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from toolchain.bench.options import BenchOptions
     from toolchain.bench.run import without_records
     from toolchain.cli.render import Stages, err, print_json
     from toolchain.pipeline.bench import assess, run_benchmark
 
-    opts = BenchOptions(
-        url=url or "",
-        protocol=protocol.value,
-        model=model,
-        concurrency=concurrency,
-        rate=rate,
-        poisson=poisson,
-        requests=requests,
-        duration=duration,
-        warmup=warmup,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        shared=shared_prefix,
-        dataset_path=dataset,
-        tokenizer=tokenizer,
-        repo=repo,
-        spec=spec,
-        cell_id=cell,
-        metrics_url=metrics_url,
-        stream=stream,
-        seed=seed,
-        stop_on_error=stop_on_error,
-        timeout=timeout,
-        idle_timeout=idle_timeout,
-        num_draft_tokens=num_draft_tokens,
-        workers=workers,
-        trace=trace,
-        trace_speed=trace_speed,
-        trace_block_tokens=trace_block_tokens,
-        slo_search=slo_search,
-        slo_start=slo_start,
-        slo_max=slo_max,
-        slo_tolerance=slo_tolerance,
-        slo_max_probes=slo_max_probes,
-        slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms,
-        slo_goodput=slo_goodput,
-    )
+    save: Path | None = given["save"]
+    json_out: bool = given["json_out"]
+    opts = BenchOptions(**values(BenchOptions, given))
     result = run_benchmark(opts, save_to=save, progress=Stages(quiet=json_out))
     if json_out:
         print_json(without_records(result))
@@ -198,6 +56,21 @@ def bench(
 
         sys.stderr.write(redact.text(f"Error: the benchmark did not measure what was asked: {reason} — {kept}") + "\n")
         raise typer.Exit(code)
+
+
+# The command's options: the fields of BenchOptions (each flag declared there once), then what to do with the
+# result. Built here, when the CLI starts.
+app.callback()(
+    with_parameters(
+        bench,
+        [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+            *model_options(BenchOptions),
+            inspect.Parameter("save", inspect.Parameter.KEYWORD_ONLY, annotation=SaveOpt, default=None),
+            inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=JsonOpt, default=False),
+        ],
+    )
+)
 
 
 def print_table(result: dict[str, Any], *, served_by: bool = True) -> None:

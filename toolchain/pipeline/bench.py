@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def run_benchmark(opts: BenchOptions, *, save_to: Path | None = None, progress: 
         result = S.run_search(cfg, plan, targets, progress=progress)
     else:
         if targets is not None:
-            cfg.slo = targets.per_request()
+            cfg = replace(cfg, slo=targets.per_request())
         result = run_bench(cfg, progress=progress)
     if cell is not None:
         result = build_document({**result, "planner": planner_floor(cell)})

@@ -279,7 +279,7 @@ def _bench(
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from toolchain.bench.loadgen import Load
+    from toolchain.bench.result import Load
     from toolchain.bench.run import BenchConfig, run_bench
     from toolchain.bench.workload import Dist, synthetic
     from toolchain.pipeline.bench import planner_floor
