@@ -20,6 +20,7 @@ import re
 import socket
 import sys
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,9 +151,11 @@ def prepare_backends(ts: Path) -> Path:
         dst = bk / "python" / src.name
         if dst.is_symlink() and dst.resolve() == src.resolve():
             continue
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{threading.get_ident()}")
         with contextlib.suppress(FileNotFoundError):
-            dst.unlink()
-        dst.symlink_to(src)
+            tmp.unlink()
+        tmp.symlink_to(src)
+        tmp.replace(dst)  # atomic: a server starting beside this one sees the old link or the new one
     return bk
 
 
