@@ -11,6 +11,7 @@ import typer
 from toolchain.cli.options import (
     BenchProtocol,
     CellOpt,
+    ForceOpt,
     JsonOpt,
     MetricsUrlOpt,
     RequestsOpt,
@@ -308,6 +309,7 @@ def report(
         list[str], typer.Argument(help="Result JSON files from `toolchain bench --save`, each PATH or LABEL=PATH")
     ],
     out: Annotated[Path, out_dir_opt("report.html, report.md, report.csv and plots")],
+    force: ForceOpt = False,
 ) -> None:
     """Render HTML and Markdown reports, a CSV and plots; several results are compared side by side.
 
@@ -317,9 +319,11 @@ def report(
     """
     from toolchain.bench.report import load_results, parse_labelled, render
     from toolchain.cli.render import out as out_console
+    from toolchain.outdir import write_output
 
     paths, labels = parse_labelled(results)
-    files = render(load_results(paths, labels), out)
+    loaded = load_results(paths, labels)
+    files = write_output(out, lambda d: render(loaded, d), command="bench report", force=force)
     for name, p in files.items():
         out_console.print(f"{name}: {p}", highlight=False, markup=False)
 

@@ -14,17 +14,20 @@ RuntimeDefault seccomp), with writable emptyDirs for the caches.
 from __future__ import annotations
 
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain import yamlout
 from toolchain.deploy import core
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
-from toolchain.errors import DeployError, OutputExistsError
+from toolchain.errors import DeployError
+from toolchain.outdir import check_output, write_output
 from toolchain.specs.dynamo import RELEASES
 from toolchain.specs.matrix import Cell
+
+if TYPE_CHECKING:
+    from toolchain.dynamo import observability
 
 API_VERSION = "nvidia.com/v1beta1"
 KIND = "DynamoGraphDeployment"
@@ -328,11 +331,7 @@ def write_dgd(
             f"the spec's model is a local directory ({cell.spec.model.source}), which the pods cannot read",
             "pass --model-path with the checkpoint's path inside the pods (a mounted volume) or its Hub id",
         )
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(f"{out} exists and is not empty")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output(Path(out), force=force)
     name = dgd_name(cell)
     cm_name = f"{name}-engine-args"
     objs = {
@@ -353,6 +352,12 @@ def write_dgd(
             "metadata": {"name": f"{name}-signing-key", "namespace": namespace},
             "data": {"cosign.pub": artifact.public_key_pem.decode()},
         }
+    return write_output(out, lambda d: _write_dgd_files(d, objs, obs), command="dynamo deploy", force=force)
+
+
+def _write_dgd_files(out: Path, objs: dict[str, dict[str, Any]], obs: observability.Observability) -> dict[str, Path]:
+    from toolchain.dynamo import observability
+
     files: dict[str, Path] = {}
     for fname, obj in objs.items():
         (out / fname).write_text(yamlout.dump(obj, sort_keys=False))
