@@ -107,7 +107,7 @@ run "${TC[@]}" bench --url 127.0.0.1:8001 --repo "$OUT/repo" --spec "$SPEC" --ce
 run "${TC[@]}" bench --url 127.0.0.1:8001 --repo "$OUT/repo" --shared-prefix 4:1024:0.8 --input-tokens 128 \
   --output-tokens 64 --concurrency 8 --requests 64 --metrics-url http://127.0.0.1:8002/metrics --save "$OUT/prefix.json"
 run "${TC[@]}" diagnose --metrics-url http://127.0.0.1:8002/metrics --bench "$OUT/bench.json"
-run "${TC[@]}" bench report "$OUT/bench.json" "$OUT/prefix.json" --out "$OUT/report"
+run "${TC[@]}" bench report "$OUT/bench.json" "$OUT/prefix.json" --out "$OUT/report" --force
 stop
 
 step "serving: {streaming: false, decoupled: false} lints clean and answers"

@@ -47,13 +47,21 @@ CHECKOV_SKIPS = {
     "CKV_K8S_38": "a multi-node group's leader mounts a service-account token: it lists its group's pods and starts "
     "ranks in them with kubectl exec (kubessh); workers and single-node pods mount none",
     "CKV_K8S_8": "a multi-node worker has no liveness probe: its ranks are started by the leader's mpirun, a failed "
-    "rank fails the leader, and the LeaderWorkerSet recreates the whole group (RecreateGroupOnPodRestart)",
+    "rank fails the leader, and the LeaderWorkerSet recreates the whole group (RecreateGroupOnPodRestart); a "
+    "Dynamo component's probes are the Dynamo operator's own (a worker's /health can say notready while it "
+    "serves, so the toolchain writes none of its own)",
+    "CKV_K8S_9": "a Dynamo component has no readiness probe of the toolchain's: the Dynamo operator adds its own "
+    "to the pods it makes from the DynamoGraphDeployment (see CKV_K8S_8)",
+    "CKV2_K8S_6": "a Dynamo component's pod has no NetworkPolicy yet: the DynamoGraphDeployment's frontend and "
+    "workers talk over the operator's NATS and etcd, whose addresses the toolchain does not know",
 }
-CHECKOV_SKIPS_WHEN = {
-    "CKV_K8S_43": "image by tag",
-    "CKV_K8S_21": "no --namespace",
-    "CKV_K8S_38": "group leader pod",
-    "CKV_K8S_8": "group worker pod",
+CHECKOV_SKIPS_WHEN: dict[str, tuple[str, ...]] = {
+    "CKV_K8S_43": ("image by tag",),
+    "CKV_K8S_21": ("no --namespace",),
+    "CKV_K8S_38": ("group leader pod",),
+    "CKV_K8S_8": ("group worker pod", "dynamo component pod"),
+    "CKV_K8S_9": ("dynamo component pod",),
+    "CKV2_K8S_6": ("dynamo component pod",),
 }
 ALWAYS_SKIPPED = sorted(set(CHECKOV_SKIPS) - set(CHECKOV_SKIPS_WHEN))
 

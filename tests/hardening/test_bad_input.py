@@ -420,8 +420,10 @@ def test_offline_plan_of_a_hub_spec_fails_fast(cli: Cli, tmp_path: Path, monkeyp
     d = copy.deepcopy(BASE)
     d["model"].pop("architecture")
     r = cli("plan", _write(tmp_path, d))  # a refused connection: the probe answers at once, nothing retries
-    assert r.exit_code == 2
-    assert "is not reachable" in _one_line_error(r)
+    assert r.exit_code == 75  # a transient outage (EX_TEMPFAIL), not a mistake in the spec (before: 2)
+    assert "is not reachable" in _one_line_error(r) and "model.architecture" in _one_line_error(r)
+    r = cli("plan", _write(tmp_path, d), "--json")
+    assert r.exit_code == 75 and json.loads(r.stdout)["exit"] == 75, r.output
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     r = cli("plan", _write(tmp_path, d))
     assert r.exit_code == 2 and "HF_HUB_OFFLINE" in _one_line_error(r)
@@ -456,7 +458,7 @@ def test_a_hub_that_never_answers_the_connect_fails_at_the_probe_deadline(
         took = time.monotonic() - t0
     finally:
         release.set()
-    assert r.exit_code == 2
+    assert r.exit_code == 75
     assert f"is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s" in _one_line_error(r)
     assert HUB_PROBE_TIMEOUT_S <= took < max(10 * HUB_PROBE_TIMEOUT_S, 30.0) < hangs, took
 

@@ -305,7 +305,7 @@ def test_keygen_writes_a_cosign_key_pair(tmp_path: Path, monkeypatch: pytest.Mon
     key = serialization.load_der_private_key(der, None)
     pub = serialization.load_pem_public_key((tmp_path / "k" / "cosign.pub").read_bytes())
     assert key.public_key().public_numbers() == pub.public_numbers()  # type: ignore[union-attr]
-    _one_error(cli("cache", "keygen", tmp_path / "k"), 2, "already exists")
+    _one_error(cli("cache", "keygen", tmp_path / "k"), 2, "not empty")
 
 
 def test_key_mistakes_are_one_line_exit_2(tmp_path: Path, keys: dict[str, Path], cli: Any) -> None:

@@ -157,7 +157,8 @@ def test_emit_refuses_what_cannot_work(tiny_spec: Path, tmp_path: Path) -> None:
     assert (tmp_path / "c" / "other.txt").is_file()
     emit_for_cell(for_cell(cell), "reference", tmp_path / "d")
     emit_for_cell(for_cell(cell), "reference", tmp_path / "d", force=True)
-    emit_for_cell(for_cell(cell), "reference", tmp_path / "d")  # same identity: re-emitting is fine
+    with pytest.raises(OutputExistsError):  # the same model too: replacing is what --force says
+        emit_for_cell(for_cell(cell), "reference", tmp_path / "d")
 
 
 def test_real_engine_dir_and_world_size(tiny_spec: Path, tmp_path: Path) -> None:

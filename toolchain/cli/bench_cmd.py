@@ -11,7 +11,7 @@ import typer
 
 from toolchain.bench.options import BenchOptions
 from toolchain.cli.model_options import model_options, values, with_parameters
-from toolchain.cli.options import JsonOpt, out_dir_opt
+from toolchain.cli.options import ForceOpt, JsonOpt, out_dir_opt
 
 SaveOpt = Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")]
 
@@ -181,6 +181,7 @@ def report(
         list[str], typer.Argument(help="Result JSON files from `toolchain bench --save`, each PATH or LABEL=PATH")
     ],
     out: Annotated[Path, out_dir_opt("report.html, report.md, report.csv and plots")],
+    force: ForceOpt = False,
 ) -> None:
     """Render HTML and Markdown reports, a CSV and plots; several results are compared side by side.
 
@@ -190,9 +191,11 @@ def report(
     """
     from toolchain.bench.report import load_results, parse_labelled, render
     from toolchain.cli.render import out as out_console
+    from toolchain.outdir import write_output
 
     paths, labels = parse_labelled(results)
-    files = render(load_results(paths, labels), out)
+    loaded = load_results(paths, labels)
+    files = write_output(out, lambda d: render(loaded, d), command="bench report", force=force)
     for name, p in files.items():
         out_console.print(f"{name}: {p}", highlight=False, markup=False)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import JsonOpt, MatrixFormat, MatrixRegistryOpt, SpecsArg, timeout_opt
+from toolchain.cli.options import ForceOpt, JsonOpt, MatrixFormat, MatrixRegistryOpt, SpecsArg, timeout_opt
 
 
 def matrix(
@@ -39,6 +39,7 @@ def matrix(
     check: Annotated[
         bool, typer.Option("--check", help="Report which cells the registry holds; write nothing (kubernetes, argo)")
     ] = False,
+    force: ForceOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Jobs per cell (runner label, engine key, cached or not) and per quantization group.
@@ -77,12 +78,13 @@ def matrix(
             namespace=namespace,
             timeout=timeout,
             check=check,
+            force=force,
         )
         _render_cluster(result, json_out)
         return
-    if check or out is not None or image is not None:
+    if check or out is not None or image is not None or force:
         raise UserInputError(
-            "--check, --out and --image apply to --format kubernetes or argo", "add --format kubernetes"
+            "--check, --out, --force and --image apply to --format kubernetes or argo", "add --format kubernetes"
         )
     reg = None if offline else open_registry(registry)
     m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))

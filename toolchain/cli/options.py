@@ -4,8 +4,10 @@ One option name has one meaning in every command that takes it:
 
 - ``--format``  the format of what the command prints (``matrix``: github, gitlab, json)
 - ``--model``   the name of a served model (``bench``, ``diagnose``); a checkpoint directory is ``--checkpoint``
-- ``--out``     the directory the command writes (``quantize``, ``triton emit``, ``bench report``, ``deploy``);
-                a single result file is ``--save``
+- ``--out``     the directory the command writes (``quantize``, ``triton emit``, ``bench report``, ``deploy``,
+                ``dynamo deploy``, ``matrix``); a single result file is ``--save``
+- ``--force``   replace the toolchain's own earlier output at ``--out``, never a file it did not write
+                (``toolchain.outdir``)
 - ``--dataset`` a file of prompts to send (``bench``); calibration data is ``--calib-dataset``
 - ``--samples`` how many times a live server's metrics are sampled (``diagnose``); calibration is ``--calib-samples``
 - ``--timeout`` seconds before one unit of work is abandoned: a build (``build``), a request (``bench``)
@@ -148,7 +150,9 @@ MatrixRegistryOpt = Annotated[
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]
 CellOpt = Annotated[str | None, typer.Option("--cell", help="One matrix cell id (see `toolchain spec expand`)")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing output / rebuild")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Replace existing output (only what the toolchain wrote) / rebuild")
+]
 RehashOpt = Annotated[
     bool,
     typer.Option(

@@ -41,8 +41,8 @@ from toolchain.deploy.context import (
 from toolchain.deploy.manifests import DEFAULT_NAMESPACE, PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.observability import RuleTable, write_observability
 from toolchain.deploy.sizing import Sizing, size_cell
-from toolchain.digest import check_replaceable, staged_dir
-from toolchain.errors import DeployError, OutputExistsError
+from toolchain.errors import DeployError
+from toolchain.outdir import owned_output
 from toolchain.specs.matrix import Cell
 
 __all__ = ["DeployOptions", "DeployResult", "RuleTable", "Sizing", "check_options", "size_cell", "write_deployment"]
@@ -167,9 +167,9 @@ def write_deployment(
     sizing = _sizing(cell, plan, o)
     app = app_name(cell)
     image = str(pinned_image(o.image or f"{app}:{engine_key[:12]}", "--image"))
-    out = _checked_out(Path(out), o.force)
+    out = Path(out).resolve()
     target = _target(o, app, image, engine_key)
-    with staged_dir(out) as tmp:
+    with owned_output(out, command="deploy", force=o.force) as tmp:
         ctx = tmp / "image"
         _write_image_context(ctx, cell, o, base=base, repository=repository, multi_node=sizing.multi_node)
         _write_manifests(tmp / "k8s", target, cell, sizing, _header(cell, engine_key))
@@ -230,15 +230,6 @@ def _sizing(cell: Cell, plan: CellPlan, o: DeployOptions) -> Sizing:
             "raise --gpus-per-node to the GPUs of your nodes, or lower TP x PP",
         )
     return sizing
-
-
-def _checked_out(out: Path, force: bool) -> Path:
-    """The resolved output directory, refused when it holds files (unless forced) or is not ours to replace."""
-    out = out.resolve()
-    if out.exists() and any(out.iterdir()) and not force:
-        raise OutputExistsError(f"{out} is not empty")
-    check_replaceable(out, "deploy.json")
-    return out
 
 
 def _target(o: DeployOptions, app: str, image: str, engine_key: str) -> Target:

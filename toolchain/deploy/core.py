@@ -11,6 +11,10 @@ the same security context.
 - **Labels** use the recommended ``app.kubernetes.io/*`` keys (kubernetes.io "Recommended Labels") with
   ``part-of: toolchain``, and ``toolchain/*`` keys for the engine key (its first 16 hex digits: a label value
   holds at most 63 characters) and the GPU.
+- **Resources**: every container requests CPU and memory and is limited in memory (never in CPU: a CFS quota
+  throttles a decode loop in bursts). A server's host memory follows one rule (:func:`server_memory`) for the
+  Triton deployment and the Dynamo workers alike; a helper container (a frontend, a pull step) gets
+  :data:`HELPER_RESOURCES`.
 - **Pod security** meets the Pod Security Standards' ``restricted`` profile (kubernetes.io "Pod Security
   Standards"): non-root (the ``triton-server`` user, uid/gid 1000, that NGC's Triton images create:
   triton-inference-server/server ``build.py``), no privilege escalation, every capability dropped, the
@@ -63,6 +67,40 @@ def labels(app: str, component: str, *, engine_key: str | None = None, gpu: str 
     if gpu:
         out["toolchain/gpu"] = label_value(gpu.lower())
     return out
+
+
+GIB = 2**30
+SHM_PER_RANK = 1 * GIB  # /dev/shm per rank (NCCL, the Python backend)
+SHM_BASE = 1 * GIB
+# a container that runs no model: the OpenAI frontend, the registry pull, the bundle check
+HELPER_RESOURCES: dict[str, Any] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+
+
+def server_memory(per_rank_bytes: int, ranks: int) -> tuple[int, int]:
+    """(request, limit) of a server pod's host memory, whole GiB: /dev/shm of its ``ranks``, plus the page cache
+    of one rank's weights being loaded (at most 32 GiB) and 8 GiB for the server; the limit holds every rank's
+    weights and 16 GiB."""
+    shm = SHM_PER_RANK * ranks + SHM_BASE
+    request = _round_gib(shm + min(per_rank_bytes, 32 * GIB) + 8 * GIB)
+    return request, _round_gib(shm + ranks * per_rank_bytes + 16 * GIB)
+
+
+def server_resources(*, gpus: int, per_rank_bytes: int) -> dict[str, Any]:
+    """A server container's requests and limits: 4 CPUs per GPU (at least 4), :func:`server_memory`, the GPUs."""
+    request, limit = server_memory(per_rank_bytes, gpus)
+    return {
+        "requests": {"cpu": str(max(4, 4 * gpus)), "memory": quantity(request), GPU_RESOURCE: str(gpus)},
+        "limits": {GPU_RESOURCE: str(gpus), "memory": quantity(limit)},
+    }
+
+
+def quantity(n: int) -> str:
+    """Bytes as a Kubernetes quantity: whole GiB, else MiB rounded up."""
+    return f"{n // GIB}Gi" if n % GIB == 0 else f"{-(-n // 2**20)}Mi"
+
+
+def _round_gib(n: float) -> int:
+    return int(-(-n // GIB) * GIB)
 
 
 def container_security() -> dict[str, Any]:

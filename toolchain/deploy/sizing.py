@@ -28,12 +28,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolchain.artifacts.plan import CellPlan
+from toolchain.deploy.core import SHM_BASE, SHM_PER_RANK, server_memory
 from toolchain.errors import DeployError
 from toolchain.specs.matrix import Cell
 
 GIB = 2**30
-SHM_PER_RANK = 1 * GIB
-SHM_BASE = 1 * GIB
 PULL_BYTES_S = 250e6  # registry → pod (S3 / Hub), conservative per pod
 VERIFY_BYTES_S = 1.0e9  # blake3 runs at ~3.9 GB/s on one core here; shared nodes are slower
 LOAD_BYTES_S = 1.0e9  # local disk → GPU, per rank
@@ -141,6 +140,7 @@ def size_cell(
     budget = startup_budget_s(total, per_rank)
     ranks_per_pod = ranks if nodes == 1 else -(-ranks // nodes)  # a group's pods each hold one node's ranks
     shm = SHM_PER_RANK * ranks_per_pod + SHM_BASE
+    memory = server_memory(per_rank, ranks_per_pod)  # the same rule as the Dynamo workers'
     return Sizing(
         cell_id=cell.id,
         ranks=ranks,
@@ -158,8 +158,8 @@ def size_cell(
         startup_failure_threshold=budget // STARTUP_PERIOD_S,
         startup_period_s=STARTUP_PERIOD_S,
         # page cache of the engine files being loaded + the memory volume + the server itself
-        memory_request_bytes=_round_gib(shm + min(per_rank, 32 * GIB) + 8 * GIB),
-        memory_limit_bytes=_round_gib(shm + ranks_per_pod * per_rank + 16 * GIB),
+        memory_request_bytes=memory[0],
+        memory_limit_bytes=memory[1],
     )
 
 

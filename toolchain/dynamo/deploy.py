@@ -13,18 +13,23 @@ RuntimeDefault seccomp), with writable emptyDirs for the caches.
 
 from __future__ import annotations
 
+import copy
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain import yamlout
 from toolchain.deploy import core
+from toolchain.deploy.sizing import ENGINE_OVERHEAD
 from toolchain.dynamo.plan import DynamoPlan, PoolPlan
-from toolchain.errors import DeployError, OutputExistsError
+from toolchain.errors import DeployError
+from toolchain.outdir import check_output, write_output
 from toolchain.specs.dynamo import RELEASES
 from toolchain.specs.matrix import Cell
+
+if TYPE_CHECKING:
+    from toolchain.dynamo import observability
 
 API_VERSION = "nvidia.com/v1beta1"
 KIND = "DynamoGraphDeployment"
@@ -157,9 +162,11 @@ def _container(image: str, cmd: list[str], env: list[dict[str, Any]]) -> dict[st
     return {
         "name": "main",
         "image": image,
+        "imagePullPolicy": core.image_pull_policy(image),  # a tag may have moved since the node pulled it
         "command": cmd[:1],
         "args": cmd[1:],
         "env": env,
+        "resources": copy.deepcopy(core.HELPER_RESOURCES),  # a worker's are its GPUs' (dgd)
         "securityContext": sec,
         "volumeMounts": [{"name": "home", "mountPath": "/home/dynamo"}, {"name": "tmp", "mountPath": "/tmp"}],
     }
@@ -171,6 +178,7 @@ def _pod_template(container: dict[str, Any], volumes: list[dict[str, Any]], labe
         "metadata": {"labels": labels},
         "spec": {
             "securityContext": pod_sec,
+            "automountServiceAccountToken": False,  # nothing in the pod talks to the API server
             "containers": [container],
             "volumes": [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}, *volumes],
         },
@@ -184,10 +192,12 @@ def _pull_container(a: Artifact) -> dict[str, Any]:
     c: dict[str, Any] = {
         "name": "pull",
         "image": a.image,
+        "imagePullPolicy": core.image_pull_policy(a.image),
         "command": ["python3", "-m", "toolchain.cli.main", "cache", "pull", a.key, f"{MODELS}/{a.key}"],
         "args": ["--registry", a.registry]
         + (["--require-signature", "--public-key", f"{KEYS}/cosign.pub"] if a.public_key_pem else []),
         "env": _env(),
+        "resources": copy.deepcopy(core.HELPER_RESOURCES),
         "securityContext": sec,
         "volumeMounts": [{"name": "models", "mountPath": MODELS}, {"name": "home", "mountPath": "/home/dynamo"}],
     }
@@ -258,7 +268,9 @@ def dgd(
         env = _env(_bundle_env(artifact) if artifact is not None else None)
         c = _container(image, worker_command(cell, pool, model=model, args_file=args_file), env)
         c["volumeMounts"].append({"name": "engine-args", "mountPath": "/etc/dynamo", "readOnly": True})
-        c["resources"] = {"limits": {"nvidia.com/gpu": str(pool.tp)}, "requests": {"nvidia.com/gpu": str(pool.tp)}}
+        # the Triton deployment's rule (toolchain.deploy.core.server_memory): host memory for the weights a rank loads
+        weights = max(pool.weight_bytes_per_gpu, pool.weight_read_bytes)
+        c["resources"] = core.server_resources(gpus=pool.tp, per_rank_bytes=int(weights * ENGINE_OVERHEAD))
         from toolchain.hardware.catalog import lookup_gpu
 
         volumes: list[dict[str, Any]] = [{"name": "engine-args", "configMap": {"name": config_map}}]
@@ -328,11 +340,7 @@ def write_dgd(
             f"the spec's model is a local directory ({cell.spec.model.source}), which the pods cannot read",
             "pass --model-path with the checkpoint's path inside the pods (a mounted volume) or its Hub id",
         )
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise OutputExistsError(f"{out} exists and is not empty")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output(Path(out), force=force)
     name = dgd_name(cell)
     cm_name = f"{name}-engine-args"
     objs = {
@@ -353,6 +361,12 @@ def write_dgd(
             "metadata": {"name": f"{name}-signing-key", "namespace": namespace},
             "data": {"cosign.pub": artifact.public_key_pem.decode()},
         }
+    return write_output(out, lambda d: _write_dgd_files(d, objs, obs), command="dynamo deploy", force=force)
+
+
+def _write_dgd_files(out: Path, objs: dict[str, dict[str, Any]], obs: observability.Observability) -> dict[str, Path]:
+    from toolchain.dynamo import observability
+
     files: dict[str, Path] = {}
     for fname, obj in objs.items():
         (out / fname).write_text(yamlout.dump(obj, sort_keys=False))

@@ -55,6 +55,7 @@ class PoolPlan:
     # the decode step as a line over active KV tokens (what the mocker interpolates): step ≈ base + tokens × slope
     step_base_ms: float = 0.0
     step_ms_per_kv_token: float = 0.0
+    weight_bytes_per_gpu: float = 0.0  # every weight one rank holds (host memory while it loads them)
 
 
 @dataclass
@@ -204,6 +205,7 @@ def _pool(
             kv_bytes_per_token=plan.kv_bytes_per_token,
             rps_per_worker=rps,
             weight_read_bytes=plan.decode_read_bytes_per_gpu * pc.pp,
+            weight_bytes_per_gpu=plan.weight_bytes_per_gpu,
             raw_workers=raw,
             slo_miss=slo_miss,
             step_base_ms=plan.decode_read_bytes_per_gpu * pc.pp / pc.gpu.hbm_bytes_s * 1000.0,
@@ -264,6 +266,7 @@ class Silicon:
             "kv_tokens": plan.kv_tokens,
             "kv_bytes_per_token": plan.kv_bytes_per_token,
             "weight_read_bytes": plan.decode_read_bytes_per_gpu * pc.pp,
+            "weight_bytes_per_gpu": plan.weight_bytes_per_gpu,
         }
         if role == "prefill":
             rps = 1000.0 / ctx.ttft_ms

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import UserInputError
+from toolchain.outdir import check_output, write_output
 from toolchain.pipeline import argo
 from toolchain.pipeline.kube_jobs import (
     DEFAULT_BUILD_TIMEOUT_S,
@@ -33,6 +34,7 @@ def cluster_cmd(
     namespace: str | None = None,
     timeout: float | None = None,
     check: bool = False,
+    force: bool = False,
 ) -> dict[str, Any]:
     """The cluster's share of the matrix: with ``check``, only what the registry holds; else the manifests
     written under ``out`` for what it does not."""
@@ -41,6 +43,7 @@ def cluster_cmd(
     if not check:
         if out is None:
             raise UserInputError(f"--format {fmt} writes files", "add --out DIR (or --check to only report)")
+        out = check_output(out, force=force)  # before the registry is asked
         if not image:
             raise UserInputError(
                 f"--format {fmt} needs --image: the image the build pods run",
@@ -66,7 +69,11 @@ def cluster_cmd(
         build_timeout_s=int(timeout) if timeout else DEFAULT_BUILD_TIMEOUT_S,
     )
     objs = kubernetes_jobs(cm, o) if fmt == "kubernetes" else argo.workflow(cm, o)
-    written = write_objects(objs, out)
+
+    def fill(d: Path) -> dict[str, Path]:
+        return dict(zip(objs, write_objects(objs, d), strict=True))
+
+    written = list(write_output(out, fill, command=f"matrix --format {fmt}", force=force).values())
     result["written"] = [str(p) for p in written]
     if written:
         ns = f" -n {namespace}" if namespace else ""

@@ -94,9 +94,11 @@ def deploy_cell(
     progress: Any = lambda s: None,
 ) -> DeployResult:
     """Plan, emit and write the deployment of one cell."""
+    from toolchain.outdir import check_output
     from toolchain.triton.emit import emit_repository
 
     check_options(options)  # before any work: a registry the pod cannot reach, an unknown frontend
+    check_output(out, force=options.force)  # and an --out the command may not write
     cell = _cell(spec, cell_id)
     progress(f"planning cell {cell.id}")
     plan = plan_for(cell)

@@ -365,32 +365,17 @@ def load_verifier(path: Path | str) -> Verifier:
 
 def keygen(out: Path) -> tuple[Path, Path]:
     """Write ``cosign.key`` (cosign's encrypted format, password from TOOLCHAIN_SIGNING_PASSWORD/COSIGN_PASSWORD)
-    and ``cosign.pub`` into ``out``; refuses to overwrite either."""
+    and ``cosign.pub`` into a new or empty directory ``out`` (toolchain.outdir); never over a key pair or any
+    other file."""
     from toolchain._deps import require
+    from toolchain.outdir import check_output, owned_output
 
     require("cryptography", "sign")
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    out = Path(out)
-    priv_path, pub_path = out / "cosign.key", out / "cosign.pub"
-    if out.exists() and not out.is_dir():
-        raise SigningKeyError(
-            f"{out} is a file, not a directory", "give a directory to write cosign.key and cosign.pub into"
-        )
-    for p in (priv_path, pub_path):
-        if p.exists():
-            raise SigningKeyError(f"{p} already exists", "choose another directory, or move the old key pair away")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".keygen-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise SigningKeyError(
-            f"cannot write the key pair into {out}: {e.strerror or 'I/O error'}",
-            "give a directory you can write to",
-        ) from e
+    keep = "choose another directory, or move the old key pair away"
+    out = check_output(out, force=None, flag="DIR", keep_hint=keep)  # before the (slow) key derivation
     key = ec.generate_private_key(ec.SECP256R1())
     pkcs8 = key.private_bytes(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -399,12 +384,13 @@ def keygen(out: Path) -> tuple[Path, Path]:
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
     kind = PEM_TYPES_COSIGN[0]
     pem = f"-----BEGIN {kind}-----\n" + "\n".join(lines) + f"\n-----END {kind}-----\n"
-    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(pem)
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    pub_path.write_bytes(pub)
-    return priv_path, pub_path
+    with owned_output(out, command="cache keygen", force=None, flag="DIR", keep_hint=keep) as tmp:
+        fd = os.open(tmp / "cosign.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(pem)
+        (tmp / "cosign.pub").write_bytes(pub)
+    return out / "cosign.key", out / "cosign.pub"
 
 
 def signer_for(path: Path | str | None) -> Signer | None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from toolchain import settings
-from toolchain.errors import ModelConfigError
+from toolchain import http, settings
+from toolchain.errors import HubUnavailableError, ModelConfigError
 from toolchain.specs.checkpoint import config_dims, read_config_json, safetensors_param_count
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.sources import is_tiny, missing_checkpoint_hint
@@ -347,15 +347,22 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
                 f"cannot fetch config.json of {repo}@{rev or 'main'}: not cached and HF_HUB_OFFLINE is set", hint
             ) from miss
         endpoint = settings.hf_endpoint(constants.ENDPOINT)
-        if not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
-            raise ModelConfigError(
-                f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at {endpoint} "
-                f"is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s",
-                hint,
+        again = f"try again when the Hub answers (check HF_ENDPOINT, a proxy), or {hint}"
+        if not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):  # an outage, not the spec's fault: exit 75, retried
+            raise HubUnavailableError(
+                f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at "
+                f"{http.redact(endpoint)} is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s",
+                again,
             ) from miss
         try:
             path = hf_hub_download(repo, "config.json", revision=rev, etag_timeout=HUB_PROBE_TIMEOUT_S)
         except Exception as e:
+            if http.transient(e):  # timed out, refused, 429/5xx after the retries
+                raise HubUnavailableError(
+                    f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at "
+                    f"{http.redact(endpoint)} did not answer (or answered 429/5xx)",
+                    again,
+                ) from e
             raise ModelConfigError(
                 f"cannot fetch config.json of {repo}@{rev or 'main'} ({type(e).__name__})", hint
             ) from e

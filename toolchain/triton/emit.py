@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toolchain.digest import check_replaceable, copy_tree, staged_dir
-from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.digest import copy_tree
+from toolchain.errors import TritonRepoError
+from toolchain.outdir import check_output, owned_output
 from toolchain.specs.cuda_graphs import tensorrt_cache_size
 from toolchain.specs.matrix import Cell
 from toolchain.specs.models import Serving
@@ -386,7 +387,7 @@ def emit_repository(
         raise TritonRepoError(
             "the CPU reference model needs a local Hugging Face checkpoint", "point model.source at a local directory"
         )
-    _check_out(out, identity, force)
+    out = check_output(out, force=force)
     gpt_path, reference_path, mounts = _engine_paths(
         out, engine, identity, reference, reference_model_dir, engines_root
     )
@@ -397,7 +398,7 @@ def emit_repository(
     draft_path = SP.draft_model_path(cell, draft_dir, reference=reference, out=out, engines_root=engines_root)
     SP.apply_features(configs, cell, draft_model_path=draft_path)
     sources = model_sources()
-    with staged_dir(out) as tmp:
+    with owned_output(out, command="triton emit", force=force) as tmp:
         _write_models(tmp, configs, sources, tokenizer_dir)
         _stage_engine(tmp, sources, engine, reference, reference_model_dir if local_reference else None, engines_root)
         (tmp / "ensemble" / "1" / ".keep").write_text("")
@@ -430,16 +431,6 @@ def _check_emit_inputs(cell: Cell, engine: EngineInfo, tokenizer_dir: Path, engi
             "rebuild with `trtllm-build --use_paged_context_fmha enable` "
             "or disable serving.enable_prefix_caching/enable_chunked_prefill",
         )
-
-
-def _check_out(out: Path, identity: dict[str, Any], force: bool) -> None:
-    """Refuse to replace another model's repository (or other files) at ``out`` unless forced."""
-    if out.exists():
-        marker = out / "toolchain-repo.json"
-        same = marker.is_file() and _same_identity(json.loads(marker.read_text()), identity)
-        if not same and not force and any(out.iterdir()):
-            raise OutputExistsError(f"{out} already holds a different model repository (or other files)")
-        check_replaceable(out, "toolchain-repo.json")
 
 
 def _engine_paths(
@@ -524,7 +515,3 @@ def _repo_meta(
         "mounts": [{k: v for k, v in m.items() if k != "source"} for m in mounts],  # no host path inside
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def _same_identity(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in ("spec", "cell", "engine_key", "profile_id"))

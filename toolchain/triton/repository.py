@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.artifacts.cell import CellArtifacts
-from toolchain.digest import check_replaceable, copy_tree, staged_dir
-from toolchain.errors import OutputExistsError, TritonRepoError
+from toolchain.digest import copy_tree
+from toolchain.errors import TritonRepoError
+from toolchain.outdir import check_output, owned_output
 from toolchain.specs.slo import slo_targets
 from toolchain.triton.emit import EngineInfo, emit_repository
 
@@ -226,10 +227,7 @@ def _emit_llmapi(
     from toolchain.specs.llmapi import bundled_models
     from toolchain.triton.llmapi_repo import MODEL_REL, STANDIN_WEIGHTS, llmapi_files, model_source, standin_source
 
-    out = out.resolve()
-    if out.exists() and any(out.iterdir()) and not force:
-        raise OutputExistsError(f"{out} is not empty")
-    check_replaceable(out, "toolchain-repo.json")
+    out = check_output(out, force=force)
     if engines_root is not None and not engines_root.startswith("/"):
         raise TritonRepoError(
             f"engines root {engines_root!r} is not an absolute path",
@@ -257,7 +255,7 @@ def _emit_llmapi(
         mounts.append({"source": str(model), "target": name, "what": "checkpoint"})
     else:
         name = MODEL_REL
-    with staged_dir(out) as tmp:
+    with owned_output(out, command="triton emit", force=force) as tmp:
         hub_id, _, revision = name.partition("@") if isinstance(model, str) else (name, "", "")
         standin = standin_weights is not None
         for rel, text in llmapi_files(cell, hub_id, revision or None, standin=standin).items():
