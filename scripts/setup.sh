@@ -29,7 +29,7 @@ heartbeat_start "pip installing into .venv"
 .venv/bin/pip install -q --disable-pip-version-check -c <(echo torch==2.13.0) -e '.[all,dev]' 2>&1 \
   | grep -v "^WARNING: Location" || true
 heartbeat_stop
-.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis, oras" \
+.venv/bin/python -c "import torch, modelopt.torch.quantization, tritonclient.grpc, pytriton, boto3, moto, jinja2, matplotlib, httpx, jsonschema, kubernetes_validate, hypothesis, oras, xdist" \
   || { echo "setup: the environment is incomplete; see pip's output above" >&2; exit 1; }
 # The validators the tests run on the CI and deploy artifacts (tests/validators.py): actionlint,
 # check-jsonschema and hadolint come with the dev extras; checkov gets its own venv (.venv-tools) because its

@@ -44,19 +44,6 @@ def every_shipped_spec(ckpt: Path, tmp: Path) -> list[Path]:
     return out
 
 
-# Tests that must not run beside each other when the suite runs on several pytest-xdist workers (`-n`, with
-# `--dist loadgroup`): each group runs on one worker, one test at a time. The docs' command blocks use the fixed
-# ports their pages show (18000-18002); the local Dynamo graphs start a frontend, a router and workers each.
-SERIAL_GROUPS = {"tests/test_command_blocks.py": "fixed-ports", "tests/dynamo/test_local.py": "dynamo"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = SERIAL_GROUPS.get(Path(str(item.fspath)).relative_to(REPO).as_posix())
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path_factory.mktemp("home")
