@@ -65,6 +65,9 @@ COMMON = {
 }
 GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "b200_sxm": "B200"}
 GEMM = {"fp8": "fp8", "int4_awq": "int4_wo"}
+# the weight formats whose ModelOpt quant_algo AIConfigurator infers its modes from (FP8: gemm fp8_static, fmha fp8,
+# KV fp8); INT4-AWQ's W4A16_AWQ it refuses, so that GEMM mode is given on the command line
+READS = {"fp8"}
 
 # (model, system, weights, tp, batch)
 CONFIGS: list[tuple[str, str, str, int, int]] = [
@@ -90,12 +93,10 @@ def _model_dir(tmp: Path, model: str, weights: str | None = None) -> Path:
     d = tmp / (model + (f"-{weights}" if weights else ""))
     d.mkdir(exist_ok=True)
     cfg = {**COMMON, **MODELS[model]}
-    if weights:  # recommend reads the quantization from config.json (ModelOpt's hf_quant_config form)
-        cfg["quantization_config"] = {
-            "quant_method": "modelopt",
-            "quant_algo": weights.upper(),
-            "kv_cache_quant_algo": "FP8",
-        }
+    if weights:  # AIConfigurator reads the quantization from config.json (the form ModelOpt's HF export writes)
+        cfg["quantization_config"] = {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}
+        if weights in READS:
+            cfg["quantization_config"]["quant_algo"] = weights.upper()
     (d / "config.json").write_text(json.dumps(cfg))
     return d
 
@@ -107,9 +108,11 @@ def _field(text: str, label: str) -> float | None:
 
 def aic_estimate(tmp: Path, model: str, system: str, weights: str, tp: int, batch: int) -> dict[str, Any]:
     """`aiconfigurator cli estimate` for one configuration, parsed from its report."""
-    cmd = [str(AIC), "cli", "estimate", "--model-path", str(_model_dir(tmp, model)), "--system", system]
+    cmd = [str(AIC), "cli", "estimate", "--model-path", str(_model_dir(tmp, model, weights)), "--system", system]
     cmd += ["--backend", "trtllm", "--estimate-mode", "agg", "--batch-size", str(batch), "--tp", str(tp)]
-    cmd += ["--isl", str(ISL), "--osl", str(OSL), "--gemm-quant-mode", GEMM[weights], "--kvcache-quant-mode", "fp8"]
+    cmd += ["--isl", str(ISL), "--osl", str(OSL)]
+    if weights not in READS:
+        cmd += ["--gemm-quant-mode", GEMM[weights]]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=600)
     out = r.stdout + r.stderr
     row: dict[str, Any] = {"model": model, "system": system, "weights": weights, "tp": tp, "batch": batch}

@@ -34,7 +34,7 @@ def _field(text: str, label: str) -> float | None:
 def estimate(tmp: Path, mode: str, batch: int) -> dict[str, Any]:
     cmd = [str(AIC), "cli", "estimate", "--model-path", MODEL, "--system", SYSTEM, "--backend", "trtllm"]
     cmd += ["--estimate-mode", mode, "--batch-size", str(batch), "--tp", str(TP), "--isl", str(ISL)]
-    cmd += ["--osl", str(OSL), "--gemm-quant-mode", "fp8", "--kvcache-quant-mode", "fp8"]
+    cmd += ["--osl", str(OSL)]  # the modes: AIConfigurator's own, from the checkpoint's quantization_config
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=600)
     out = r.stdout + r.stderr
     if r.returncode != 0:
@@ -58,7 +58,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         (tmp / MODEL).mkdir()
-        (tmp / MODEL / "config.json").write_text(json.dumps({**COMMON, **MODELS[MODEL]}))
+        # the FP8 checkpoint ModelOpt's HF export writes: AIConfigurator infers FP8 GEMMs, attention and KV from it
+        qc = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+        (tmp / MODEL / "config.json").write_text(json.dumps({**COMMON, **MODELS[MODEL], "quantization_config": qc}))
         rows = [estimate(tmp, "static_ctx", 1)]
         for mode in ("static_gen", "agg"):
             for b in BATCHES:

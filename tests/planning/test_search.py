@@ -39,14 +39,15 @@ def test_search_names_a_configuration_within_one_gpu_of_aiconfigurator(
 ) -> None:
     doc, _, _ = searched
     best = doc["best"]
-    assert best["config"] in {"H100-SXM fp8 TP1", "H200-SXM fp8 TP1"}
+    assert best["config"] in {f"{g} fp8 KV {kv} TP1" for g in ("H100-SXM", "H200-SXM") for kv in ("auto", "fp8")}
     assert best["estimator"].startswith("aiconfigurator 0.12.0 (trtllm 1.3.0rc20 on ")
     recommend = {x["system"]: x["agg_gpus"] for x in REF["recommend"]["results"]}
     system = "h200_sxm" if best["gpu"] == "H200-SXM" else "h100_sxm"
     theirs = recommend[system]
     assert abs(best["gpus_at_full_load"] - theirs) <= 1 or abs(best["gpus_at_full_load"] / theirs - 1) <= 0.15
     ranked = doc["ranked"]
-    assert len(ranked) == 4  # 2 GPUs × 1 format × 2 TPs, all of which fit and meet the SLOs
+    assert len(ranked) == 8  # 2 GPUs × 1 format × 2 KV dtypes (INT8 KV: no prefix caching) × 2 TPs
+    assert {r["kind"] for r in doc["rejected"]} == {"invalid"}
     keys = [(c["gpus"], -c["tok_s_per_gpu"]) for c in ranked]
     assert keys == sorted(keys)  # fewest GPUs first, then the most tokens/s per GPU
     for c in ranked:
@@ -106,7 +107,7 @@ def test_the_table_and_the_front_print(cli: Cli) -> None:
         "H200-SXM=3.5",
     )
     assert r.exit_code == 0, r.output
-    assert "ranked on aiconfigurator 0.12.0" in r.stdout and "H200-SXM fp8 TP1" in r.stdout
+    assert "ranked on aiconfigurator 0.12.0" in r.stdout and "H200-SXM fp8/fp8 TP1" in r.stdout
     assert "Pareto front" in r.stdout and "$/h" in r.stdout
     assert "no silicon data, floor only (lower bound)" in r.stderr  # L4: not in the database
 

@@ -91,7 +91,7 @@ def plan(
 
     from toolchain.cli.render import err, out, print_json, print_wrapped
     from toolchain.errors import PlanError
-    from toolchain.planning.estimate import provenance_line
+    from toolchain.planning.estimate import modes_line, provenance_line
     from toolchain.planning.plan import explain as explain_plan
     from toolchain.planning.spec_plan import plan_spec
     from toolchain.specs.gate import checked_spec
@@ -113,10 +113,11 @@ def plan(
             _wide(s.name, arch.name, arch.params, plans)
         else:
             out.print(_table(s.name, arch.name, arch.params, plans))
-        source = provenance_line(plans)
+        source, modes = provenance_line(plans), modes_line(plans)
         out.print(
             f"floor: roofline (HBM bandwidth; prefill at {plans[0].mfu:.0%} MFU), a lower bound\n"
-            f"est:   {source or 'none: every figure is the floor'}",
+            f"est:   {source or 'none: every figure is the floor'}"
+            + (f"\nmodes: {modes} (the checkpoint's quantization)" if modes else ""),
             markup=False,
             highlight=False,
         )
@@ -174,7 +175,7 @@ def _search(
     """`plan --search`: rank, print the top and the Pareto front, write the best as a spec."""
     from typing import get_args
 
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import Stages, err, print_json
     from toolchain.errors import PlanError, UserInputError
     from toolchain.planning.search import parse_prices, search_spec, write_plot, write_spec
     from toolchain.specs.gate import checked_spec
@@ -192,8 +193,9 @@ def _search(
         tps=_csv(tps, "--tps", int),
         prices=parse_prices(price),
         estimator=estimator,  # type: ignore[arg-type]
-        progress=_progress,
+        progress=Stages(quiet=json_out),
     )
+    Stages.settle_all()
     for note in result.notes:
         err.print(f"note: {note}", markup=False, highlight=False)
     best = result.best
@@ -227,17 +229,22 @@ def _search(
 
 
 def _print_search(result: Any, top: int, priced: bool) -> None:
-    from toolchain.cli.render import err, out, print_table
+    """The ranking, the Pareto front and the refusals, each reason once with its count; every line fits 80
+    columns on the catalog's GPUs."""
+    import textwrap
 
-    out.print(
-        f"search: {result.spec} ({result.model}) for {result.traffic} at {result.slo}", markup=False, highlight=False
-    )
-    cols = ["#", "config", "batch", "GPUs", "TPOT ms", "TTFT ms", "tok/s/GPU"] + (["$/h"] if priced else [])
+    from toolchain.cli.render import out, print_table
+    from toolchain.planning.estimate import modes_text
+
+    head = f"search: {result.spec} ({result.model}) for {result.traffic} at {result.slo}"
+    out.print("\n".join(textwrap.wrap(head, 80, subsequent_indent="  ")), markup=False, highlight=False)
+    cols = ["#", "config (weights/KV)", "batch", "GPUs", "TPOT ms", "TTFT ms", "tok/s/GPU"]
+    cols += ["$/h"] if priced else []
     rows = []
     for i, c in enumerate(result.ranked[:top], 1):
         row = [
             str(i),
-            c.config,
+            _short(c),
             str(c.max_batch_size),
             f"{c.gpus} (≥{c.floor_gpus})",
             f"{c.tpot_ms:.2f}",
@@ -246,10 +253,13 @@ def _print_search(result: Any, top: int, priced: bool) -> None:
         ]
         rows.append(row + ([f"{c.cost_per_h:,.2f}" if c.cost_per_h is not None else "-"] if priced else []))
     print_table(f"ranked on {result.estimator} (GPUs: est (≥floor))", cols, rows or [["-"] * len(cols)])
+    for i, c in enumerate(result.ranked[:top], 1):
+        if c.modes:
+            out.print(f"#{i} AIConfigurator ran {modes_text(c.modes)}", markup=False, highlight=False)
     if result.pareto:
         prow = [
             [
-                p["config"],
+                p["config"].replace(" KV ", "/"),
                 str(p["batch"]),
                 f"{p['tok_s_per_gpu']:,.0f}",
                 f"{p['tok_s_per_user']:.1f}",
@@ -259,22 +269,35 @@ def _print_search(result: Any, top: int, priced: bool) -> None:
         ]
         print_table(
             "Pareto front (tok/s per GPU vs tok/s per user)",
-            ["config", "batch", "tok/s/GPU", "tok/s/user", "meets SLO"],
+            ["config (weights/KV)", "batch", "tok/s/GPU", "tok/s/user", "meets SLO"],
             prow,
         )
     if result.floor_only:
         best = result.floor_only[0]
         label = "ranked on the floor" if result.estimator == "floor" else "no silicon data, floor only (lower bound)"
-        err.print(
-            f"{len(result.floor_only)} configurations {label}; best: {best.config} ≥{best.floor_gpus} GPUs",
-            markup=False,
-            highlight=False,
-        )
-    err.print(
-        f"{len(result.rejected)} configurations cannot serve the traffic at the SLOs (see --json)",
-        markup=False,
-        highlight=False,
-    )
+        _say(f"{len(result.floor_only)} configurations {label}; best: {_short(best)} ≥{best.floor_gpus} GPUs")
+    refusals = result.refusals()
+    kinds = {"invalid": "cannot be built", "fit": "do not fit in memory", "slo": "miss the SLOs"}
+    counts = {k: sum(n for kk, _, n in refusals if kk == k) for k in kinds}
+    said = [f"{counts[k]} {kinds[k]}" for k in kinds if counts[k]]
+    if said:
+        _say(f"refused: {', '.join(said)} (each reason once below; all: --json)")
+    for kind, why, n in refusals:
+        _say(f"  {n:>3} {kinds.get(kind, kind)}: {why}", indent="        ")
+
+
+def _short(c: Any) -> str:
+    return f"{c.gpu} {c.weights}/{c.kv_cache} TP{c.tp}"
+
+
+def _say(text: str, indent: str = "  ") -> None:
+    """One line of the summary on stderr, wrapped at 80 columns."""
+    import textwrap
+
+    from toolchain.cli.render import err
+
+    for line in textwrap.wrap(text, 80, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _at(p: Any) -> dict[str, Any] | None:

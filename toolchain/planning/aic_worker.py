@@ -4,11 +4,13 @@ This file is executed by the interpreter of the AIConfigurator venv (``python ai
 by the toolchain: it uses only the standard library and ``aiconfigurator``. Protocol on stdin/stdout:
 
 - on start it prints ``{"ready": true, "aiconfigurator": VERSION}`` (or ``{"error": ...}`` and exits 3);
-- each input line is a query ``{"model_path", "system", "batch", "tp", "pp", "isl", "osl", "gemm", "kv"}`` and an
+- each input line is a query ``{"model_path", "system", "batch", "tp", "pp", "isl", "osl", "gemm", "kv"}`` and
   optional ``"mode"``: ``agg`` (in-flight batching, the default), ``static_ctx`` (prefill only) or ``static_gen``
-  (decode only), AIConfigurator's estimate modes;
+  (decode only), AIConfigurator's estimate modes, and ``"ctx_tokens"`` (context tokens per step, agg). ``gemm``
+  and ``kv`` null: AIConfigurator infers the quant modes from the model's config.json, as its CLI does;
 - each output line answers it: ``{"ttft_ms", "tpot_ms", "tok_s", "tok_s_per_gpu", "memory_gb",
-  "backend_version", "warning"}`` or ``{"error": message}`` when the database cannot answer that query.
+  "backend_version", "warning", "modes", "ctx_tokens"}`` (``modes``: the gemm, fmha, kvcache and moe quant modes
+  it ran) or ``{"error": message}`` when the database cannot answer that query.
 
 AIConfigurator's own logging goes to stderr, which the caller discards; stdout carries only the protocol.
 """
@@ -54,9 +56,11 @@ def _answer(estimate: Any, query: dict[str, Any]) -> dict[str, Any]:
             osl=int(query["osl"]),
             tp_size=int(query["tp"]),
             pp_size=int(query["pp"]),
-            gemm_quant_mode=query["gemm"],
-            kvcache_quant_mode=query["kv"],
+            gemm_quant_mode=query.get("gemm"),
+            kvcache_quant_mode=query.get("kv"),
+            ctx_tokens=query.get("ctx_tokens"),
         )
+    raw = r.raw if isinstance(r.raw, dict) else {}
     return {
         "ttft_ms": float(r.ttft),
         "tpot_ms": float(r.tpot),
@@ -65,6 +69,8 @@ def _answer(estimate: Any, query: dict[str, Any]) -> dict[str, Any]:
         "memory_gb": float(r.memory),
         "backend_version": str(r.backend_version),
         "warning": r.kv_cache_warning,
+        "modes": {k: str(raw[k]) for k in ("gemm", "fmha", "kvcache", "moe") if raw.get(k) is not None},
+        "ctx_tokens": getattr(r, "ctx_tokens", None),
     }
 
 

@@ -51,7 +51,8 @@ SYSTEMS = {
     "B200": "b200_sxm",
     "GB200": "gb200",
 }
-# spec weight format -> AIConfigurator GEMM quant mode (aiconfigurator_core/sdk/common.py GEMMQuantMode)
+# spec weight format -> AIConfigurator GEMM quant mode (aiconfigurator_core/sdk/common.py GEMMQuantMode): given
+# explicitly only for the formats whose ModelOpt quant_algo AIConfigurator does not read (``READS_ALGO``)
 GEMM_MODES = {
     "bf16": "bfloat16",
     "fp16": "bfloat16",
@@ -63,6 +64,21 @@ GEMM_MODES = {
 }
 PLATEAU = 1e-3  # a larger batch that adds less than 0.1 % tokens/s adds nothing
 KV_MODES = {"fp8": "fp8", "int8": "int8"}  # anything else: the model dtype, bfloat16 in the database
+# The quant_algo ModelOpt writes into the checkpoint's quantization_config per weight format
+# (toolchain/artifacts/quantized.py QUANT_ALGO), and the ones AIConfigurator 0.12.0 infers its modes from
+# (aiconfigurator_core/sdk/models/helpers.py, _infer_quant_modes_from_raw_config: FP8 -> gemm fp8_static, fmha fp8,
+# KV fp8; NVFP4 -> gemm nvfp4, fmha fp8, KV fp8). Any other quant_algo it refuses ("Unsupported quant algorithm"),
+# so for those the GEMM mode is given as `estimate --gemm-quant-mode` would. Sources: docs/planning-estimates.md.
+QUANT_ALGO = {
+    "fp8": "FP8",
+    "int4_awq": "W4A16_AWQ",
+    "w4a8_awq": "W4A8_AWQ",
+    "int8_sq": "W8A8_SQ_PER_CHANNEL",
+    "int8_wo": "W8A16",
+    "nvfp4": "NVFP4",
+}
+READS_ALGO = {"FP8", "NVFP4"}
+READS_KV = {"FP8"}  # kv_cache_quant_algo values it reads; INT8 it refuses ("Unsupported kv cache algorithm")
 
 
 @dataclass(frozen=True)
@@ -73,9 +89,12 @@ class Query:
     pp: int
     isl: int
     osl: int
-    gemm: str
-    kv: str
+    quant: str  # the checkpoint's quantization_config as JSON ("" when nothing is quantized): AIConfigurator
+    # infers its quant modes from it, as its own CLI does from the checkpoint's config.json
+    gemm: str | None = None  # given only where it cannot infer the mode from ``quant`` (READS_ALGO)
+    kv: str | None = None
     mode: str = "agg"  # agg (in-flight batching) | static_ctx (prefill only) | static_gen (decode only)
+    ctx_tokens: int | None = None  # context tokens per step (agg); None: one ISL, AIConfigurator's default
 
 
 @dataclass
@@ -90,6 +109,8 @@ class Estimate:
     memory_gb: float
     database: str = ""  # "trtllm 1.3.0rc20"
     warning: str | None = None
+    modes: dict[str, str] = field(default_factory=dict)  # the quant modes AIConfigurator ran: gemm, fmha, kvcache, moe
+    ctx_tokens: int | None = None  # context tokens per step it scheduled
 
     @property
     def tok_s_per_user(self) -> float:
@@ -110,10 +131,10 @@ def unsupported(gpu: str, weights: str, arch: ModelArch, pp: int) -> str | None:
 
 
 def model_config(arch: ModelArch, local_config: Path | None) -> dict[str, Any]:
-    """A config.json AIConfigurator can read: the checkpoint's own, else a Llama-shaped one from the catalog."""
+    """A config.json AIConfigurator can read: the checkpoint's own (its ``quantization_config`` kept: the
+    session writes the one that ships per query), else a Llama-shaped one from the catalog."""
     if local_config is not None and local_config.is_file():
         cfg: dict[str, Any] = json.loads(local_config.read_text())
-        cfg.pop("quantization_config", None)  # the quant modes are given per query
         return cfg
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -129,6 +150,46 @@ def model_config(arch: ModelArch, local_config: Path | None) -> dict[str, Any]:
         "tie_word_embeddings": arch.tie_embeddings,
         "torch_dtype": "bfloat16",
     }
+
+
+def quantization(weights: str, kv_cache: str) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """What the checkpoint that ships says about its quantization, as AIConfigurator reads it: (its
+    ``quantization_config`` in ModelOpt's form, or None for an unquantized checkpoint; the GEMM mode and the KV
+    mode to give explicitly, None where AIConfigurator infers them from the config)."""
+    algo = QUANT_ALGO.get(weights)
+    kv_algo = kv_cache.upper() if kv_cache in KV_MODES else None
+    if algo is None and kv_algo is None:
+        return None, None, None
+    qc: dict[str, Any] = {"quant_method": "modelopt"}
+    gemm = kv = None
+    if algo in READS_ALGO:
+        qc["quant_algo"] = algo
+    elif algo is not None:
+        gemm = GEMM_MODES.get(weights)
+    if kv_algo in READS_KV:
+        qc["kv_cache_quant_algo"] = kv_algo
+    elif kv_algo is not None:
+        kv = KV_MODES[kv_cache]
+    return (qc if len(qc) > 1 else None), gemm, kv
+
+
+def shipped_quant(checkpoint: dict[str, Any] | None, composed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The checkpoint's own ``quantization_config`` where it describes the same quantization as the spec (it is
+    the one that ships, with every field ModelOpt wrote), else the one composed from the spec."""
+    if checkpoint and composed:
+        same = all(
+            str(checkpoint.get(k) or "").upper() == str(composed.get(k) or "").upper()
+            for k in ("quant_algo", "kv_cache_quant_algo")
+        )
+        if same:
+            return checkpoint
+    return composed
+
+
+def modes_text(modes: dict[str, str]) -> str:
+    """AIConfigurator's quant modes in words: "gemm fp8_static, fmha fp8, KV fp8"."""
+    names = (("gemm", "gemm"), ("fmha", "fmha"), ("kvcache", "KV"))
+    return ", ".join(f"{label} {modes[k]}" for k, label in names if k in modes)
 
 
 def aic_python() -> str | None:
@@ -170,16 +231,30 @@ class Session:
     """A running worker; ``ask`` answers one query (cached), ``close`` ends it."""
 
     proc: Popen[str]
-    model_path: str
+    config: dict[str, Any]  # the model's config.json, less its quantization_config
+    checkpoint_quant: dict[str, Any] | None  # the checkpoint's own quantization_config, if it has one
     version: str
     tmp: tempfile.TemporaryDirectory[str]
     progress: Callable[[str], None] | None = None
     cache: dict[Query, Estimate | str] = field(default_factory=dict)
     databases: dict[str, str] = field(default_factory=dict)  # system -> "trtllm <version>"
+    models: dict[str, str] = field(default_factory=dict)  # quantization_config JSON -> model directory
 
     @property
     def estimator(self) -> str:
         return f"aiconfigurator {self.version}"
+
+    def model_path(self, quant: str) -> str:
+        """The directory of a config.json carrying the quantization the query describes (written once)."""
+        if quant not in self.models:
+            composed = json.loads(quant) if quant else None
+            qc = shipped_quant(self.checkpoint_quant, composed)
+            cfg = {**self.config, **({"quantization_config": qc} if qc else {})}
+            d = Path(self.tmp.name) / f"model{len(self.models)}"
+            d.mkdir()
+            (d / "config.json").write_text(json.dumps(cfg))
+            self.models[quant] = str(d)
+        return self.models[quant]
 
     def ask(self, q: Query) -> Estimate | str:
         """The estimate for ``q``, or the database's reason it has none."""
@@ -189,7 +264,7 @@ class Session:
             self.progress(f"AIConfigurator: loading the {q.system} database")
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps({"model_path": self.model_path, **asdict(q)}) + "\n")
+            self.proc.stdin.write(json.dumps({"model_path": self.model_path(q.quant), **asdict(q)}) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError as e:
             raise EstimatorMissingError("the AIConfigurator worker ended before the query") from e
@@ -215,6 +290,8 @@ class Session:
                 float(reply["memory_gb"]),
                 database,
                 reply.get("warning"),
+                {k: str(v) for k, v in (reply.get("modes") or {}).items()},
+                reply.get("ctx_tokens"),
             )
         self.cache[q] = answer
         return answer
@@ -238,7 +315,7 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
     except (OSError, ValueError) as e:
         tmp.cleanup()
         raise EstimateUnavailableError(f"AIConfigurator cannot read {local_config}: {e}") from e
-    (Path(tmp.name) / "config.json").write_text(json.dumps(cfg))
+    checkpoint_quant = cfg.pop("quantization_config", None)
     if progress:
         progress("AIConfigurator: starting")
     proc = spawn_pipes([python, str(WORKER)], cwd=tmp.name)
@@ -252,7 +329,8 @@ def start(arch: ModelArch, local_config: Path | None, progress: Callable[[str], 
         proc.wait()
         tmp.cleanup()
         raise EstimatorMissingError(f"{python}: {ready.get('error')}")
-    return Session(proc, tmp.name, str(ready.get("aiconfigurator")), tmp, progress)
+    qc = checkpoint_quant if isinstance(checkpoint_quant, dict) else None
+    return Session(proc, cfg, qc, str(ready.get("aiconfigurator")), tmp, progress)
 
 
 def open_session(
@@ -268,12 +346,14 @@ def open_session(
     return session
 
 
-def query(cell: Cell, batch: int, mode: str = "agg") -> Query:
-    """The database query of ``cell`` at ``batch``: its GPU's system, TP/PP, the traffic's lengths, its formats."""
+def query(cell: Cell, batch: int, mode: str = "agg", ctx_tokens: int | None = None) -> Query:
+    """The database query of ``cell`` at ``batch``: its GPU's system, TP/PP, the traffic's lengths, and the
+    quantization of the checkpoint that ships (AIConfigurator infers its modes from it)."""
     q = cell.spec.quantization
     isl, osl = lengths(cell)
-    gemm, kv = GEMM_MODES[q.weights], KV_MODES.get(q.kv_cache, "bfloat16")
-    return Query(SYSTEMS[cell.gpu.name], batch, cell.tp, cell.pp, isl, osl, gemm, kv, mode)
+    qc, gemm, kv = quantization(q.weights, q.kv_cache)
+    quant = json.dumps(qc, sort_keys=True) if qc else ""
+    return Query(SYSTEMS[cell.gpu.name], batch, cell.tp, cell.pp, isl, osl, quant, gemm, kv, mode, ctx_tokens)
 
 
 def missing_message() -> str:
@@ -282,12 +362,45 @@ def missing_message() -> str:
 
 
 def ladder(cap: int) -> list[int]:
-    """The batches estimated: powers of two below ``cap``, then ``cap``."""
+    """Powers of two below ``cap``, then ``cap`` (the disaggregated pools' batches, docs/dynamo.md)."""
     out, b = [], 1
     while b < cap:
         out.append(b)
         b *= 2
     return [*out, cap]
+
+
+# The batches AIConfigurator's own aggregated sweep tries (aiconfigurator/sdk/sweep.py, _DEFAULT_AGG_BATCH_SCHEDULE)
+SCHEDULE = [*range(1, 16), *range(16, 32, 4), *range(32, 64, 8), *range(64, 256, 16)]
+SCHEDULE += [*range(256, 512, 32), *range(512, 1024, 256), 1024]
+
+
+def schedule(cap: int) -> list[int]:
+    """The batches a cell is estimated at: AIConfigurator's sweep schedule below ``cap``, then ``cap``."""
+    return [*(b for b in SCHEDULE if b < cap), cap]
+
+
+def ctx_tokens_list(isl: int) -> list[int]:
+    """The context tokens per step AIConfigurator's aggregated sweep tries for ``isl`` (chunked prefill off, its
+    default): multiples of the ISL (at least 512) up to max(8192, 2 × ISL), and 1 and 2 ISLs
+    (aiconfigurator/sdk/sweep.py, _agg_ctx_tokens_list, ctx_stride 512)."""
+    top = max(8192, 2 * isl)
+    stride = max(isl, 512)
+    large = -(-max(1024, 512, top // 8) // isl) * isl
+    out: list[int] = []
+    tokens = 0
+    while True:
+        tokens += stride if tokens < 8192 else large
+        if tokens > top:
+            break
+        out.append(tokens)
+    return sorted({*out, isl, 2 * isl})
+
+
+def ctx_fits(batch: int, ctx_tokens: int, isl: int) -> bool:
+    """AIConfigurator's guard: a step's context tokens leave at least one decoding request in a batch above 1."""
+    prefills = -(-ctx_tokens // isl)
+    return batch - prefills >= 0 and (batch == 1 or batch - prefills >= 1)
 
 
 def meets(e: Estimate, tpot_ms: float | None, ttft_ms: float | None) -> bool:
@@ -304,7 +417,8 @@ def largest_meeting(
     ok = [e for e in curve if meets(e, tpot_ms, ttft_ms)]
     if ok:
         top = max(e.tok_s for e in ok)
-        return min((e for e in ok if e.tok_s >= top * (1 - PLATEAU)), key=lambda e: e.batch), None
+        plateau = (e for e in ok if e.tok_s >= top * (1 - PLATEAU))
+        return min(plateau, key=lambda e: (e.batch, -e.tok_s)), None
     if not curve:
         return None, "no estimate"
     e = curve[0]
@@ -354,15 +468,31 @@ def fleet_at(
     }
 
 
-def estimate_curve(session: Session, cell: Cell, cap: int) -> tuple[list[Estimate], str | None]:
-    """The database's estimates of ``cell`` at every batch of the ladder up to ``cap`` (the first failure ends
-    the walk: a larger batch has no more data than a smaller one). Returns (curve, why none) ."""
+def estimate_curve(
+    session: Session, cell: Cell, cap: int, tpot_ms: float | None = None
+) -> tuple[list[Estimate], str | None]:
+    """The database's estimates of ``cell`` at every batch of AIConfigurator's schedule up to ``cap`` and every
+    context-token budget per step its sweep tries. A failure ends the batch (a larger budget has no more data)
+    and, before any estimate, the walk; so does a batch whose every point misses ``tpot_ms`` (TPOT grows with the
+    batch). Returns (curve, why none)."""
     curve: list[Estimate] = []
-    for b in ladder(cap):
-        e = session.ask(query(cell, b))
-        if isinstance(e, str):
-            return curve, (None if curve else e)
-        curve.append(e)
+    isl = lengths(cell)[0]
+    for b in schedule(cap):
+        points: list[Estimate] = []
+        for ctx in ctx_tokens_list(isl):
+            if not ctx_fits(b, ctx, isl):
+                break
+            e = session.ask(query(cell, b, ctx_tokens=ctx))
+            if isinstance(e, str):
+                if not curve and not points:
+                    return curve, e
+                break
+            points.append(e)
+        if not points:
+            break
+        curve += points
+        if tpot_ms is not None and min(e.tpot_ms for e in points) > tpot_ms:
+            break
     return curve, None
 
 
@@ -374,9 +504,10 @@ def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session
     why = unsupported(cell.gpu.name, q.weights, arch, cell.pp)
     if why is None and plan.free_bytes <= 0:
         return  # the cell does not fit: its error says so, and no batch runs
+    tpot_t, ttft_t = _target(cell.spec.slo.tpot_ms), _target(cell.spec.slo.ttft_ms)
     if why is None:
         cap = max(1, min(cell.max_batch_size, plan.max_concurrency_at_avg))
-        curve, none = estimate_curve(session, cell, cap)
+        curve, none = estimate_curve(session, cell, cap, tpot_t)
         if not curve:
             why = f"AIConfigurator: {none}"
     if why is not None:
@@ -387,7 +518,6 @@ def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session
         return
     isl, osl = lengths(cell)
     system = SYSTEMS[cell.gpu.name]
-    tpot_t, ttft_t = _target(cell.spec.slo.tpot_ms), _target(cell.spec.slo.ttft_ms)
     at, miss = largest_meeting(curve, tpot_t, ttft_t)
     b1 = curve[0]
     plan.estimator = session.estimator
@@ -395,6 +525,7 @@ def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session
         "estimator": session.estimator,
         "database": b1.database,
         "system": system,
+        "modes": b1.modes,
         "isl": isl,
         "osl": osl,
         "batch_1": asdict(b1),
@@ -403,6 +534,9 @@ def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session
         "floor_tpot_at_batch_ms": floor_tpot_ms_at(plan, cell, arch, at.batch) if at else None,
         "curve": [{**asdict(e), "meets_slo": meets(e, tpot_t, ttft_t)} for e in curve],
     }
+    kv = kv_differs(b1.modes, q.kv_cache)
+    if kv:
+        plan.warnings.append(kv)
     if at is None:
         plan.errors.append(
             f"no batch meets the SLOs on the silicon estimate ({session.estimator}, {b1.database} on {system}): "
@@ -417,6 +551,31 @@ def apply_estimate(plan: CellPlan, cell: Cell, arch: ModelArch, session: Session
     spec_k = traffic.speculative
     tps = speculative_tokens(spec_k.acceptance_rate, spec_k.draft_len) if spec_k else 1.0
     plan.fleet_estimate = fleet_at(cell, plan, at.batch, at.tok_s, tps)
+
+
+def kv_differs(modes: dict[str, str], kv_cache: str) -> str | None:
+    """Where AIConfigurator runs a KV cache other than the spec's (its FP8 attention reads an FP8 KV cache)."""
+    ran = modes.get("kvcache")
+    want = KV_MODES.get(kv_cache, "bfloat16")
+    if ran is None or ran == want:
+        return None
+    return (
+        f"AIConfigurator estimates a {ran} KV cache (fmha {modes.get('fmha', '?')}) where the spec has "
+        f"kv_cache {kv_cache}: it infers that from the checkpoint's quantization_config; "
+        f"set quantization.kv_cache: {ran} to build what it estimated"
+    )
+
+
+def modes_line(plans: list[CellPlan]) -> str | None:
+    """The quant modes AIConfigurator ran, e.g. "gemm fp8_static, fmha fp8, KV fp8 (from the checkpoint's
+    quantization_config)", one group per distinct set; None when no cell has an estimate."""
+    seen: list[str] = []
+    for p in plans:
+        if p.estimate and p.estimate.get("modes"):
+            text = modes_text(p.estimate["modes"])
+            if text not in seen:
+                seen.append(text)
+    return "; ".join(seen) if seen else None
 
 
 def provenance_line(plans: list[CellPlan]) -> str | None:

@@ -319,17 +319,26 @@ def estimate_explain(plan: CellPlan) -> list[str]:
         why = plan.no_estimate or "--estimator floor"
         return [f"  silicon estimate: none ({why}); every figure above is the roofline floor"]
     b1, at = e["batch_1"], e["at_batch"]
+    batches = sorted({c["batch"] for c in e["curve"]})
+    ctx = sorted({c["ctx_tokens"] for c in e["curve"] if c.get("ctx_tokens")})
     lines = [
         f"  silicon estimate: {e['estimator']}, database {e['database']} measured on {e['system']}, "
-        f"ISL {e['isl']} / OSL {e['osl']}, batches {', '.join(str(c['batch']) for c in e['curve'])}",
+        f"ISL {e['isl']} / OSL {e['osl']}, {len(e['curve'])} points: batches {batches[0]}–{batches[-1]}"
+        + (f", context tokens per step {ctx[0]}–{ctx[-1]}" if ctx else ""),
         f"    batch 1: TTFT {b1['ttft_ms']:.1f} ms (floor prefill {plan.prefill_ms_avg_input:.1f} ms), "
         f"TPOT {b1['tpot_ms']:.2f} ms (floor {plan.tpot_floor_b1_ms:.2f} ms, "
         f"×{b1['tpot_ms'] / plan.tpot_floor_b1_ms:.1f})",
     ]
+    if e.get("modes"):
+        from toolchain.planning.estimate import modes_text
+
+        lines.append(f"    quant modes: {modes_text(e['modes'])} (from the checkpoint's quantization_config)")
     if at:
         floor = e["floor_tpot_at_batch_ms"]
+        per_step = f", {at['ctx_tokens']} context tokens per step" if at.get("ctx_tokens") else ""
         lines.append(
-            f"    largest batch ≤ {e['batch_cap']} (engine max batch, KV concurrency) meeting the SLOs: {at['batch']}: "
+            f"    largest batch ≤ {e['batch_cap']} (engine max batch, KV concurrency) meeting the SLOs: {at['batch']}"
+            f"{per_step}: "
             f"TTFT {at['ttft_ms']:.1f} ms, TPOT {at['tpot_ms']:.2f} ms "
             f"(floor {floor:.2f} ms, ×{at['tpot_ms'] / floor:.1f}), "
             f"{at['tok_s_per_gpu']:,.0f} tok/s per GPU, {at['memory_gb']:.1f} GB"
