@@ -240,3 +240,21 @@ def test_a_standin_that_cannot_import_the_toolchain_refuses_to_load(
     monkeypatch.setitem(sys.modules, "toolchain.quantize.runtime", None)  # import raises ImportError
     with pytest.raises(RuntimeError, match=r"runtime numerics .*cannot be imported in this Python backend"):
         _start(layout, repos[layout, "good"], monkeypatch)
+
+
+def test_a_dequantized_copy_made_before_the_scales_travelled_is_made_again(tiny_fp8: Path, tmp_path: Path) -> None:
+    """A `<key>-dequantized/` an older toolchain wrote (pre-scale folded, no runtime-numerics/) for the same
+    export digest is not reused: the stand-ins would serve it without the export's numerics."""
+    from toolchain.quantize.dequant import STAMP, dequantized_checkpoint
+    from toolchain.quantize.runtime import NUMERICS_DIR
+
+    dest = dequantized_checkpoint(tiny_fp8 / "hf", tmp_path / "d", source_digest="sha256:x")
+    shutil.rmtree(dest / NUMERICS_DIR)
+    old = {"export": str(tiny_fp8 / "hf"), "export_digest": "sha256:x"}  # the stamp before this change
+    (dest / STAMP).write_text(json.dumps(old, sort_keys=True))
+    assert dequantized_checkpoint(tiny_fp8 / "hf", dest, source_digest="sha256:x") == dest
+    assert (dest / NUMERICS_DIR / "scales.safetensors").is_file()
+    # and a copy of this layout is reused as it is
+    (dest / NUMERICS_DIR / "mark").write_text("")
+    dequantized_checkpoint(tiny_fp8 / "hf", dest, source_digest="sha256:x")
+    assert (dest / NUMERICS_DIR / "mark").is_file()

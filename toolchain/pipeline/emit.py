@@ -67,7 +67,7 @@ def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
     when the spec is unquantized or its quantized checkpoint is not made yet (the source is served then)."""
     from toolchain.artifacts.recipe import is_unquantized
     from toolchain.quantize.dequant import dequantized_checkpoint
-    from toolchain.quantize.runtime import NUMERICS
+    from toolchain.quantize.runtime import NUMERICS, NUMERICS_DIR
 
     export, manifest = art.quantized_dir / "hf", art.quantized_dir / "manifest.json"
     if is_unquantized(art.spec) or not (export / "config.json").is_file() or not manifest.is_file():
@@ -75,8 +75,9 @@ def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
     digest = json.loads(manifest.read_text()).get("output_digest")
     dest = art.quantized_dir.with_name(art.quantized_dir.name + "-dequantized")
     w = art.spec.quantization.weights
-    served = f"quantized export ({w}) dequantized to float32, with its {NUMERICS}"
-    return dequantized_checkpoint(export, dest, source_digest=digest), served
+    served = dequantized_checkpoint(export, dest, source_digest=digest)
+    numerics = f", with its {NUMERICS}" if (served / NUMERICS_DIR).is_dir() else ""  # said only when carried
+    return served, f"quantized export ({w}) dequantized to float32{numerics}"
 
 
 def _source_weights(art: CellArtifacts) -> tuple[Path, str]:
