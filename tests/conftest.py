@@ -87,6 +87,21 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
 
 
+# engine_specs/tiny.yaml's calibration (quantization.calibration), written out so that tests do not read it from
+# the modules they check.
+SPEC_CALIB: dict[str, Any] = {"samples": 16, "seq_len": 64, "batch_size": 4}
+
+
+@pytest.fixture(scope="session")
+def tiny_fp8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """engine_specs/tiny.yaml's recipe (FP8 weights, FP8 KV) of the tiny Llama, quantized once per session (the
+    runtime gate's tests and the stand-ins' numerics tests read it; none writes into it)."""
+    from toolchain.artifacts.recipe import Recipe
+    from toolchain.quantize.run import quantize
+
+    return quantize(tiny_checkpoint, Recipe("fp8", "fp8", **SPEC_CALIB), tmp_path_factory.mktemp("tiny") / "q").out
+
+
 def write_tiny_spec(dest: Path, ckpt: Path, *, calibration: dict[str, Any] | None = None, **serving: Any) -> Path:
     """engine_specs/tiny-engine.yaml (the tiny model on the engine path, served by the ensemble) with its
     model at ``ckpt`` (and, if given, other calibration and serving values)."""

@@ -1,5 +1,7 @@
 """The CPU reference model serves the quantized export (dequantized), not the fp32 source (issue 32, item 2):
-its greedy ids are those of Transformers on the same dequantized weights, loaded independently here."""
+the served weights are an independent dequantization of the export (AWQ's pre-scale left to the input, as the
+runtime applies it, and carried with the export's other scales), and its greedy ids are those of Transformers on
+the same weights with the export's runtime numerics (quantize.runtime), loaded independently here."""
 
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ def test_reference_repository_serves_the_dequantized_export(tiny_checkpoint: Pat
     from safetensors.torch import load_file
 
     from toolchain.quantize.accuracy import dequantize_hf_export
+    from toolchain.quantize.runtime import HFRuntime, instrument, served_numerics
 
     spec_path = _spec(tmp_path, tiny_checkpoint)
     cell = expand(load_spec(spec_path))[0]
@@ -54,22 +57,38 @@ def test_reference_repository_serves_the_dequantized_export(tiny_checkpoint: Pat
     assert "NOT quantized" in before["reference_weights"]  # said, never passed off as the quantized model
     [outcome] = run_quantize(spec_path)
     res = emit_cell(for_cell(cell), "reference", tmp_path / "repo")
-    assert res["reference_weights"] == "quantized export (int4_awq) dequantized to float32"
+    assert res["reference_weights"] == (
+        "quantized export (int4_awq) dequantized to float32, with its runtime numerics (activation and KV quantization)"
+    )
     served_dir = next(p.parent for p in (tmp_path / "repo").rglob("model.safetensors"))
     served = load_file(str(served_dir / "model.safetensors"))
+    carried = load_file(str(served_dir / "runtime-numerics" / "scales.safetensors"))
 
-    # the same weights, dequantized independently of what emit wrote, loaded into the source model's class
-    want = dequantize_hf_export(outcome.result.out / "hf")
+    # the same weights, dequantized independently of what emit wrote (AWQ's pre-scale folded in): the served
+    # ones times the pre-scale carried beside them
+    export = outcome.result.out / "hf"
+    want = dequantize_hf_export(export)
     source = load_file(str(tiny_checkpoint / "model.safetensors"))
     assert served.keys() == want.keys()
-    assert all(torch.equal(served[k], want[k]) for k in want)
+    pqs = {
+        k[: -len("pre_quant_scale")] + "weight": v.float() for k, v in carried.items() if k.endswith("pre_quant_scale")
+    }
+    assert pqs, "an AWQ export has pre-scales"
+    assert all(torch.equal(served[k] * pqs[k][None, :] if k in pqs else served[k], want[k]) for k in want)
     q_proj = next(k for k in want if k.endswith("q_proj.weight"))
     assert not torch.equal(want[q_proj], source[q_proj].float())  # quantization changed the weights
 
+    # greedy ids: the served directory with its carried numerics = the source model's class on the export's
+    # weights (the gate's reading of the export) with the gate's numerics
     tok = transformers.AutoTokenizer.from_pretrained(tiny_checkpoint)
+    view = HFRuntime(export, "cpu")
     ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
-    missing = ref.load_state_dict(want, strict=False)
+    missing = ref.load_state_dict({n: view.get(n) for n in view.names()}, strict=False)
     assert not missing.unexpected_keys
+    instrument(ref, view)
     srv = transformers.AutoModelForCausalLM.from_pretrained(served_dir, dtype=torch.float32).eval()  # type: ignore[no-untyped-call]
     assert "quantization_config" not in srv.config.to_dict()
+    numerics = served_numerics(served_dir)
+    assert numerics is not None
+    instrument(srv, numerics)
     assert _greedy(srv, tok) == _greedy(ref, tok)

@@ -6,20 +6,18 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import SPEC_CALIB, Cli
 from toolchain.artifacts.recipe import Recipe
 from toolchain.errors import AccuracyGateError
 from toolchain.quantize import runtime
 from toolchain.quantize.run import quantize
 from toolchain.specs.models import AccuracyGate
 
-# engine_specs/tiny.yaml's calibration and thresholds (quantization.calibration / .accuracy), written out here so
-# that the test does not read them from the module it checks.
-SPEC_CALIB: dict[str, Any] = {"samples": 16, "seq_len": 64, "batch_size": 4}
+# engine_specs/tiny.yaml's thresholds (quantization.accuracy), written out here so that the test does not read
+# them from the module it checks (its calibration, SPEC_CALIB, is in tests/conftest.py with the tiny_fp8 fixture).
 SPEC_LIMITS = AccuracyGate(max_rel_logit_error=0.2, min_top1_agreement=0.7, max_ppl_increase=0.1)
 
 
@@ -53,12 +51,6 @@ def exports(
         "int4_awq": (tiny_checkpoint, Recipe("int4_awq", "none", **SPEC_CALIB)),
     }
     return {name: (src, quantize(src, r, root / name).out) for name, (src, r) in recipes.items()}
-
-
-@pytest.fixture(scope="module")
-def tiny_fp8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """engine_specs/tiny.yaml's recipe (FP8 weights, FP8 KV) of the tiny Llama."""
-    return quantize(tiny_checkpoint, Recipe("fp8", "fp8", **SPEC_CALIB), tmp_path_factory.mktemp("tiny") / "q").out
 
 
 def _scaled(src: Path, dest: Path, export: str, leaf: str, factor: float) -> int:

@@ -62,10 +62,12 @@ def emit_cell(
 
 
 def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
-    """The cell's quantized export dequantized to float32 for the CPU reference model, and what it is; None
+    """The cell's quantized export dequantized to float32, with the scales of its runtime numerics, for the CPU
+    stand-ins (the reference model, the LLM-API stand-in), and what it is; None
     when the spec is unquantized or its quantized checkpoint is not made yet (the source is served then)."""
     from toolchain.artifacts.recipe import is_unquantized
     from toolchain.quantize.dequant import dequantized_checkpoint
+    from toolchain.quantize.runtime import NUMERICS, NUMERICS_DIR
 
     export, manifest = art.quantized_dir / "hf", art.quantized_dir / "manifest.json"
     if is_unquantized(art.spec) or not (export / "config.json").is_file() or not manifest.is_file():
@@ -73,7 +75,9 @@ def dequantized_export(art: CellArtifacts) -> tuple[Path, str] | None:
     digest = json.loads(manifest.read_text()).get("output_digest")
     dest = art.quantized_dir.with_name(art.quantized_dir.name + "-dequantized")
     w = art.spec.quantization.weights
-    return dequantized_checkpoint(export, dest, source_digest=digest), f"quantized export ({w}) dequantized to float32"
+    served = dequantized_checkpoint(export, dest, source_digest=digest)
+    numerics = f", with its {NUMERICS}" if (served / NUMERICS_DIR).is_dir() else ""  # said only when carried
+    return served, f"quantized export ({w}) dequantized to float32{numerics}"
 
 
 def _source_weights(art: CellArtifacts) -> tuple[Path, str]:

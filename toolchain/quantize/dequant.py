@@ -1,10 +1,12 @@
-"""The quantized export as a plain Hugging Face checkpoint: what the CPU reference model serves.
+"""The quantized export as a plain Hugging Face checkpoint: what the CPU stand-ins serve.
 
 ModelOpt's unified HF export (``hf/``) stores packed INT4, FP8 or NVFP4 weights with their scales; the CPU
-reference model (PyTorch + Transformers) cannot run those kernels, so it serves the float32 weights they stand
-for, dequantized with the same plain-torch code the accuracy gate judges (``accuracy.DequantizedExport``).
-The served tokens then carry the weight quantization error of what ships (activations and the KV cache run in
-float32: the reference model does not emulate FP8 activations or an FP8 KV cache).
+reference model and the LLM-API stand-in (PyTorch + Transformers) cannot run those kernels, so they serve the
+float32 weights they stand for, dequantized with the same plain-torch code the accuracy gate runs
+(``runtime.HFRuntime``: the pre-scale of SmoothQuant/AWQ is not folded into the weights, it applies to the input).
+The export's quantization config and scales travel beside the weights (``runtime-numerics/``), and the stand-ins
+run the Linear inputs and the KV cache with them as the gate does (``runtime.ServedNumerics``): the served tokens
+carry the weight, activation and KV-cache quantization of what ships.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 SKIP = ("hf_quant_config.json", "manifest.json")
 STAMP = "toolchain-dequantized.json"
+# what the stamp records of how the copy was made: an older copy (pre-scale folded, no scales) is made again
+LAYOUT = "unfolded+runtime-numerics/1"
 
 
 def dequantized_checkpoint(export_hf: Path, dest: Path, *, source_digest: str | None = None) -> Path:
@@ -24,9 +28,9 @@ def dequantized_checkpoint(export_hf: Path, dest: Path, *, source_digest: str | 
     from safetensors.torch import save_file
 
     from toolchain.digest import staged_dir
-    from toolchain.quantize.accuracy import DequantizedExport
+    from toolchain.quantize.runtime import NUMERICS_DIR, HFRuntime, carry_numerics
 
-    stamp = {"export": str(export_hf), "export_digest": source_digest}
+    stamp = {"export": str(export_hf), "export_digest": source_digest, "layout": LAYOUT}
     if source_digest is not None and (dest / STAMP).is_file():
         try:
             if json.loads((dest / STAMP).read_text()) == stamp:
@@ -34,7 +38,7 @@ def dequantized_checkpoint(export_hf: Path, dest: Path, *, source_digest: str | 
         except ValueError:
             pass
     with staged_dir(dest) as tmp:
-        src = DequantizedExport(export_hf, "cpu")
+        src = HFRuntime(export_hf, "cpu")  # the pre-scale is left to the input, as the runtime applies it
         tensors: dict[str, Any] = {n: src.get(n).contiguous() for n in src.names()}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         for f in export_hf.iterdir():
@@ -46,5 +50,6 @@ def dequantized_checkpoint(export_hf: Path, dest: Path, *, source_digest: str | 
         cfg.pop("quantization_config", None)  # plain float weights: Transformers must not look for ModelOpt's
         cfg["torch_dtype"] = cfg["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        carry_numerics(export_hf, tmp / NUMERICS_DIR)
         (tmp / STAMP).write_text(json.dumps(stamp, sort_keys=True))
     return dest

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import QuantizeError
-from toolchain.quantize.accuracy import E2M1, Accuracy, DequantizedExport
+from toolchain.quantize.accuracy import E2M1, Accuracy, CheckpointTensors, DequantizedExport
 
 # The gate that judged a quantized checkpoint, recorded in its manifest (``accuracy.gate_version``).
 GATE_VERSION = "runtime-numerics/1"
@@ -344,6 +344,54 @@ def _kv_quantized_attention(module: Any, query: Any, key: Any, value: Any, atten
     else:
         fn = ALL_ATTENTION_FUNCTIONS[base]
     return fn(module, query, key, value, attention_mask, **kwargs)
+
+
+# What the CPU stand-ins serve beside the dequantized weights of a unified HF export (quantize.dequant): the
+# export's quantization config and scales, so that they run the Linear inputs and the KV cache as the gate does.
+NUMERICS_DIR = "runtime-numerics"
+NUMERICS = "runtime numerics (activation and KV quantization)"
+
+
+def carry_numerics(export_hf: Path, dest: Path) -> None:
+    """Write ``export_hf``'s quantization config and every scale the runtime reads (``DequantizedExport.AUX``)
+    into ``dest`` (``<served weights>/runtime-numerics``), for ``ServedNumerics``."""
+    from safetensors.torch import save_file
+
+    src = DequantizedExport(export_hf, "cpu")
+    scales = {n: src.raw(n).contiguous() for n in src._files if n.rsplit(".", 1)[-1] in DequantizedExport.AUX}
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "hf_quant_config.json").write_bytes((export_hf / "hf_quant_config.json").read_bytes())
+    save_file(scales, str(dest / "scales.safetensors"), metadata={"format": "pt"})
+
+
+class ServedNumerics(HFRuntime):
+    """A unified HF export as the CPU stand-ins serve it: its weights dequantized to float32 without the
+    pre-scale (``weights_dir``, written by ``quantize.dequant``), its scales and quantization config carried
+    beside them (``weights_dir/runtime-numerics``). ``instrument(model, ServedNumerics(...))`` gives the model
+    loaded from ``weights_dir`` the numerics ``HFRuntime`` gives the gate."""
+
+    def __init__(self, weights_dir: Path, device: str) -> None:
+        super().__init__(weights_dir / NUMERICS_DIR, device)
+        self.weights = CheckpointTensors(weights_dir, device)
+        self._weight_names = set(self.weights._files)  # stored_names finds each Linear by its weight's name
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._weight_names or super().__contains__(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._weight_names)
+
+    def get(self, name: str, dtype: Any = None) -> Any:
+        """The served (already dequantized) weight."""
+        return self.weights.get(name, dtype)
+
+
+def served_numerics(weights_dir: Path, device: str = "cpu") -> ServedNumerics | None:
+    """The runtime numerics carried with served weights, or None when they carry none (an unquantized
+    checkpoint, the source served before quantize ran)."""
+    if not (weights_dir / NUMERICS_DIR / "hf_quant_config.json").is_file():
+        return None
+    return ServedNumerics(weights_dir, device)
 
 
 def open_export(export_dir: Path, device: str) -> HFRuntime | TrtllmRuntime:

@@ -9,7 +9,9 @@ repository layout, `model.yaml`, inputs, outputs, client and benchmark run here.
 - refuses what the target TensorRT-LLM release refuses: the keys are checked against that release's
   argument model, written beside this file (`llm_args.json`) by the toolchain;
 - runs the weights the toolchain gives it (`standin_weights`: the quantized export dequantized to
-  float32) with PyTorch + transformers, greedy;
+  float32) with PyTorch + transformers, greedy; when they carry the export's scales (`runtime-numerics/`),
+  each Linear's input and the KV cache are quantized as TensorRT-LLM quantizes them, with the accuracy
+  gate's own code (`toolchain.quantize.runtime`): runtime numerics (activation and KV quantization);
 - serves at most `max_batch_size` requests at once (the LLM argument, the cell's batch), the rest wait;
 - streams text pieces (`text_output`) in decoupled mode, never splitting a multi-byte character.
 """
@@ -75,6 +77,27 @@ def refused(opts: dict[str, Any], model: dict[str, Any]) -> list[str]:
     return out
 
 
+def runtime_numerics(model: Any, weights: str) -> str:
+    """Give ``model`` (loaded from ``weights``) the export's activation and KV-cache quantization when the
+    weights carry its scales (``runtime-numerics/``), with the accuracy gate's code; what it then serves."""
+    if not os.path.isdir(os.path.join(weights, "runtime-numerics")):
+        return "weights as stored (no quantization scales carried: float32 activations and KV cache)"
+    try:
+        from pathlib import Path
+
+        from toolchain.quantize.runtime import NUMERICS, instrument, served_numerics
+    except ImportError as e:  # never serve other numerics than the weights were made for, silently
+        raise pb_utils.TritonModelException(
+            f"{weights} carries the export's runtime numerics (runtime-numerics/), which this stand-in runs with "
+            f"the toolchain (toolchain.quantize.runtime), but the toolchain cannot be imported in this Python "
+            f"backend ({e}); install the toolchain where the server's Python runs"
+        ) from e
+    view = served_numerics(Path(weights))
+    assert view is not None, "runtime-numerics/ is there"
+    instrument(model, view)
+    return NUMERICS
+
+
 def bundle_start(here: str) -> str:
     """What TensorRT-LLM's llmapi model would hand the runtime of the bundle beside model.yaml, said as it
     says it. The stand-in has no GPU, so a warm bundle (made on one) is refused: a cold start."""
@@ -114,10 +137,11 @@ class TritonPythonModel:
         torch.set_num_threads(1)
         model: Any = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
         self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
+        self.numerics = runtime_numerics(self.model, weights)
         self.tok: Any = AutoTokenizer.from_pretrained(weights)
         self.eos = self.tok.eos_token_id
         self._start_pool()
-        pb_utils.Logger.log_info(f"tensorrt_llm: {NOTE}; max_batch_size {self.max_batch}")
+        pb_utils.Logger.log_info(f"tensorrt_llm: {NOTE}; max_batch_size {self.max_batch}; serving {self.numerics}")
         pb_utils.Logger.log_info(f"tensorrt_llm: {bundle_start(here)}")
 
     def _start_pool(self) -> None:

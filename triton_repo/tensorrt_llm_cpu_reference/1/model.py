@@ -6,6 +6,11 @@ BLS, client and benchmark run on a machine without a GPU. Greedy decoding, one r
 (Triton queues the rest), token streaming in decoupled mode, stop words, end id, and a real
 block-level prefix cache (KV of full `tokens_per_block` prefixes is kept and reused), reported
 through the same per-request perf outputs and `nv_trt_llm_kv_cache_block_metrics` gauges.
+
+When the served checkpoint (`hf_model_dir`, the quantized export dequantized to float32) carries the export's
+scales (`runtime-numerics/`), each Linear's input and the KV cache are quantized as TensorRT-LLM quantizes
+them, with the accuracy gate's own code (`toolchain.quantize.runtime`): runtime numerics (activation and KV
+quantization). The toolchain must then be importable here; otherwise the model refuses to load.
 """
 
 from __future__ import annotations
@@ -68,6 +73,27 @@ def ends_mid_character(tok: Any, generated: list[int], pending: int) -> bool:
     return text.endswith("\ufffd")
 
 
+def runtime_numerics(model: Any, weights: str) -> str:
+    """Give ``model`` (loaded from ``weights``) the export's activation and KV-cache quantization when the
+    weights carry its scales (``runtime-numerics/``), with the accuracy gate's code; what it then serves."""
+    if not os.path.isdir(os.path.join(weights, "runtime-numerics")):
+        return "weights as stored (no quantization scales carried: float32 activations and KV cache)"
+    try:
+        from pathlib import Path
+
+        from toolchain.quantize.runtime import NUMERICS, instrument, served_numerics
+    except ImportError as e:  # never serve other numerics than the weights were made for, silently
+        raise pb_utils.TritonModelException(
+            f"{weights} carries the export's runtime numerics (runtime-numerics/), which the CPU reference model "
+            f"runs with the toolchain (toolchain.quantize.runtime), but the toolchain cannot be imported in this "
+            f"Python backend ({e}); install the toolchain where the server's Python runs"
+        ) from e
+    view = served_numerics(Path(weights))
+    assert view is not None, "runtime-numerics/ is there"
+    instrument(model, view)
+    return NUMERICS
+
+
 def _opt(req: Any, name: str, default: Any = None) -> Any:
     t = pb_utils.get_input_tensor_by_name(req, name)
     return default if t is None else t.as_numpy().reshape(-1)
@@ -89,6 +115,7 @@ class TritonPythonModel:
         hf_dir = _resolve(args, params["hf_model_dir"])
         model: Any = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
         self.model = model.eval()  # Any: transformers leaves PreTrainedModel.eval() unannotated
+        self.numerics = runtime_numerics(self.model, hf_dir)
         # Streaming holds back a token that ends inside a multi-byte character (ends_mid_character): each
         # streamed response then decodes to whole characters. Without tokenizer files, tokens go one by one.
         self.tok: Any = None
@@ -118,7 +145,9 @@ class TritonPythonModel:
         self.g["max"].set(self.max_blocks)
         self.g["tokens_per"].set(self.tpb)
         self._publish(0)
-        pb_utils.Logger.log_info("tensorrt_llm: CPU REFERENCE MODEL (PyTorch), not TensorRT-LLM")
+        pb_utils.Logger.log_info(
+            f"tensorrt_llm: CPU REFERENCE MODEL (PyTorch), not TensorRT-LLM; serving {self.numerics}"
+        )
 
     def _publish(self, active_blocks: int) -> None:
         used = active_blocks + sum(math.ceil(n / self.tpb) for n, _ in self.prefix.values())
