@@ -234,7 +234,7 @@ def _print_search(result: Any, top: int, priced: bool) -> None:
     import textwrap
 
     from toolchain.cli.render import out, print_table
-    from toolchain.planning.estimate import modes_text
+    from toolchain.planning.plan import modes_text
 
     head = f"search: {result.spec} ({result.model}) for {result.traffic} at {result.slo}"
     out.print("\n".join(textwrap.wrap(head, 80, subsequent_indent="  ")), markup=False, highlight=False)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from toolchain import settings
 from toolchain.errors import EstimateUnavailableError, EstimatorMissingError
 from toolchain.planning.perf import Fleet, ceil_clean, fleet_size, speculative_tokens
-from toolchain.planning.plan import CellPlan, floor_tpot_ms_at
+from toolchain.planning.plan import CellPlan, floor_tpot_ms_at, modes_text
 from toolchain.proc import Popen, finish, spawn_pipes
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
@@ -184,12 +184,6 @@ def shipped_quant(checkpoint: dict[str, Any] | None, composed: dict[str, Any] | 
         if same:
             return checkpoint
     return composed
-
-
-def modes_text(modes: dict[str, str]) -> str:
-    """AIConfigurator's quant modes in words: "gemm fp8_static, fmha fp8, KV fp8"."""
-    names = (("gemm", "gemm"), ("fmha", "fmha"), ("kvcache", "KV"))
-    return ", ".join(f"{label} {modes[k]}" for k, label in names if k in modes)
 
 
 def aic_python() -> str | None:

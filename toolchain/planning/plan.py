@@ -330,8 +330,6 @@ def estimate_explain(plan: CellPlan) -> list[str]:
         f"×{b1['tpot_ms'] / plan.tpot_floor_b1_ms:.1f})",
     ]
     if e.get("modes"):
-        from toolchain.planning.estimate import modes_text
-
         lines.append(f"    quant modes: {modes_text(e['modes'])} (from the checkpoint's quantization_config)")
     if at:
         floor = e["floor_tpot_at_batch_ms"]
@@ -347,3 +345,9 @@ def estimate_explain(plan: CellPlan) -> list[str]:
         f = plan.fleet_estimate
         lines.append(f"    estimated fleet (batch {f['batch_at_sla']}): {fleet_arithmetic(f)}")
     return lines
+
+
+def modes_text(modes: dict[str, str]) -> str:
+    """AIConfigurator's quant modes in words: "gemm fp8_static, fmha fp8, KV fp8"."""
+    names = (("gemm", "gemm"), ("fmha", "fmha"), ("kvcache", "KV"))
+    return ", ".join(f"{label} {modes[k]}" for k, label in names if k in modes)
