@@ -208,6 +208,89 @@ def test_a_wrapped_servers_log_and_its_tail_hide_secrets(tmp_path: Path) -> None
     _clean(proc.tail(log))
 
 
+# A fake server: what real ones print (a URL with credentials, a presigned query, a request's header) on both
+# streams, a line split across two writes, and a last line without a newline.
+FAKE_SERVER = """
+import sys, time
+print("loading from https://alice:Pz9secret@hub.example/m?token=TOKSECRET&rev=main", flush=True)
+print("Authorization: Bearer BEARERSECRET.abc.def", file=sys.stderr, flush=True)
+sys.stdout.write("GET /v1?sig=SIG"); sys.stdout.flush(); time.sleep(0.05)
+sys.stdout.write("SECRET&n=1 200\\n"); sys.stdout.flush()
+sys.stdout.write("password=hunter2 done")
+"""
+
+
+def _fake_server(tmp_path: Path) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return [sys.executable, str(script), "--api-key", "TOKSECRET", "https://bob:hunter2@h/x"]
+
+
+def _check_server_log(text: str) -> None:
+    _clean(text)
+    lines = text.splitlines()
+    assert lines[0].startswith("$ ") and "--api-key '***'" in lines[0] and "https://***@h/x" in lines[0]
+    assert "loading from https://***@hub.example/m?token=***&rev=main" in lines
+    assert "Authorization: Bearer ***" in lines
+    assert "GET /v1?sig=***&n=1 200" in lines
+    assert lines[-1] == "password=*** done"
+
+
+def test_a_wrapped_servers_own_output_reaches_its_log_redacted(tmp_path: Path) -> None:
+    from toolchain import proc
+
+    log = tmp_path / "server.log"
+    p = proc.spawn_guarded(_fake_server(tmp_path), log, dict(os.environ))
+    assert p.wait(60) == 0
+    _check_server_log(log.read_text())
+
+
+def test_a_logged_commands_header_and_output_are_redacted(tmp_path: Path) -> None:
+    from toolchain import proc
+
+    log = tmp_path / "build.log"
+    seen: list[str] = []
+    res = proc.run_logged(_fake_server(tmp_path), log, timeout=60, on_line=seen.append)
+    assert res.returncode == 0
+    _check_server_log(log.read_text())
+    assert seen[-1] == "password=*** done"
+    _clean("\n".join(seen))
+
+
+def test_the_watchdog_streams_each_line_and_an_unfinished_one_while_the_server_runs(tmp_path: Path) -> None:
+    """The readiness wait reads the log while the server runs: output may not wait for the server's exit."""
+    from toolchain import proc
+
+    go = tmp_path / "go"
+    script = tmp_path / "slow_server.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "print('listening on 0.0.0.0:8000', flush=True)\n"
+        "sys.stdout.write('prompt> '); sys.stdout.flush()\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    )
+    log = tmp_path / "server.log"
+    p = proc.spawn_guarded([sys.executable, str(script)], log, dict(os.environ))
+    try:
+        proc.wait_ready(
+            lambda: None if log.read_text().endswith("listening on 0.0.0.0:8000\nprompt> ") else "waiting",
+            timeout=60,
+            stage="fake server",
+            alive=lambda: None if p.poll() is None else pytest.fail(f"exited early: {log.read_text()}"),
+        )
+    finally:
+        go.touch()
+    assert p.wait(60) == 0
+
+
+def test_lines_redact_a_secret_split_across_chunks() -> None:
+    lines = redact.Lines(limit=64)
+    out = lines.feed(b"token=TOK") + lines.feed(b"SECRET ok\nnext ") + lines.feed(b"Bearer BEARERSECRET0123\n")
+    assert out == b"token=*** ok\nnext Bearer ***\n"
+    assert lines.feed(b"\xff raw") == b"" and lines.flush() == b"\xff raw"  # not UTF-8: the bytes as they were
+    assert lines.feed(b"x" * 70) == b"x" * 64 and lines.flush() == b"x" * 6  # no line grows without bound
+
+
 def test_bench_provenance_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     from toolchain.bench.run import BenchConfig, _result_document
 

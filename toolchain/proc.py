@@ -75,7 +75,8 @@ def run_logged(
     timeout: float | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit.
+    """Run ``cmd`` with stdout+stderr appended to ``log_path``; never raises on a non-zero exit. The command line
+    and every line of output go into the log through ``toolchain.redact`` (so do the lines ``on_line`` gets).
 
     The deadline is checked on a clock, not on output: a child that prints nothing is still
     stopped (its whole process group, SIGTERM then SIGKILL) when ``timeout`` seconds have passed,
@@ -85,7 +86,7 @@ def run_logged(
     t0 = time.monotonic()
     deadline = t0 + timeout if timeout else None
     with open(log_path, "ab") as log:
-        log.write(f"$ {shlex.join(cmd)}\n".encode())
+        log.write(f"$ {shlex.join(redact_argv(cmd))}\n".encode())
         log.flush()
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
@@ -96,6 +97,7 @@ def run_logged(
         tee = _Tee(log, on_line)
         try:
             if not _copy_until_eof(fd, deadline, tee):
+                tee.close()
                 return _kill_at_deadline(proc, log, timeout, t0, log_path)
             tee.close()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -113,26 +115,37 @@ def run_logged(
 
 
 class _Tee:
-    """Appends the child's output to the log and hands each complete line to ``on_line``."""
+    """Appends the child's output to the log, redacted line by line, and hands each complete line to ``on_line``."""
 
     def __init__(self, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
-        self.log, self.on_line, self.pending = log, on_line, b""
+        self.log, self.on_line, self.lines, self.pending = log, on_line, redact.Lines(), b""
 
     def write(self, chunk: bytes) -> None:
-        """Log ``chunk`` at once; pass on the lines it completes, keep the unfinished rest."""
-        self.log.write(chunk)
+        """Log the lines ``chunk`` completes at once; keep the unfinished rest until it ends or the pipe is quiet."""
+        self._out(self.lines.feed(chunk))
+
+    def quiet(self) -> None:
+        """The child printed nothing for a while: log its unfinished line (a prompt, a progress bar) as it is."""
+        self._out(self.lines.flush())
+
+    def close(self) -> None:
+        """Log (and pass on) the last line when the output did not end with a newline."""
+        self._out(self.lines.flush())
+        if self.pending and self.on_line is not None:
+            self.on_line(self.pending.decode("utf-8", "replace"))
+        self.pending = b""
+
+    def _out(self, data: bytes) -> None:
+        if not data:
+            return
+        self.log.write(data)
         self.log.flush()
         if self.on_line is None:
             return
-        self.pending += chunk
+        self.pending += data
         *lines, self.pending = self.pending.split(b"\n")
         for raw in lines:
             self.on_line(raw.decode("utf-8", "replace").rstrip("\r"))
-
-    def close(self) -> None:
-        """Pass on the last line when the output did not end with a newline."""
-        if self.pending and self.on_line is not None:
-            self.on_line(self.pending.decode("utf-8", "replace"))
 
 
 def _copy_until_eof(fd: int, deadline: float | None, tee: _Tee) -> bool:
@@ -144,6 +157,7 @@ def _copy_until_eof(fd: int, deadline: float | None, tee: _Tee) -> bool:
             if deadline is not None and wait == 0.0:
                 return False
             if not sel.select(min(wait, 0.5) if wait is not None else 0.5):
+                tee.quiet()
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:  # every writer closed the pipe

@@ -138,3 +138,34 @@ def argv(cmd: list[str]) -> list[str]:
             continue
         out.append(text(arg))
     return out
+
+
+class Lines:
+    """A byte stream (a wrapped command's output) redacted line by line on its way into a log file: :meth:`feed`
+    returns the complete lines ``chunk`` ends, each through :func:`text`, and keeps the unfinished rest;
+    :meth:`flush` returns that rest (redacted) when the writer has gone quiet or the stream ended. Bytes that are
+    not UTF-8 pass through as they were. A line longer than ``limit`` bytes is let out in pieces of ``limit``."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.pending = b""
+        self.limit = limit
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.pending += chunk
+        head, nl, rest = self.pending.rpartition(b"\n")
+        if not nl:
+            if len(self.pending) < self.limit:
+                return b""
+            head, rest = self.pending[: self.limit], self.pending[self.limit :]
+            self.pending = rest
+            return _line(head)
+        self.pending = rest
+        return b"\n".join(_line(raw) for raw in (head + nl).split(b"\n"))
+
+    def flush(self) -> bytes:
+        out, self.pending = _line(self.pending), b""
+        return out
+
+
+def _line(raw: bytes) -> bytes:
+    return text(raw.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")

@@ -10,7 +10,11 @@ mpirun) and:
   whose tritonserver died are re-parented to it instead of init, and it kills them;
 - stops the tree as one process group (SIGTERM, a grace period, then SIGKILL) and exits as CMD did;
 - removes the Python backend's shared-memory regions (``/dev/shm/NAME*``, the ``shm-region-prefix-name`` given
-  to tritonserver), which a server killed before its own cleanup leaves behind.
+  to tritonserver), which a server killed before its own cleanup leaves behind;
+- writes CMD's output (stdout and stderr, one pipe) to its own stdout, the server log, line by line through
+  ``toolchain.redact`` (a URL's ``user:password@``, a ``token=`` parameter, an ``Authorization`` header never reach
+  the log). Each line is written as soon as it is complete, and an unfinished one as soon as the pipe has been
+  quiet for a poll (0.1 s), so a reader of the log (the readiness wait) sees what CMD printed without delay.
 
 It is started in a new session, so CMD and everything CMD forks (the stubs) share its process group.
 """
@@ -20,10 +24,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+
+from toolchain import redact
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
@@ -55,8 +63,58 @@ def _reap(keep: int | None = None) -> int | None:
             kept = status
 
 
-def _stop_group(grace: float) -> None:
-    """SIGTERM every other process of this group (and adopted orphans), wait up to ``grace``, then SIGKILL."""
+class _Pump:
+    """Copies the server's output pipe to ``out`` (a file descriptor: the log) redacted, while the watchdog waits."""
+
+    def __init__(self, fd: int, out: int) -> None:
+        self.fd, self.out, self.lines = fd, out, redact.Lines()
+        self.sel: selectors.BaseSelector | None = selectors.DefaultSelector()
+        self.sel.register(fd, selectors.EVENT_READ)
+
+    def wait(self, seconds: float) -> None:
+        """Copy what arrives for ``seconds`` (returns early at the pipe's end); an unfinished line goes out when
+        nothing arrived for a whole wait."""
+        if self.sel is None:  # every writer closed the pipe
+            time.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        quiet = True
+        while self.sel is not None and (left := deadline - time.monotonic()) > 0:
+            if not self.sel.select(left):
+                break
+            quiet = False
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._write(self.lines.flush())
+                self.sel.close()
+                self.sel = None
+                return
+            self._write(self.lines.feed(chunk))
+        if quiet:
+            self._write(self.lines.flush())
+
+    def drain(self, seconds: float) -> None:
+        """Copy the rest until every writer closed the pipe, at most ``seconds`` (a process that left the group
+        may hold it open), then the unfinished line."""
+        deadline = time.monotonic() + seconds
+        while self.sel is not None and (left := deadline - time.monotonic()) > 0:
+            self.wait(min(left, 0.1))
+        self._write(self.lines.flush())
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[os.write(self.out, data) :]
+            except OSError:  # the log is gone (disk full, closed): the server must not block on a full pipe
+                return
+
+
+def _stop_group(grace: float, pause: Callable[[float], None] = time.sleep) -> None:
+    """SIGTERM every other process of this group (and adopted orphans), wait up to ``grace``, then SIGKILL.
+    ``pause`` waits between checks (the output pump: a server writing while it drains must not block)."""
     pgid = os.getpgrp()
     old = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group signal must not stop us first
     try:
@@ -68,13 +126,13 @@ def _stop_group(grace: float) -> None:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and _others_alive(pgid):
             _reap()
-            time.sleep(0.1)
+            pause(0.1)
         _reap()
         if _others_alive(pgid):
             for pid in _group_members(pgid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
+            pause(0.1)
             _reap()
     finally:
         signal.signal(signal.SIGTERM, old)
@@ -145,7 +203,9 @@ def main(argv: list[str]) -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != parent:  # the parent died before the death signal was armed
         return 128 + signal.SIGTERM
-    child = subprocess.Popen(cmd)  # stdout/stderr inherited: the server log
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # to the log, redacted
+    assert child.stdout is not None
+    pump = _Pump(child.stdout.fileno(), 1)  # our stdout: the log file
     code: int | None = None
     orphaned = False
     while code is None and not stop["sig"]:
@@ -163,11 +223,12 @@ def main(argv: list[str]) -> int:
         if os.getppid() != parent:  # the parent died and no death signal came (prctl unavailable)
             orphaned = True
             break
-        time.sleep(0.1)
+        pump.wait(0.1)
     # the death signal arrives after the kernel has re-parented us: a changed parent tells it from a stop request
     orphaned = orphaned or os.getppid() != parent
     # after the server's own exit its stubs go at once; a stop request lets Triton drain and unload
-    _stop_group(0.5 if code is not None else PARENT_GONE_GRACE_S if orphaned else GRACE_S)
+    _stop_group(0.5 if code is not None else PARENT_GONE_GRACE_S if orphaned else GRACE_S, pump.wait)
+    pump.drain(1.0)
     _remove_shm(shm_prefix)
     if code is None:
         code = -(stop["sig"] or signal.SIGTERM)

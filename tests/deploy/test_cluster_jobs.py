@@ -185,7 +185,9 @@ def test_each_index_does_exactly_its_cell_and_a_second_run_skips_it(
 ) -> None:
     registry = str(tmp_path / "registry") if backend == "local" else request.getfixturevalue("oci_url")
     out = tmp_path / "jobs"
-    _write(cli, [tiny_spec_file], out, "--registry", registry)
+    # the checkpoint is on the volume the pods mount at the same path (here: the directory that holds it)
+    volume = ("--model-volume", f"models:{tiny_spec_file_source(tiny_spec_file).parent}")
+    _write(cli, [tiny_spec_file], out, "--registry", registry, *volume)
     (where,) = {p.parent for p in out.rglob("cells.yaml")}
     cells = _mount(yaml.safe_load((where / "cells.yaml").read_text()), tmp_path / "mnt")
     (bentry,) = json.loads((cells / "build.json").read_text())
@@ -224,9 +226,124 @@ def test_each_index_does_exactly_its_cell_and_a_second_run_skips_it(
     rep = json.loads(r.stdout)["report"]
     assert (rep["built"], rep["missing"], rep["quantize_pending"]) == (1, 0, [])
     again = tmp_path / "again"
-    _write(cli, [tiny_spec_file], again, "--registry", registry)
+    _write(cli, [tiny_spec_file], again, "--registry", registry, *volume)
     assert not again.exists() or not list(again.rglob("*.yaml"))
 
     r = cli("job", "tag", "--cells", cells / "build.json", "--tag", "rel1", "--registry", registry, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["tags"] == {f"rel1-{bentry['id']}": bentry["engine_key"]}
+
+
+def tiny_spec_file_source(spec: Path) -> Path:
+    return Path(yaml.safe_load(spec.read_text())["model"]["source"])
+
+
+def _local(tmp_path: Path, name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A shipped spec, copied into ``tmp_path/specs`` and edited to name a local directory."""
+    d = yaml.safe_load((SPECS / name).read_text())
+    edit(d)
+    (tmp_path / "specs").mkdir(exist_ok=True)
+    dest = tmp_path / "specs" / name
+    dest.write_text(yaml.safe_dump(d))
+    return dest
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d[p]
+        d[last] = value
+
+    return edit
+
+
+@pytest.mark.parametrize("fmt", ["kubernetes", "argo"])
+def test_the_shipped_specs_with_a_local_model_are_refused_naming_the_spec_and_the_fix(
+    cli: Any, tmp_path: Path, fmt: str
+) -> None:
+    """Measured before: the tiny specs (model.source ../.work/tiny-llama) went into the Jobs, and their build
+    index exited 2 in the pod on a key mismatch, naming another TensorRT-LLM or a changed spec as the cause."""
+    out = tmp_path / "j"
+    args = ("matrix", *sorted(SPECS.glob("*.yaml")), "--format", fmt, "--out", out, "--image", IMAGE, "--offline")
+    r = cli(*args, "--registry", "s3://e/p")
+    assert r.exit_code == 2, r.output
+    (line,) = r.output.splitlines()
+    assert line.startswith("Error: engine_specs/tiny") or "/engine_specs/tiny" in line, line
+    assert "model.source '../.work/tiny-llama'" in line and "--model-volume CLAIM:MOUNTPATH" in line
+    assert not out.exists()
+    r = cli(*args, "--registry", "s3://e/p", "--json")
+    assert r.exit_code == 2 and "--model-volume" in json.loads(r.stdout)["hint"], r.output
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "field"),
+    [
+        ("speculative-draft-target-llama-3.1-8b.yaml", _set("speculative.draft.source", "draft"), "speculative.draft"),
+        ("multi-lora-llama-3.1-8b.yaml", _set("lora.adapters", ["hf://o/a@v1", "adapters/sql"]), "lora.adapters[1]"),
+    ],
+)
+def test_a_local_draft_model_or_adapter_is_refused_too(
+    cli: Any, tmp_path: Path, name: str, edit: Callable[[dict[str, Any]], None], field: str
+) -> None:
+    spec = _local(tmp_path, name, edit)
+    r = cli("matrix", spec, "--format", "kubernetes", "--out", tmp_path / "j", "--image", IMAGE, "--offline",
+            "--registry", "s3://e/p")  # fmt: skip
+    assert r.exit_code == 2 and field in r.output and "--model-volume" in r.output, r.output
+    r = cli("matrix", spec, "--format", "kubernetes", "--out", tmp_path / "j", "--image", IMAGE, "--offline",
+            "--registry", "s3://e/p", "--model-volume", f"models:{tmp_path / 'elsewhere'}")  # fmt: skip
+    assert r.exit_code == 2 and f"{field}" in r.output and "is not under the --model-volume" in r.output, r.output
+
+
+@pytest.mark.parametrize("fmt", ["kubernetes", "argo"])
+def test_a_model_volume_mounts_the_claim_and_the_pods_get_the_sources_path(
+    cli: Any, tmp_path: Path, fmt: str, validate_manifest: Callable[[dict[str, Any]], None]
+) -> None:
+    models = tmp_path / "models"
+    spec = _local(tmp_path, "tiny.yaml", _set("model.source", "../models/tiny-llama"))  # relative to the spec
+    out = tmp_path / "j"
+    _write(cli, [spec], out, "--offline", "--registry", "s3://e/p", "--model-volume", f"ckpts:{models}", fmt=fmt)
+    docs = _docs(out)
+    for obj in docs.values():
+        validate_manifest(obj)
+    cms = [d for d in docs.values() if d["kind"] == "ConfigMap"]
+    (text,) = [v for cm in cms for k, v in cm["data"].items() if k.endswith(".yaml")]
+    assert yaml.safe_load(text)["model"]["source"] == str(models / "tiny-llama")  # not relative to the ConfigMap
+    pods = [d["spec"]["template"]["spec"] for d in docs.values() if d["kind"] == "Job"]
+    pods += [  # Argo: every quantize/build template (the tag-set step reads only the index files)
+        {"containers": [t["container"]], "volumes": t["volumes"]}
+        for d in docs.values()
+        if d["kind"] == "Workflow"
+        for t in d["spec"]["templates"]
+        if "container" in t and t["name"] != "tag-set"
+    ]
+    assert pods
+    for pod in pods:
+        (c,) = pod["containers"]
+        assert {"name": "models", "mountPath": str(models), "readOnly": True} in c["volumeMounts"]
+        assert {"name": "models", "persistentVolumeClaim": {"claimName": "ckpts", "readOnly": True}} in pod["volumes"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("models", "does not start with a PersistentVolumeClaim name"),
+        ("Models:/models", "does not start with a PersistentVolumeClaim name"),
+        ("models:relative", "is not an absolute, normalized mount path"),
+        ("models:/models/../x", "is not an absolute, normalized mount path"),
+        ("models:/etc/toolchain", "overlaps the pods' own mount /etc/toolchain/cells"),
+        ("models:/work", "overlaps the pods' own mount /work"),
+    ],
+)
+def test_a_bad_model_volume_is_a_one_line_error(cli: Any, tmp_path: Path, value: str, message: str) -> None:
+    r = cli("matrix", SPECS / "tiny.yaml", "--format", "kubernetes", "--out", tmp_path / "j", "--image", IMAGE,
+            "--offline", "--registry", "s3://e/p", "--model-volume", value)  # fmt: skip
+    assert r.exit_code == 2 and len(r.output.splitlines()) == 1 and message in r.output, r.output
+
+
+def test_ci_formats_run_in_the_checkout_and_take_no_model_volume(cli: Any) -> None:
+    """GitHub and GitLab jobs run in the checkout, where a local source is (tiny-checkpoint writes it there)."""
+    specs = sorted(SPECS.glob("*.yaml"))
+    assert cli("matrix", *specs, "--format", "github", "--offline").exit_code == 0
+    r = cli("matrix", *specs, "--format", "github", "--offline", "--model-volume", "m:/models")
+    assert r.exit_code == 2 and "apply to --format kubernetes or argo" in r.output, r.output

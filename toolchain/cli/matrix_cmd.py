@@ -35,6 +35,14 @@ def matrix(
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Kueue LocalQueue the Jobs are queued in")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", help="Namespace of the Jobs")] = None,
+    model_volume: Annotated[
+        str | None,
+        typer.Option(
+            "--model-volume",
+            help="CLAIM:MOUNTPATH: PersistentVolumeClaim holding the specs' local checkpoints, mounted read-only at "
+            "MOUNTPATH in the build pods; local sources must be under MOUNTPATH (kubernetes, argo)",
+        ),
+    ] = None,
     timeout: Annotated[float | None, timeout_opt("a build")] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Report which cells the registry holds; write nothing (kubernetes, argo)")
@@ -47,7 +55,7 @@ def matrix(
     Examples:
       toolchain matrix engine_specs/*.yaml --format github --registry s3://engines/prod
       toolchain matrix engine_specs/*.yaml --format gitlab > child-pipeline.yml
-      toolchain matrix engine_specs/*.yaml --format kubernetes --out jobs/ --registry s3://engines/prod \\
+      toolchain matrix engine_specs/llama-*.yaml --format kubernetes --out jobs/ --registry s3://engines/prod \\
         --image registry.example.com/toolchain-build:1.1.0 --registry-secret engine-registry --queue gpu-builds
       toolchain matrix engine_specs/*.yaml --format kubernetes --check --registry s3://engines/prod
     """
@@ -79,12 +87,14 @@ def matrix(
             timeout=timeout,
             check=check,
             force=force,
+            model_volume=model_volume,
         )
         _render_cluster(result, json_out)
         return
-    if check or out is not None or image is not None or force:
+    if check or out is not None or image is not None or force or model_volume is not None:
         raise UserInputError(
-            "--check, --out, --force and --image apply to --format kubernetes or argo", "add --format kubernetes"
+            "--check, --out, --force, --image and --model-volume apply to --format kubernetes or argo",
+            "add --format kubernetes",
         )
     reg = None if offline else open_registry(registry)
     m = build_matrix(specs, registry=reg, runners=load_runner_map(runner_map))

@@ -57,6 +57,8 @@ def _template(name: str, kind: str, work: GpuWork, gpus: int, cells_cm: str, o: 
             {"name": "work", "mountPath": WORK_ROOT},
         ],
     }
+    if o.model_volume is not None:
+        container["volumeMounts"].append(o.model_volume.mount())
     if o.registry_secret:
         container["envFrom"] = core.secret_env(o.registry_secret)
     timeout = o.build_timeout_s + o.quantize_timeout_s if kind == "build" else o.quantize_timeout_s
@@ -75,7 +77,7 @@ def _template(name: str, kind: str, work: GpuWork, gpus: int, cells_cm: str, o: 
             # a registry or Hub that is down now may be back in minutes: wait longer before each try
             "backoff": {"duration": "30s", "factor": "2", "maxDuration": "30m"},
         },
-        "volumes": [{"name": "work", "emptyDir": {}}],
+        "volumes": [{"name": "work", "emptyDir": {}}, *([o.model_volume.volume()] if o.model_volume else [])],
         "container": container,
     }
 

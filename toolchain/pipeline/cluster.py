@@ -15,6 +15,8 @@ from toolchain.pipeline.kube_jobs import (
     cluster_matrix,
     kubernetes_jobs,
     load_node_map,
+    parse_model_volume,
+    require_pod_visible,
     write_objects,
 )
 from toolchain.registry import open_registry
@@ -35,11 +37,13 @@ def cluster_cmd(
     timeout: float | None = None,
     check: bool = False,
     force: bool = False,
+    model_volume: str | None = None,
 ) -> dict[str, Any]:
     """The cluster's share of the matrix: with ``check``, only what the registry holds; else the manifests
     written under ``out`` for what it does not."""
     if check and offline:
         raise UserInputError("--check asks the registry; --offline forbids it", "drop one of them")
+    volume = parse_model_volume(model_volume)
     if not check:
         if out is None:
             raise UserInputError(f"--format {fmt} writes files", "add --out DIR (or --check to only report)")
@@ -54,8 +58,11 @@ def cluster_cmd(
                 "--registry is required: the pods push to it and the Jobs meet there",
                 "give the shared registry (s3://..., hf://..., oci://...)",
             )
+    nodes = load_node_map(node_map)
+    if not check:  # before the registry is asked: a spec no pod can build is refused at once
+        require_pod_visible(specs, volume)
     reg = None if offline else open_registry(registry)
-    cm = cluster_matrix(specs, registry=reg, node_map=load_node_map(node_map))
+    cm = cluster_matrix(specs, registry=reg, node_map=nodes, model_volume=volume, check_sources=not check)
     result: dict[str, Any] = {"format": fmt, "registry": reg.url if reg else registry, "report": check_report(cm)}
     if check:
         return result
@@ -67,6 +74,7 @@ def cluster_cmd(
         queue=queue,
         namespace=namespace,
         build_timeout_s=int(timeout) if timeout else DEFAULT_BUILD_TIMEOUT_S,
+        model_volume=volume,
     )
     objs = kubernetes_jobs(cm, o) if fmt == "kubernetes" else argo.workflow(cm, o)
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,8 @@ from toolchain.deploy import core
 from toolchain.errors import EX_TEMPFAIL, CompatibilityError, UserInputError
 from toolchain.hardware.catalog import GPU
 from toolchain.pipeline.matrix import job_container
-from toolchain.specs.loader import load_spec, safe_yaml
+from toolchain.specs.loader import load_spec, parse_spec_text, safe_yaml
+from toolchain.specs.models import EngineSpec
 from toolchain.specs.rules import require_compatible
 
 CELLS_MOUNT = "/etc/toolchain/cells"  # where the ConfigMap is mounted in every pod
@@ -54,6 +57,100 @@ FAIL_FAST_EXIT_CODES = [2, 3, 4]  # UserInputError, MissingDependencyError, Need
 RETRY_EXIT_CODES = [EX_TEMPFAIL]  # TransientError: the registry or the Hub unreachable, 429/5xx — try again
 MAX_CONFIGMAP_BYTES = 1 << 20  # Kubernetes: a ConfigMap's data is at most 1 MiB
 CONTAINER = "job"
+MODELS_VOLUME = "models"  # the --model-volume PersistentVolumeClaim in every pod
+_CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a PVC name: a DNS-1123 subdomain
+_RESERVED_MOUNTS = (CELLS_MOUNT, WORK_ROOT, "/dev/shm")
+
+
+@dataclass(frozen=True)
+class ModelVolume:
+    """``--model-volume CLAIM:MOUNTPATH``: a PersistentVolumeClaim holding the specs' local checkpoints, mounted
+    read-only at MOUNTPATH in every build pod. A local source must be under MOUNTPATH as resolved here: the pods
+    see it at the same path (the volume is mounted at MOUNTPATH here too, or this is a copy of it)."""
+
+    claim: str
+    mount_path: str
+
+    def volume(self) -> dict[str, Any]:
+        return {"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": self.claim, "readOnly": True}}
+
+    def mount(self) -> dict[str, Any]:
+        return {"name": MODELS_VOLUME, "mountPath": self.mount_path, "readOnly": True}
+
+    def holds(self, path: Path) -> bool:
+        return path.is_relative_to(self.mount_path)
+
+
+def parse_model_volume(value: str | None) -> ModelVolume | None:
+    """``CLAIM:MOUNTPATH`` as given to ``--model-volume``; None without it."""
+    if value is None:
+        return None
+    claim, sep, mount = value.partition(":")
+    hint = "give --model-volume CLAIM:MOUNTPATH, e.g. --model-volume models:/models (docs/matrix.md)"
+    if not sep or not _CLAIM_NAME.fullmatch(claim):
+        raise UserInputError(f"--model-volume {value!r} does not start with a PersistentVolumeClaim name", hint)
+    if not mount.startswith("/") or os.path.normpath(mount) != mount or mount == "/":
+        raise UserInputError(f"--model-volume {value!r}: {mount!r} is not an absolute, normalized mount path", hint)
+    for reserved in _RESERVED_MOUNTS:
+        if Path(reserved).is_relative_to(mount) or (Path(mount).is_relative_to(reserved) and reserved != WORK_ROOT):
+            raise UserInputError(
+                f"--model-volume {value!r}: {mount} overlaps the pods' own mount {reserved}",
+                "mount the models elsewhere, e.g. --model-volume CLAIM:/models",
+            )
+    return ModelVolume(claim, mount)
+
+
+def local_sources(spec: EngineSpec) -> list[tuple[str, str, Path]]:
+    """(field, value as written, path resolved against the spec file) of every local checkpoint a build reads:
+    the model, a draft model, Medusa/EAGLE heads, LoRA adapters."""
+    named = [("model.source", spec.model.source)]
+    sd = spec.speculative
+    if sd is not None and sd.draft is not None:
+        named.append(("speculative.draft.source", sd.draft.source))
+    if sd is not None and sd.heads is not None:
+        named.append(("speculative.heads.source", sd.heads.source))
+    if spec.lora is not None:
+        named += [(f"lora.adapters[{i}]", a) for i, a in enumerate(spec.lora.adapters)]
+    out = []
+    for field_name, raw in named:
+        if raw.startswith("hf://"):
+            continue
+        p = Path(raw).expanduser()
+        out.append((field_name, raw, p if p.is_absolute() else Path(os.path.abspath(spec.base_dir / p))))
+    return out
+
+
+def _pod_visible(path: Path, spec: EngineSpec, text: str, volume: ModelVolume | None) -> str:
+    """The spec text the pods get: refused when a local checkpoint is where no pod sees it; relative local
+    sources rewritten to the absolute paths they resolve to here (the spec file moves into the ConfigMap)."""
+    local = local_sources(spec)
+    if not local:
+        return text
+    field_name, raw, where = next(((f, r, w) for f, r, w in local if volume is None or not volume.holds(w)), local[0])
+    if volume is None:
+        raise UserInputError(
+            f"{path}: {field_name} {raw!r} is a local directory, which the build pods cannot see",
+            "put the checkpoint on a PersistentVolumeClaim and pass --model-volume CLAIM:MOUNTPATH, or use an "
+            "hf://org/name@revision source (docs/matrix.md)",
+        )
+    if not volume.holds(where):
+        raise UserInputError(
+            f"{path}: {field_name} {where} is not under the --model-volume mount path {volume.mount_path}",
+            f"put the checkpoint under {volume.mount_path} (the pods mount {volume.claim} there) and point "
+            f"{field_name} at it",
+        )
+    if all(Path(raw).expanduser().is_absolute() for _, raw, _ in local):
+        return text
+    data = safe_yaml(text)
+    resolved = {raw: str(w) for _, raw, w in local}
+    data["model"]["source"] = resolved.get(data["model"]["source"], data["model"]["source"])
+    sd = data.get("speculative") or {}
+    for block in ("draft", "heads"):
+        if isinstance(sd.get(block), dict) and sd[block].get("source") in resolved:
+            sd[block]["source"] = resolved[sd[block]["source"]]
+    if isinstance(data.get("lora"), dict):
+        data["lora"]["adapters"] = [resolved.get(a, a) for a in data["lora"].get("adapters", [])]
+    return yamlout.dump(data, sort_keys=False)
 
 
 @dataclass(frozen=True)
@@ -122,11 +219,24 @@ class ClusterMatrix:
         return [c for w in self.by_gpu.values() for c in (*w.build, *w.cached)]
 
 
+def require_pod_visible(specs: list[Path], volume: ModelVolume | None) -> None:
+    """Refuse the first spec with a local checkpoint no build pod can see (nothing else is computed)."""
+    for path in specs:
+        _pod_visible(path, load_spec(path), path.read_text(encoding="utf-8"), volume)
+
+
 def cluster_matrix(
-    specs: list[Path], *, registry: Any = None, node_map: dict[str, NodePool] | None = None
+    specs: list[Path],
+    *,
+    registry: Any = None,
+    node_map: dict[str, NodePool] | None = None,
+    model_volume: ModelVolume | None = None,
+    check_sources: bool = True,
 ) -> ClusterMatrix:
     """Every cell of the specs, grouped by GPU type; with ``registry``, which engines and quantized checkpoints
-    it holds (one listing), so only the rest gets work."""
+    it holds (one listing), so only the rest gets work. With ``check_sources`` (the manifests are written), a
+    spec whose local checkpoint no pod can see is refused (:func:`_pod_visible`); the keys are those of the
+    spec text the pods get."""
     held = set(registry.keys()) if registry is not None else set()
     by_gpu: dict[str, GpuWork] = {}
     spec_keys: dict[str, str] = {}
@@ -139,7 +249,13 @@ def cluster_matrix(
         except CompatibilityError as e:
             raise CompatibilityError(f"{path}: {e.message}", e.hint) from e
         key = f"spec-{n}-{core.dns_label(path.stem, limit=40, prefix='s-')}.yaml"
-        spec_keys[key] = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
+        if check_sources:
+            pod_text = _pod_visible(path, spec, text, model_volume)
+            if pod_text != text:  # as the pods load it: the keys follow the text they get
+                spec = parse_spec_text(pod_text, str(path)).with_base_dir(spec.base_dir)
+                text = pod_text
+        spec_keys[key] = text
         containers.add(job_container(spec, path))
         for art in for_cells(spec):
             cell = art.cell
@@ -212,6 +328,7 @@ class JobOptions:
     parallelism: int | None = None  # pods at once per Job; default all
     ttl_s: int = DEFAULT_TTL_S
     service_account: str | None = None
+    model_volume: ModelVolume | None = None
 
 
 def job_command(kind: str, o: JobOptions) -> list[str]:
@@ -250,6 +367,8 @@ def pod_template(
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
+    if o.model_volume is not None:
+        container["volumeMounts"].append(o.model_volume.mount())
     env_from = core.secret_env(o.registry_secret)
     if env_from:
         container["envFrom"] = env_from
@@ -264,6 +383,7 @@ def pod_template(
             {"name": "cells", "configMap": {"name": cells_configmap}},
             {"name": "work", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            *([o.model_volume.volume()] if o.model_volume is not None else []),
         ],
     }
     if o.service_account:
