@@ -91,6 +91,7 @@ AIC_PYTHON = Setting("TOOLCHAIN_AIC_PYTHON", None, "Python of NVIDIA AIConfigura
 HF_OFFLINE = Setting("HF_HUB_OFFLINE", None, "huggingface_hub's own switch: no network (read, not set, here)")
 HF_ENDPOINT = Setting("HF_ENDPOINT", None, "huggingface_hub's own Hub URL (read, not set, here)")
 JOB_COMPLETION_INDEX = Setting("JOB_COMPLETION_INDEX", None, "Kubernetes' own: an Indexed Job pod's index")
+XDG_RUNTIME_DIR = Setting("XDG_RUNTIME_DIR", None, "the user's runtime directory (read, not set, here)")
 
 ALL: tuple[Setting, ...] = (
     CACHE,
@@ -115,7 +116,15 @@ ALL: tuple[Setting, ...] = (
     HF_OFFLINE,
     HF_ENDPOINT,
     JOB_COMPLETION_INDEX,
+    XDG_RUNTIME_DIR,
 )
+
+
+def runtime_dir() -> Path:
+    """Where live processes leave their records (toolchain.artifacts.standins): ``$XDG_RUNTIME_DIR/toolchain``,
+    else ``/tmp/toolchain-UID``."""
+    value = XDG_RUNTIME_DIR.get()
+    return Path(value) / "toolchain" if value else Path("/tmp") / f"toolchain-{os.getuid()}"
 
 
 def cache_home() -> Path:

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from toolchain import settings
+
 
 def _root() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) / "toolchain" if runtime else Path("/tmp") / f"toolchain-{os.getuid()}"
-    return base / "stand-ins"
+    return settings.runtime_dir() / "stand-ins"
 
 
 def _address(url: str) -> str | None:
