@@ -68,7 +68,7 @@ def _outcome() -> RunOutcome:
     return out
 
 
-def _written(server: dict[str, Any] | None = None) -> dict[str, Any]:
+def _written(server: dict[str, Any] | None = None) -> BenchResult:
     """A whole result as the writer builds it: every section filled (server, client, prefix, speculative)."""
     cfg = _cfg()
     window = server if server is not None else {"model": "tensorrt_llm", "requests_success": 4.0, "queue_ms_p99": 3.0}
@@ -157,13 +157,14 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert read_result(path).runs[0].server is not None
 
 
-def test_the_writer_refuses_a_document_the_model_does_not_hold(tmp_path: Path) -> None:
-    """A writer's mistake (here a count as text) is caught before a file is written, naming the field."""
-    doc = _written()
-    doc["runs"][0]["summary"]["completed"] = "4"
+def test_the_writer_refuses_a_document_the_model_does_not_hold() -> None:
+    """A writer's mistake (here a count as text) is caught when the result is built (so before any file is
+    written: ``save`` takes the built model), naming the field."""
+    cfg = _cfg()
+    run = _load_point(cfg, Load(concurrency=2), _outcome(), None, 0.0)
+    run["summary"]["completed"] = "4"
     with pytest.raises(ValueError, match=r"runs\[0\]\.summary\.completed is not a whole number"):
-        save(doc, tmp_path / "r.json")
-    assert not (tmp_path / "r.json").exists()
+        _result_document(cfg, [run], None, None)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +181,7 @@ def test_the_writer_refuses_a_document_the_model_does_not_hold(tmp_path: Path) -
 def test_a_wrong_type_is_one_line_naming_the_file_and_field(
     cli: Cli, tmp_path: Path, where: tuple[Any, ...], value: Any, said: str
 ) -> None:
-    doc = _written()
+    doc = _written().document()
     at = doc
     for k in where[:-1]:
         at = at[k]
@@ -203,7 +204,7 @@ def test_a_wrong_type_is_one_line_naming_the_file_and_field(
 
 @pytest.mark.parametrize("version", [RESULT_SCHEMA + 1, 0, "1", 1.0, None])
 def test_a_newer_or_garbled_schema_is_refused_in_one_line(version: Any) -> None:
-    doc = _written()
+    doc = _written().document()
     doc["schema"] = version
     with pytest.raises(UserInputError) as e:
         parse_result(doc, "r.json")
@@ -214,7 +215,7 @@ def test_a_newer_or_garbled_schema_is_refused_in_one_line(version: Any) -> None:
 
 def test_unknown_keys_of_the_same_schema_are_kept_not_refused() -> None:
     """Forward compatible: a newer toolchain of the same schema may add optional fields; they read and survive."""
-    doc = _written()
+    doc = _written().document()
     doc["runs"][0]["summary"]["ttft_ms"]["p999"] = 9.0
     doc["future_section"] = {"x": 1}
     res = parse_result(doc, "r.json")
@@ -223,11 +224,11 @@ def test_unknown_keys_of_the_same_schema_are_kept_not_refused() -> None:
 
 
 def test_no_number_in_a_result_is_nan_or_infinite() -> None:
-    doc = _written()
+    doc = _written().document()
     doc["runs"][0]["summary"]["wall_s"] = math.inf
     with pytest.raises(UserInputError, match=r"runs\[0\]\.summary\.wall_s is not a finite number"):
         parse_result(doc, "r.json")
-    assert isinstance(BenchResult.model_validate(_written()), BenchResult)
+    assert isinstance(BenchResult.model_validate(_written().document()), BenchResult)
 
 
 TRITON_METRICS = """\
@@ -265,6 +266,6 @@ def test_every_server_figure_is_declared(page: str, valid_result: Any) -> None:
     after = prom.parse(page.replace(" N\n", " 8\n").replace(" Q\n", " 4000\n"))
     window = prom.server_side(before, after, [after, after], "m")
     assert len(window) >= 10, window  # every figure above was measured
-    doc = json.loads(json.dumps(_written(server=window)))
+    doc = json.loads(json.dumps(_written(server=window).document()))
     valid_result(doc)
     assert parse_result(doc, "r.json").runs[0].server is not None

@@ -12,6 +12,7 @@ import pytest
 
 from tests.bench.sse_server import sse_server, sse_server_process
 from tests.conftest import Cli
+from toolchain.bench.result import parse_result
 from toolchain.bench.run import BenchConfig
 from toolchain.bench.search import SloTargets, make_plan, make_targets, run_search, verdict
 from toolchain.bench.workload import Request
@@ -39,14 +40,14 @@ def test_concurrency_search_finds_the_slot_count_exactly(slots: int) -> None:
     with sse_server_process(first_s=FIRST_S, gap_s=GAP_S, slots=slots) as (url, stats, _):
         res = run_search(_cfg(url), make_plan("concurrency", limit=64), SloTargets(ttft_ms=SLO_TTFT_MS))
         assert stats()["busy_max"] == slots  # the server really had that many slots, and they were all used
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "found", s["message"]
     assert s["knee"]["load"] == slots, _probes(s)  # tolerance 1 stream: the exact knee
     assert s["knee"]["first_failing_load"] == slots + 1
     # grow 1, 2, 4, 8 ... then bisect: every probe is kept, in order, and the curve is sorted by load
     assert [p["load"] for p in s["probes"]][:3] == [1, 2, 4]
     assert [p["load"] for p in s["curve"]] == sorted(p["load"] for p in s["probes"])
-    assert len(res["runs"]) == len(s["probes"])
+    assert len(res.document()["runs"]) == len(s["probes"])
     assert all(not p["passed"] for p in s["probes"] if p["load"] > slots)
     assert all(p["passed"] for p in s["probes"] if p["load"] <= slots)
     assert s["knee"]["output_token_throughput_tps"] > 0
@@ -60,7 +61,7 @@ def test_rate_search_brackets_the_service_capacity() -> None:
     with sse_server_process(first_s=0.01, gap_s=0.02, slots=4) as (url, _, _):
         plan = make_plan("rate", start=8, limit=64, tolerance=0.1)
         res = run_search(_cfg(url, 40), plan, SloTargets(ttft_ms=170.0))
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "found", s["message"]
     knee, fail = s["knee"]["load"], s["knee"]["first_failing_load"]
     assert fail - knee <= 0.1 * knee + 1e-9  # within the stopping tolerance
@@ -71,7 +72,7 @@ def test_rate_search_brackets_the_service_capacity() -> None:
 def test_unmet_at_the_lowest_load_says_so_with_the_figures() -> None:
     with sse_server(first_s=0.3, gap_s=0.001, slots=4) as (url, _):
         res = run_search(_cfg(url, 6), make_plan("concurrency"), SloTargets(ttft_ms=40.0))
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "unmet" and s["knee"] is None and len(s["probes"]) == 1
     code, reason = assess(res)
     assert code == 1 and reason is not None
@@ -90,7 +91,7 @@ def test_server_dying_mid_search_keeps_the_partial_curve() -> None:
                 stats.kill()
 
         res = run_search(_cfg(url, 8), make_plan("concurrency"), SloTargets(ttft_ms=SLO_TTFT_MS), progress)
-    s = res["search"]
+    s = res.document()["search"]
     assert seen and s["status"] == "server-gone"
     assert [p["passed"] for p in s["probes"][:2]] == [True, True]  # what was measured before stays
     code, reason = assess(res)
@@ -150,11 +151,11 @@ def test_targets_come_from_flags_else_the_spec() -> None:
 def test_slo_still_met_at_the_bound_says_the_knee_is_higher(tmp_path: Path) -> None:
     with sse_server(first_s=0.01, gap_s=0.001, slots=2) as (url, _):
         res = run_search(_cfg(url, 8), make_plan("concurrency", limit=3), SloTargets(ttft_ms=SLO_TTFT_MS))
-    back = json.loads(json.dumps(res, default=str))  # the saved form
-    s = back["search"]
+    saved = json.loads(json.dumps(res.document()))  # the saved form
+    s = saved["search"]
     assert s["status"] == "bound" and s["knee"]["load"] == 3 and [p["load"] for p in s["probes"]] == [1, 2, 3]
     assert "raise --slo-max" in s["message"] and "no knee within the bounds" in s["message"]
-    assert assess(back) == (0, None)
+    assert assess(parse_result(saved, "r.json")) == (0, None)
 
 
 @pytest.mark.slow
@@ -222,12 +223,12 @@ def test_probes_above_the_budget_are_sized_to_their_load() -> None:
     with sse_server(first_s=0.001, gap_s=0.001) as (url, stats):
         res = run_search(_cfg(url, 8), make_plan("concurrency", limit=16), SloTargets(ttft_ms=10_000.0), progress)
         arrivals = len(stats.arrivals)
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "bound" and [p["load"] for p in s["probes"]] == [1, 2, 4, 8, 16]
     sent = [p["requests"] for p in s["probes"]]
     assert sent == [8, 8, 16, 32, 64] == [max(8, STEADY_WAVES * int(p["load"])) for p in s["probes"]]
     assert arrivals == sum(sent)  # the server saw them all: no probe is a burst of the budget
-    assert [r["summary"]["requests"] for r in res["runs"]] == sent
+    assert [r["summary"]["requests"] for r in res.document()["runs"]] == sent
     assert s["probes"][-1]["sizing"] == "64 requests: 4 per stream × 16 streams (above --requests 8)"
     assert s["probes"][0]["sizing"] == "8 requests: --requests 8 (≥ 4 per stream × 1 stream)"
     assert lines[-1].endswith("[grow], 64 requests: 4 per stream × 16 streams (above --requests 8)"), lines
@@ -282,7 +283,7 @@ def test_when_every_request_fails_the_reason_quotes_the_server() -> None:
     """An unmet search whose requests all failed says why in the server's words (before: "all 4 requests failed")."""
     with sse_server(mode="503") as (url, _):
         res = run_search(_cfg(url, 4), make_plan("concurrency"), SloTargets(ttft_ms=100.0))
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "unmet"
     assert s["probes"][0]["reasons"] == ['all 4 requests failed: HTTP 503: b\'{"error": "overloaded"}\'']
     assert "all 4 requests failed: HTTP 503" in s["message"]

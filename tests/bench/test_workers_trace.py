@@ -45,7 +45,7 @@ def test_two_workers_merge_every_request_and_keep_ttft_accurate() -> None:
     with sse_server_process(first_s=0.03, gap_s=0.004) as (url, stats, _):
         res = run_bench(_cfg(url, [Load(concurrency=4)], 33, workers=2))
         seen = stats()
-    run = res["runs"][0]
+    run = res.document()["runs"][0]
     s = run["summary"]
     assert s["requests"] == 32 and s["completed"] == 32, s["error_kinds"]
     measured = [r for r in run["records"] if not r["warmup"]]
@@ -66,7 +66,7 @@ def test_two_workers_send_a_rate_on_one_clock() -> None:
     with sse_server_process(first_s=0.005, gap_s=0.001) as (url, stats, _):
         res = run_bench(_cfg(url, [Load(rate=40)], 41, workers=2))
         arrivals = sorted(stats()["arrivals"])[-40:]  # the warm-ups come first
-    due = sorted(r["scheduled"] for r in res["runs"][0]["records"] if not r["warmup"])
+    due = sorted(r["scheduled"] for r in res.document()["runs"][0]["records"] if not r["warmup"])
     assert len(due) == 40 and due[-1] - due[0] == pytest.approx(39 / 40)
     late = [(a - d) * 1000 for a, d in zip(arrivals, due, strict=True)]
     # a few ms each (a new connection, a thread in the test server); a second clock would show as seconds
@@ -111,7 +111,7 @@ def test_trace_replays_on_time_with_shared_prefixes(
             )
         )
         seen = stats()
-    run = res["runs"][0]
+    run = res.document()["runs"][0]
     assert run["label"] == f"trace=t.jsonl x{speed}" and run["summary"]["completed"] == len(TRACE)
     arrivals = sorted(seen["arrivals"][workers:])  # after each worker's warm-up; the server's clock is ours
     due = sorted(r["scheduled"] for r in run["records"] if not r["warmup"])

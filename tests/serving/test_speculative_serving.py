@@ -138,7 +138,7 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
         "timeout": 120.0,
     }
     cfg, _ = make_config(BenchOptions(model="tensorrt_llm_bls", num_draft_tokens=3, **common))
-    sp = run_bench(cfg)["runs"][0]["speculative"]
+    sp = run_bench(cfg).document()["runs"][0]["speculative"]
     assert sp is not None and sp["requests"] == 3 and sp["draft_tokens"] > 0
     assert 0.0 < sp["acceptance_rate"] < 1.0
     assert 1.0 < sp["tokens_per_step"] <= 4.0  # K = 3: at most 4 tokens per verify step

@@ -19,8 +19,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from toolchain.artifacts.bench_result import Load, SearchPlan
 from toolchain.bench.loadgen import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from toolchain.bench.result import Load, SearchPlan
 from toolchain.bench.search import check_slo_flags, make_plan
 from toolchain.errors import UserInputError
 

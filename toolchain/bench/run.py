@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import __version__, redact
+from toolchain.artifacts.bench_result import RESULT_SCHEMA, BenchResult, Load, build_result
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
-from toolchain.bench.result import RESULT_SCHEMA, Load, build_document
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
@@ -95,7 +95,7 @@ class _Sampler:
             self._t.join(3)
 
 
-def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
+def run_bench(cfg: BenchConfig, progress: Progress = silent) -> BenchResult:
     """Measure every load point in turn; a server lost after the first one keeps what was measured."""
     runs: list[dict[str, Any]] = []
     interrupted = None
@@ -209,7 +209,7 @@ def _result_document(
     interrupted: str | None,
     stop: str | None,
     search: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> BenchResult:
     """The saved bench result: provenance of the run, its load points, why it stopped early (if it did) and the
     SLO search (if one ran), built through the result model (toolchain.bench.result)."""
     doc: dict[str, Any] = {
@@ -233,7 +233,7 @@ def _result_document(
     }
     if search is not None:
         doc["search"] = search
-    return build_document(doc)
+    return build_result(doc)
 
 
 LATE_SEND_S = 0.05  # a send this late is the client's fault, not the server's
@@ -278,7 +278,7 @@ def client_health(out: Any) -> dict[str, Any]:
     return client
 
 
-def assess(result: dict[str, Any]) -> tuple[int, str | None]:
+def assess(result: BenchResult) -> tuple[int, str | None]:
     """Exit code and reason: 0 only when every load point asked for was measured with some successful requests.
 
     130 for Ctrl-C, 1 when the server went away, the run stopped on an error, or a load point has no
@@ -286,19 +286,18 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
     its own rule (toolchain.bench.search.assess_search, chosen by toolchain.pipeline.bench.assess): a probe
     that fails is an answer, not an error.
     """
-    if result.get("stop") == "interrupted":
+    if result.stop == "interrupted":
         return 130, "interrupted by Ctrl-C"
-    if result.get("stop") is not None:
-        return 1, str(result.get("interrupted"))
-    for run in result["runs"]:
-        s = run["summary"]
-        if s["requests"] and not s["completed"]:
-            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("error_kinds", {}).items()))
-            records = run.get("records") or []
-            first = next((str(r["error"]) for r in records if r.get("error") and not r.get("warmup")), None)
+    if result.stop is not None:
+        return 1, str(result.interrupted)
+    for run in result.runs:
+        s = run.summary
+        if s.requests and not s.completed:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.error_kinds.items()))
+            first = next((r.error for r in run.records if r.error and not r.warmup), None)
             said = f"; first: {first[:200]}" if first else ""  # in the server's words: the fix is often there
-            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds}){said}"
-    if not result["runs"]:
+            return 1, f"all {s.requests} requests at {run.label} failed ({kinds}){said}"
+    if not result.runs:
         return 1, "no load point was measured"
     return 0, None
 
@@ -328,12 +327,13 @@ def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def without_records(result: dict[str, Any]) -> dict[str, Any]:
-    """The result without per-request raw timings (for terminals and summaries)."""
-    runs = [{k: v for k, v in r.items() if k != "records"} for r in result["runs"]]
-    return {k: v for k, v in result.items() if k != "runs"} | {"runs": runs}
+def without_records(result: BenchResult) -> dict[str, Any]:
+    """The result's JSON document without per-request raw timings (for terminals and summaries)."""
+    doc = result.document()
+    return doc | {"runs": [{k: v for k, v in r.items() if k != "records"} for r in doc["runs"]]}
 
 
-def save(result: dict[str, Any], path: Path) -> None:
-    """Write the result, checked against the result model first (a writer's mistake never reaches a file)."""
-    atomic_write_text(path, json.dumps(build_document(result), indent=1))
+def save(result: BenchResult, path: Path) -> None:
+    """Write the result's JSON document (the model was checked when it was built: a writer's mistake never reaches
+    a file)."""
+    atomic_write_text(path, json.dumps(result.document(), indent=1))

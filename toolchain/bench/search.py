@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from toolchain.bench.result import SearchPlan
+from toolchain.artifacts.bench_result import BenchResult, SearchPlan
 from toolchain.bench.run import BenchConfig, _result_document, measure_point
 from toolchain.errors import UserInputError
 from toolchain.progress import Progress, silent
@@ -172,7 +172,7 @@ def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], 
     return not reasons, reasons, figures
 
 
-def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> dict[str, Any]:
+def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> BenchResult:
     """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section."""
     cfg = replace(cfg, slo=slo.per_request())
     runs: list[dict[str, Any]] = []
@@ -313,13 +313,14 @@ def _n(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def assess_search(result: dict[str, Any]) -> tuple[int, str | None]:
+def assess_search(result: BenchResult) -> tuple[int, str | None]:
     """Exit code of a search: 130 Ctrl-C, 1 when the server failed or the lowest load misses the SLOs, else 0."""
-    search = result["search"]
-    if result.get("stop") == "interrupted":
+    search = result.search
+    assert search is not None, "assess_search judges an SLO search's result"
+    if result.stop == "interrupted":
         return 130, "interrupted by Ctrl-C"
-    if result.get("stop") is not None or search["status"] == "server-gone":
-        return 1, f"{result.get('interrupted')} (the search stopped; the partial curve is kept)"
-    if search["status"] == "unmet":
-        return 1, str(search["message"])
+    if result.stop is not None or search.status == "server-gone":
+        return 1, f"{result.interrupted} (the search stopped; the partial curve is kept)"
+    if search.status == "unmet":
+        return 1, str(search.message)
     return 0, None

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from toolchain.artifacts.bench_result import Load
 from toolchain.bench.loadgen import INTERRUPTED, RunOutcome, Shard, run_load
-from toolchain.bench.result import Load
-from toolchain.bench.workload import Request
+from toolchain.bench.workload import Request, send_offsets
 from toolchain.errors import BenchError
 from toolchain.progress import Progress
 
@@ -49,7 +49,7 @@ def split(load: Load, todo: list[Request], workers: int, seed: int) -> list[tupl
             for w in range(n)
             if mine[w]
         ]
-    offsets = load.offsets(todo, seed)
+    offsets = send_offsets(load, todo, seed)
     n = max(1, min(workers, len(todo)))
     out = []
     for w in range(n):
