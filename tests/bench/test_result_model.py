@@ -20,8 +20,9 @@ from tests.validators import must_pass, tool
 from toolchain.bench import prom, search
 from toolchain.bench.loadgen import RunOutcome
 from toolchain.bench.metrics import RequestRecord
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, parse_result, read_result
-from toolchain.bench.run import BenchConfig, _load_point, _result_document, _server_window, save
+from toolchain.bench.run import BenchWorkload, _load_point, _result_document, _server_window, save
 from toolchain.errors import UserInputError
 
 SCHEMA = REPO / "docs" / "bench-result.schema.json"
@@ -49,17 +50,15 @@ def _records() -> list[RequestRecord]:
     return recs
 
 
-def _cfg() -> BenchConfig:
-    return BenchConfig(
-        "triton",
-        "127.0.0.1:1",
+def _cfg() -> tuple[BenchOptions, BenchWorkload]:
+    opts = BenchOptions(url="127.0.0.1:1", concurrency="2", warmup=1)
+    work = BenchWorkload(
         "ensemble",
-        [Load(concurrency=2)],
         [],
-        warmup=1,
         slo={"ttft_ms": 100.0, "tpot_ms": 20.0},
         provenance={"spec": "tiny", "cell": "cpu-b4", "gpu": "H100-SXM", "workload": {"input_tokens": "8"}},
     )
+    return opts, work
 
 
 def _outcome() -> RunOutcome:
@@ -70,10 +69,10 @@ def _outcome() -> RunOutcome:
 
 def _written(server: dict[str, Any] | None = None) -> BenchResult:
     """A whole result as the writer builds it: every section filled (server, client, prefix, speculative)."""
-    cfg = _cfg()
+    opts, work = _cfg()
     window = server if server is not None else {"model": "tensorrt_llm", "requests_success": 4.0, "queue_ms_p99": 3.0}
-    run = _load_point(cfg, Load(concurrency=2), _outcome(), window, 0.0)
-    return _result_document(cfg, [run], None, None)
+    run = _load_point(work, Load(concurrency=2), _outcome(), window, 0.0)
+    return _result_document(opts, work, [run], None, None)
 
 
 def test_the_committed_schema_is_what_bench_schema_prints(cli: Cli) -> None:
@@ -114,12 +113,14 @@ def test_a_written_result_reads_back_whole(tmp_path: Path, valid_result: Any) ->
 def test_a_search_result_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, valid_result: Any) -> None:
     """The SLO search's section, built by the real search loop over probes measured by a stand-in."""
 
-    def measure(cfg: BenchConfig, load: Load, progress: Any, *, first: bool) -> tuple[dict[str, Any], None, None]:
-        return _load_point(cfg, load, _outcome(), None, 0.0), None, None
+    def measure(
+        opts: BenchOptions, work: BenchWorkload, load: Load, progress: Any, *, first: bool
+    ) -> tuple[dict[str, Any], None, None]:
+        return _load_point(work, load, _outcome(), None, 0.0), None, None
 
     monkeypatch.setattr(search, "measure_point", measure)
     plan = search.make_plan("concurrency", limit=4)
-    res = search.run_search(_cfg(), plan, search.SloTargets(ttft_ms=1000.0))
+    res = search.run_search(*_cfg(), plan, search.SloTargets(ttft_ms=1000.0))
     save(res, tmp_path / "s.json")
     saved = json.loads((tmp_path / "s.json").read_text())
     valid_result(saved)
@@ -148,8 +149,9 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
         'nv_inference_request_success{model="m"} 4\nnv_inference_queue_summary_us{model="m",quantile="0.99"} NaN\n'
     )
     monkeypatch.setattr(prom, "scrape", lambda url, timeout=5.0: after)
-    cfg = replace(_cfg(), metrics_url="http://127.0.0.1:1/metrics", llm_model="m")
-    window = _server_window(cfg, before, [])
+    opts, work = _cfg()
+    opts = opts.model_copy(update={"metrics_url": "http://127.0.0.1:1/metrics"})
+    window = _server_window(opts, replace(work, metrics_model="m"), before, [])
     assert window is not None and "queue_ms_p99" not in window and window["requests_success"] == 4
     path = tmp_path / "r.json"
     save(_written(server=window), path)
@@ -160,11 +162,11 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_the_writer_refuses_a_document_the_model_does_not_hold() -> None:
     """A writer's mistake (here a count as text) is caught when the result is built (so before any file is
     written: ``save`` takes the built model), naming the field."""
-    cfg = _cfg()
-    run = _load_point(cfg, Load(concurrency=2), _outcome(), None, 0.0)
+    opts, work = _cfg()
+    run = _load_point(work, Load(concurrency=2), _outcome(), None, 0.0)
     run["summary"]["completed"] = "4"
     with pytest.raises(ValueError, match=r"runs\[0\]\.summary\.completed is not a whole number"):
-        _result_document(cfg, [run], None, None)
+        _result_document(opts, work, [run], None, None)
 
 
 @pytest.mark.parametrize(

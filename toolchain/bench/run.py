@@ -8,7 +8,7 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +19,7 @@ from toolchain.artifacts.bench_result import RESULT_SCHEMA, BenchResult, Load, b
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
@@ -26,48 +27,38 @@ from toolchain.progress import Progress, silent
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """The prepared load test (toolchain.bench.setup.make_config): BenchOptions' flags with the workload, SLOs and
-    provenance they led to. Frozen: a search or an SLO override makes a new one (``dataclasses.replace``). The
-    warm-up has no default here: BenchOptions' (or the caller's) is the one."""
+class BenchWorkload:
+    """What a load test sends and measures against, as ``toolchain.bench.setup.make_config`` prepared it from the
+    options (the spec, the repository marker, the tokenizer, the trace or dataset): the requests, how to make more,
+    the SLOs, the provenance and the served model. How to send them (protocol, loads, warm-up, deadlines, workers) is
+    the options' (``BenchOptions``). Frozen: a search's probe or an SLO override makes a new one
+    (``dataclasses.replace``)."""
 
-    protocol: str  # triton | openai
-    url: str
-    model: str
-    loads: list[Load]
-    requests: list[Request]
-    warmup: int
-    stream: bool = True
-    seed: int = 0
-    metrics_url: str | None = None
-    llm_model: str = "tensorrt_llm"
+    served: str  # the model the requests name (--model, or the llmapi model of an llmapi --repo)
+    requests: Sequence[Request]  # the warm-up, then the measured requests
     slo: dict[str, float | None] = field(default_factory=dict)
-    chat: bool = False
-    stop_on_error: bool = False
-    timeout: float = 300.0  # the whole request (--timeout)
-    idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: loadgen's default
     provenance: dict[str, Any] = field(default_factory=dict)
-    workers: int = 1  # load-generator processes
+    metrics_model: str = "tensorrt_llm"  # the model whose Prometheus metrics are the server's side
     # the first n requests of the workload's reproducible sequence (``requests`` is its head): an SLO search
     # sizes each probe to its load (toolchain.bench.search.probe_size); None: ``requests`` is all there is
     more: Callable[[int], list[Request]] | None = field(default=None, repr=False, compare=False)
 
-    def requests_for(self, n: int) -> list[Request]:
-        """The warm-up and ``n`` measured requests: the workload's next ones (``more``), else ``requests`` again
-        from its start (a dataset's prompts are sent again in order)."""
-        want = self.warmup + n
+    def requests_for(self, warmup: int, n: int) -> list[Request]:
+        """The ``warmup`` requests and ``n`` measured ones: the workload's next ones (``more``), else ``requests``
+        again from its start (a dataset's prompts are sent again in order)."""
+        want = warmup + n
         if len(self.requests) >= want:
-            return self.requests[:want]
-        pool = self.requests
+            return list(self.requests[:want])
+        pool = list(self.requests)
         if self.more is not None:
             got = self.more(want)
             if len(got) >= want:
                 return got[:want]
             pool = got if len(got) > len(pool) else pool  # a dataset file holds no more: send it again
-        measured = pool[self.warmup :] or pool
+        measured = pool[warmup:] or pool
         if not measured:
             return list(pool)
-        return pool[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
+        return pool[:warmup] + [measured[i % len(measured)] for i in range(n)]
 
 
 class _Sampler:
@@ -95,78 +86,81 @@ class _Sampler:
             self._t.join(3)
 
 
-def run_bench(cfg: BenchConfig, progress: Progress = silent) -> BenchResult:
-    """Measure every load point in turn; a server lost after the first one keeps what was measured."""
+def run_bench(opts: BenchOptions, work: BenchWorkload, progress: Progress = silent) -> BenchResult:
+    """Measure every load point of ``opts`` in turn; a server lost after the first one keeps what was measured."""
     runs: list[dict[str, Any]] = []
     interrupted = None
     stop = None
-    for load in cfg.loads:
-        run, interrupted, stop = measure_point(cfg, load, progress, first=not runs)
+    for load in opts.loads:
+        run, interrupted, stop = measure_point(opts, work, load, progress, first=not runs)
         if run is not None:
             runs.append(run)
         if stop is not None:
             break
-    return _result_document(cfg, runs, interrupted, stop)
+    return _result_document(opts, work, runs, interrupted, stop)
 
 
 def measure_point(
-    cfg: BenchConfig, load: Load, progress: Progress, *, first: bool
+    opts: BenchOptions, work: BenchWorkload, load: Load, progress: Progress, *, first: bool
 ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """One load point: its result entry (None when the server was gone before it), and why the run must stop.
 
     The first point of a run raises the plain BenchError when the server cannot be reached: nothing was
     measured, so the error is the whole story. Later points keep what was measured and say why they stopped.
     """
-    progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
+    progress(f"load {load.label()}: {len(work.requests)} requests ({opts.warmup} warm-up)")
     try:
-        before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+        before = prom.scrape(opts.metrics_url) if opts.metrics_url else None
     except BenchError:
         if first:
             raise
         before = None
     started = time.time()
-    with _Sampler(cfg.metrics_url) as sampler:
+    with _Sampler(opts.metrics_url) as sampler:
         try:
-            out = _run_load(cfg, load, progress)
+            out = _run_load(opts, work, load, progress)
         except BenchError as e:
             if first:
                 raise
             # the server went away between load points: keep what was measured
             return None, f"server unreachable before {load.label()}: {e.message}", "server-gone"
-    server = _server_window(cfg, before, sampler.snaps)
-    return _load_point(cfg, load, out, server, started), out.interrupted, out.stop
+    server = _server_window(opts, work, before, sampler.snaps)
+    return _load_point(work, load, out, server, started), out.interrupted, out.stop
 
 
-def _run_load(cfg: BenchConfig, load: Load, progress: Progress) -> RunOutcome:
-    """One load point's requests against the server, as ``cfg`` says to send them (in ``cfg.workers`` processes)."""
-    if cfg.workers > 1:
+def _run_load(opts: BenchOptions, work: BenchWorkload, load: Load, progress: Progress) -> RunOutcome:
+    """One load point's requests against the server, as ``opts`` say to send them (in ``opts.workers``
+    processes)."""
+    if opts.workers > 1:
         from toolchain.bench.workers import run_load_workers
 
-        return run_load_workers(cfg, load, progress)
+        return run_load_workers(opts, work.served, work.requests, load, progress)
     return run_load(
-        cfg.protocol,
-        cfg.url,
-        cfg.model,
-        cfg.requests,
+        opts.wire,
+        opts.url,
+        work.served,
+        list(work.requests),
         load,
-        stream=cfg.stream,
-        warmup=cfg.warmup,
-        seed=cfg.seed,
-        timeout=cfg.timeout,
-        idle_timeout=cfg.idle_timeout,
-        stop_on_error=cfg.stop_on_error,
-        chat=cfg.chat,
+        stream=opts.stream,
+        warmup=opts.warmup,
+        seed=opts.seed,
+        timeout=opts.timeout,
+        idle_timeout=opts.idle_timeout,
+        stop_on_error=opts.stop_on_error,
+        chat=opts.chat,
         progress=progress,
     )
 
 
-def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[prom.Snapshot]) -> dict[str, Any] | None:
+def _server_window(
+    opts: BenchOptions, work: BenchWorkload, before: prom.Snapshot | None, snaps: list[prom.Snapshot]
+) -> dict[str, Any] | None:
     """Server-side metrics over the load point (None without a metrics URL; ``error`` when the scrape failed)."""
-    if not (cfg.metrics_url and before is not None):
+    if not (opts.metrics_url and before is not None):
         return None
     try:
-        after = prom.scrape(cfg.metrics_url)
-        window = prom.server_side(before, after, [*snaps, after], cfg.llm_model, served=cfg.model)
+        after = prom.scrape(opts.metrics_url)
+        window = prom.server_side(before, after, [*snaps, after], work.metrics_model, served=work.served)
     except Exception as e:  # the server may be gone; keep the client side
         return {"error": str(e)}
     # a summary quantile with no observation reads NaN: that figure was not measured, so it is left out
@@ -174,10 +168,10 @@ def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[p
 
 
 def _load_point(
-    cfg: BenchConfig, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
+    work: BenchWorkload, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
 ) -> dict[str, Any]:
     """The result entry of one measured load point: summary, server and client sides, raw records."""
-    summary = aggregate(out.records, out.wall_s, cfg.slo)
+    summary = aggregate(out.records, out.wall_s, work.slo)
     measured = [r for r in out.records if not r.warmup]
     chunks = sum(len(r.chunk_times) for r in measured)
     client: dict[str, Any] = {
@@ -204,7 +198,8 @@ def _load_point(
 
 
 def _result_document(
-    cfg: BenchConfig,
+    opts: BenchOptions,
+    work: BenchWorkload,
     runs: list[dict[str, Any]],
     interrupted: str | None,
     stop: str | None,
@@ -218,11 +213,11 @@ def _result_document(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         # written to a file that is shared: no credentials of the server's URL or of the command line
         "provenance": {
-            **{k: redact.text(v) if isinstance(v, str) else v for k, v in cfg.provenance.items()},
-            "url": redact.url(cfg.url),
-            "model": cfg.model,
-            "protocol": cfg.protocol,
-            "stream": cfg.stream,
+            **{k: redact.text(v) if isinstance(v, str) else v for k, v in work.provenance.items()},
+            "url": redact.url(opts.url),
+            "model": work.served,
+            "protocol": opts.wire,
+            "stream": opts.stream,
             "command": redact.argv(sys.argv),
             "toolchain": __version__,
             "host": platform.node(),

@@ -39,20 +39,20 @@ def run_benchmark(opts: BenchOptions, *, save_to: Path | None = None, progress: 
 
     progress("preparing the load: tokenizer, prompts, connection")
     with Heartbeat(progress, "preparing the load"):
-        cfg, cell = make_config(opts)
+        work, cell = make_config(opts)
     slo = opts.slo_flags
     plan = opts.search_plan
     targets = (
-        S.make_targets(cfg.slo, slo["ttft_ms"], slo["tpot_ms"], slo["goodput"])
+        S.make_targets(work.slo, slo["ttft_ms"], slo["tpot_ms"], slo["goodput"])
         if (plan is not None or any(v is not None for v in slo.values()))
         else None
     )
     if plan is not None and targets is not None:
-        result = S.run_search(cfg, plan, targets, progress=progress)
+        result = S.run_search(opts, work, plan, targets, progress=progress)
     else:
         if targets is not None:
-            cfg = replace(cfg, slo=targets.per_request())
-        result = run_bench(cfg, progress=progress)
+            work = replace(work, slo=targets.per_request())
+        result = run_bench(opts, work, progress=progress)
     if cell is not None:
         result = with_planner(result, planner_floor(cell))
     if save_to is not None:

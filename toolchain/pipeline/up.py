@@ -274,8 +274,8 @@ def _bench(
 ) -> BenchResult:
     from transformers import AutoTokenizer
 
-    from toolchain.artifacts.bench_result import Load
-    from toolchain.bench.run import BenchConfig, run_bench
+    from toolchain.bench.options import BenchOptions
+    from toolchain.bench.run import BenchWorkload, run_bench
     from toolchain.bench.workload import Dist, synthetic
     from toolchain.pipeline.bench import planner_floor, with_planner
 
@@ -285,14 +285,17 @@ def _bench(
     t = spec.traffic
     inp = Dist.parse(str(t.input_tokens.mean if t else 32))
     outd = Dist.parse(str(t.output_tokens.mean if t else 16))
-    cfg = BenchConfig(
-        "triton",
-        grpc_url,
-        "tensorrt_llm" if spec.runtime == "pytorch" else "ensemble",
-        [Load(concurrency=c) for c in concurrency],
-        synthetic(tok, requests + 1, inp, outd, seed=0),
+    opts = BenchOptions(
+        url=grpc_url,
+        protocol="triton",
+        concurrency=",".join(str(c) for c in concurrency),
+        requests=requests,
         warmup=1,
         metrics_url=metrics_url,
+    )
+    work = BenchWorkload(
+        served="tensorrt_llm" if spec.runtime == "pytorch" else "ensemble",
+        requests=synthetic(tok, requests + 1, inp, outd, seed=0),
         slo={"ttft_ms": spec.slo.ttft_ms.p99, "tpot_ms": spec.slo.tpot_ms.p99},
         provenance={
             **art.identity(),
@@ -300,7 +303,7 @@ def _bench(
             "reference": res.served_by if engine == REFERENCE or res.served_by.startswith(STANDIN_NOTE) else None,
         },
     )
-    result = run_bench(cfg, progress=prefixed(progress, "  "))
+    result = run_bench(opts, work, progress=prefixed(progress, "  "))
     return with_planner(result, planner_floor(cell, plan))
 
 
