@@ -63,3 +63,31 @@ def test_readers_take_the_model_not_its_document(tmp_path: Path) -> None:
 def test_the_bench_package_holds_far_fewer_untyped_documents() -> None:
     count = sum(1 for p in BENCH.glob("*.py") for line in p.read_text().splitlines() if "dict[str, Any]" in line)
     assert count <= MOST_UNTYPED, f"{count} dict[str, Any] in toolchain/bench (at most {MOST_UNTYPED})"
+
+
+def test_a_request_is_measured_in_one_declaration_and_saved_as_its_frozen_view() -> None:
+    """RequestRecord (filled while the request runs) and Record (what is saved) are one concept: both take their
+    measured fields from ``Measured``; the saved record adds only the latencies derived from them."""
+    import dataclasses
+
+    import pydantic
+    import pytest
+
+    from toolchain.artifacts.bench_result import Measured, Record
+    from toolchain.bench.metrics import RequestRecord
+
+    derived = {"ttft_ms", "e2e_ms", "tpot_ms"}
+    assert RequestRecord.__mro__[1] is Measured and Record.__mro__[1] is Measured
+    assert set(RequestRecord.model_fields) == set(Measured.model_fields)  # it declares no field of its own
+    assert set(Record.model_fields) == set(Measured.model_fields) | derived
+    assert not dataclasses.is_dataclass(RequestRecord)
+
+    rec = RequestRecord(3, 8, 4, 1.0, chunk_times=[1.1, 1.2], output_tokens=2, perf={"kv_cache_reused_blocks": 5})
+    rec.chunk_times.append(1.3)  # the hot path mutates it
+    rec.ended, rec.scheduled, rec.shared_prefix = 1.3, 0.9, True
+    saved = rec.record()
+    for name in Measured.model_fields:
+        assert getattr(saved, name) == getattr(rec, name), name
+    assert (saved.ttft_ms, saved.e2e_ms) == pytest.approx((100.0, 300.0))
+    with pytest.raises(pydantic.ValidationError):
+        saved.error = "changed"  # type: ignore[misc]

@@ -148,8 +148,9 @@ class ClientSide(_Part):
     workers: list[WorkerShare] = Field(default_factory=list)
 
 
-class Record(_Part):
-    """One request as measured (toolchain.bench.metrics.RequestRecord); times are perf_counter seconds."""
+class Measured(_Part):
+    """What is measured of one request, declared once: the load generator fills these fields while the request runs
+    (toolchain.bench.metrics.RequestRecord, the mutable builder) and the saved ``Record`` keeps them."""
 
     index: int
     prompt_tokens: int
@@ -165,6 +166,13 @@ class Record(_Part):
     perf: dict[str, float] = Field(default_factory=dict, description="per-request counters the server returned")
     warmup: bool = False
     ended: float | None = Field(None, description="when the request ended, or was abandoned at a deadline")
+
+
+class Record(Measured):
+    """One request as measured (toolchain.bench.metrics.RequestRecord); times are perf_counter seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
     ttft_ms: float | None = None
     e2e_ms: float | None = Field(None, description="sent to last chunk; a failed or abandoned request: to its end")
     tpot_ms: float | None = None

@@ -188,7 +188,7 @@ def _load_point(
         "summary": summary,
         "server": server,
         "client": client,
-        "records": [r.to_json() for r in out.records],
+        "records": [r.record() for r in out.records],
         "prefix": _prefix_proof(out.records),
         "speculative": speculative.summary(out.records),
         "interrupted": out.interrupted,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from toolchain.artifacts.bench_result import BenchResult, SearchPlan
+from toolchain.artifacts.bench_result import BenchResult, Record, SearchPlan
 from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchWorkload, _result_document, measure_point
 from toolchain.bench.slo import (
@@ -118,7 +118,8 @@ def run_search(
         runs.append(run)
         passed, reasons, figures = verdict(run["summary"], slo)
         if not run["summary"].get("completed"):  # why they failed, in the server's words (the first one)
-            why = next((r["error"] for r in run["records"] if r.get("error") and not r.get("warmup")), None)
+            records: list[Record] = run["records"]
+            why = next((r.error for r in records if r.error and not r.warmup), None)
             reasons = [f"{reason}: {why[:200]}" if reason.startswith("all ") and why else reason for reason in reasons]
         if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
             passed, reasons = False, [f"probe cut short: {interrupted}"]
