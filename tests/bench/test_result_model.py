@@ -21,7 +21,7 @@ from toolchain.bench import prom, search
 from toolchain.bench.loadgen import RunOutcome
 from toolchain.bench.metrics import RequestRecord
 from toolchain.bench.options import BenchOptions
-from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, parse_result, read_result
+from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, LoadPoint, parse_result, read_result
 from toolchain.bench.run import BenchWorkload, _load_point, _result_document, _server_window, save
 from toolchain.errors import UserInputError
 
@@ -115,7 +115,7 @@ def test_a_search_result_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
     def measure(
         opts: BenchOptions, work: BenchWorkload, load: Load, progress: Any, *, first: bool
-    ) -> tuple[dict[str, Any], None, None]:
+    ) -> tuple[LoadPoint, None, None]:
         return _load_point(work, load, _outcome(), None, 0.0), None, None
 
     monkeypatch.setattr(search, "measure_point", measure)
@@ -159,14 +159,15 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert read_result(path).runs[0].server is not None
 
 
-def test_the_writer_refuses_a_document_the_model_does_not_hold() -> None:
-    """A writer's mistake (here a count as text) is caught when the result is built (so before any file is
+def test_the_writer_refuses_a_document_the_model_does_not_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer's mistake (here a count as text) is caught when the load point is built (so before any file is
     written: ``save`` takes the built model), naming the field."""
-    opts, work = _cfg()
-    run = _load_point(work, Load(concurrency=2), _outcome(), None, 0.0)
-    run["summary"]["completed"] = "4"
-    with pytest.raises(ValueError, match=r"runs\[0\]\.summary\.completed is not a whole number"):
-        _result_document(opts, work, [run], None, None)
+    from toolchain.bench.metrics import aggregate
+
+    _, work = _cfg()
+    monkeypatch.setattr("toolchain.bench.run.aggregate", lambda *a: aggregate(*a) | {"completed": "4"})
+    with pytest.raises(ValueError, match=r"not schema 1: summary\.completed is not a whole number"):
+        _load_point(work, Load(concurrency=2), _outcome(), None, 0.0)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 from tests.bench.sse_server import sse_server, sse_server_process
 from tests.conftest import Cli
 from toolchain.bench.options import BenchOptions
-from toolchain.bench.result import parse_result
+from toolchain.bench.result import Stats, Summary, parse_result
 from toolchain.bench.run import BenchWorkload
 from toolchain.bench.search import SloTargets, make_plan, make_targets, run_search, verdict
 from toolchain.bench.workload import Request
@@ -108,16 +108,18 @@ def test_server_unreachable_at_the_first_probe_is_the_plain_error() -> None:
 
 
 def test_verdict_names_every_miss() -> None:
-    summary = {
-        "requests": 10,
-        "completed": 9,
-        "wall_s": 1.0,
-        "goodput_rps": 7.0,
-        "ttft_ms": {"p99": 120.0},
-        "tpot_ms": {"p99": 30.0},
-        "output_token_throughput_tps": 90.0,
-        "request_throughput_rps": 9.0,
-    }
+    summary = Summary(
+        requests=10,
+        completed=9,
+        errors=1,
+        wall_s=1.0,
+        goodput_rps=7.0,
+        ttft_ms=Stats(p99=120.0),
+        tpot_ms=Stats(p99=30.0),
+        output_token_throughput_tps=90.0,
+        request_throughput_rps=9.0,
+        token_source=["server"],
+    )
     ok, reasons, figures = verdict(summary, SloTargets(ttft_ms=100, tpot_ms=40, goodput=0.9))
     assert not ok and figures["goodput_fraction"] == pytest.approx(0.7)
     assert reasons == ["P99 TTFT 120.0 ms > 100 ms", "goodput 70.0% of requests < 90%"]

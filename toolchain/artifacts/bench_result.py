@@ -390,6 +390,14 @@ def build_result(doc: dict[str, Any]) -> BenchResult:
         raise ValueError(f"the bench result being written is not schema {RESULT_SCHEMA}: {first_problem(e)}") from e
 
 
+def build_point(entry: dict[str, Any]) -> LoadPoint:
+    """A writer's load point as the model; a mismatch is a bug in the writer (ValueError)."""
+    try:
+        return LoadPoint.model_validate(entry)
+    except ValidationError as e:
+        raise ValueError(f"the bench result being written is not schema {RESULT_SCHEMA}: {first_problem(e)}") from e
+
+
 def build_document(doc: dict[str, Any]) -> dict[str, Any]:
     """A writer's document checked against the model (``build_result``), as the JSON document."""
     return build_result(doc).document()

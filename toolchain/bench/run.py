@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import __version__, redact
-from toolchain.artifacts.bench_result import RESULT_SCHEMA, BenchResult, Load, build_result
+from toolchain.artifacts.bench_result import (
+    RESULT_SCHEMA,
+    BenchResult,
+    Load,
+    LoadPoint,
+    Search,
+    build_point,
+    build_result,
+)
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
@@ -88,7 +96,7 @@ class _Sampler:
 
 def run_bench(opts: BenchOptions, work: BenchWorkload, progress: Progress = silent) -> BenchResult:
     """Measure every load point of ``opts`` in turn; a server lost after the first one keeps what was measured."""
-    runs: list[dict[str, Any]] = []
+    runs: list[LoadPoint] = []
     interrupted = None
     stop = None
     for load in opts.loads:
@@ -102,7 +110,7 @@ def run_bench(opts: BenchOptions, work: BenchWorkload, progress: Progress = sile
 
 def measure_point(
     opts: BenchOptions, work: BenchWorkload, load: Load, progress: Progress, *, first: bool
-) -> tuple[dict[str, Any] | None, str | None, str | None]:
+) -> tuple[LoadPoint | None, str | None, str | None]:
     """One load point: its result entry (None when the server was gone before it), and why the run must stop.
 
     The first point of a run raises the plain BenchError when the server cannot be reached: nothing was
@@ -169,8 +177,9 @@ def _server_window(
 
 def _load_point(
     work: BenchWorkload, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
-) -> dict[str, Any]:
-    """The result entry of one measured load point: summary, server and client sides, raw records."""
+) -> LoadPoint:
+    """The result entry of one measured load point: summary, server and client sides, raw records (checked against
+    the result model: a writer's mistake is a ValueError naming the field)."""
     summary = aggregate(out.records, out.wall_s, work.slo)
     measured = [r for r in out.records if not r.warmup]
     chunks = sum(len(r.chunk_times) for r in measured)
@@ -182,28 +191,30 @@ def _load_point(
     client.update(client_health(out))
     if out.workers:
         client["workers"] = out.workers
-    return {
-        "load": load.model_dump(),
-        "label": load.label(),
-        "summary": summary,
-        "server": server,
-        "client": client,
-        "records": [r.record() for r in out.records],
-        "prefix": _prefix_proof(out.records),
-        "speculative": speculative.summary(out.records),
-        "interrupted": out.interrupted,
-        "stop": out.stop,
-        "window": {"start": started, "end": time.time()},
-    }
+    return build_point(
+        {
+            "load": load.model_dump(),
+            "label": load.label(),
+            "summary": summary,
+            "server": server,
+            "client": client,
+            "records": [r.record() for r in out.records],
+            "prefix": _prefix_proof(out.records),
+            "speculative": speculative.summary(out.records),
+            "interrupted": out.interrupted,
+            "stop": out.stop,
+            "window": {"start": started, "end": time.time()},
+        }
+    )
 
 
 def _result_document(
     opts: BenchOptions,
     work: BenchWorkload,
-    runs: list[dict[str, Any]],
+    runs: list[LoadPoint],
     interrupted: str | None,
     stop: str | None,
-    search: dict[str, Any] | None = None,
+    search: Search | None = None,
 ) -> BenchResult:
     """The saved bench result: provenance of the run, its load points, why it stopped early (if it did) and the
     SLO search (if one ran), built through the result model (toolchain.bench.result)."""

@@ -21,7 +21,16 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from toolchain.artifacts.bench_result import BenchResult, Record, SearchPlan
+from toolchain.artifacts.bench_result import (
+    BenchResult,
+    Knee,
+    LoadPoint,
+    Probe,
+    ProbeVerdict,
+    Search,
+    SearchPlan,
+    Summary,
+)
 from toolchain.bench.options import BenchOptions
 from toolchain.bench.run import BenchWorkload, _result_document, measure_point
 from toolchain.bench.slo import (
@@ -63,22 +72,22 @@ from toolchain.bench.slo import (
 from toolchain.progress import Progress, silent
 
 
-def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], dict[str, Any]]:
+def verdict(summary: Summary, slo: SloTargets) -> tuple[bool, list[str], dict[str, Any]]:
     """Whether one probe met every SLO, why not (one reason per miss), and the figures it was judged on."""
-    requests = summary.get("requests") or 0
-    good_frac = (summary["goodput_rps"] * summary["wall_s"] / requests) if requests and summary["wall_s"] else 0.0
+    requests = summary.requests
+    good_frac = (summary.goodput_rps * summary.wall_s / requests) if requests and summary.wall_s else 0.0
     figures = {
-        "ttft_ms_p99": (summary.get("ttft_ms") or {}).get("p99"),
-        "tpot_ms_p99": (summary.get("tpot_ms") or {}).get("p99"),
+        "ttft_ms_p99": summary.ttft_ms.p99 if summary.ttft_ms is not None else None,
+        "tpot_ms_p99": summary.tpot_ms.p99 if summary.tpot_ms is not None else None,
         "goodput_fraction": round(good_frac, 6),
-        "completed": summary.get("completed", 0),
+        "completed": summary.completed,
         "requests": requests,
-        "output_token_throughput_tps": summary.get("output_token_throughput_tps", 0.0),
-        "request_throughput_rps": summary.get("request_throughput_rps", 0.0),
-        "goodput_rps": summary.get("goodput_rps", 0.0),
+        "output_token_throughput_tps": summary.output_token_throughput_tps,
+        "request_throughput_rps": summary.request_throughput_rps,
+        "goodput_rps": summary.goodput_rps,
     }
     reasons = []
-    if not summary.get("completed"):
+    if not summary.completed:
         reasons.append(f"all {requests} requests failed")
     for key, target, name in (("ttft_ms_p99", slo.ttft_ms, "TTFT"), ("tpot_ms_p99", slo.tpot_ms, "TPOT")):
         got = figures[key]
@@ -95,8 +104,8 @@ def run_search(
     """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section.
     ``opts`` say how to send each probe (its load is the plan's), ``work`` what to send."""
     work = replace(work, slo=slo.per_request())
-    runs: list[dict[str, Any]] = []
-    probes: list[dict[str, Any]] = []
+    runs: list[LoadPoint] = []
+    probes: list[Probe] = []
     interrupted = stop = None
     lo: float | None = None  # highest load that met the SLOs
     hi: float | None = None  # lowest load that missed one
@@ -116,25 +125,26 @@ def run_search(
             status = "server-gone"
             break
         runs.append(run)
-        passed, reasons, figures = verdict(run["summary"], slo)
-        if not run["summary"].get("completed"):  # why they failed, in the server's words (the first one)
-            records: list[Record] = run["records"]
-            why = next((r.error for r in records if r.error and not r.warmup), None)
+        passed, reasons, figures = verdict(run.summary, slo)
+        if not run.summary.completed:  # why they failed, in the server's words (the first one)
+            why = next((r.error for r in run.records if r.error and not r.warmup), None)
             reasons = [f"{reason}: {why[:200]}" if reason.startswith("all ") and why else reason for reason in reasons]
         if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
             passed, reasons = False, [f"probe cut short: {interrupted}"]
         probes.append(
-            {
-                "load": x,
-                "label": run["label"],
-                "phase": phase,
-                "passed": passed,
-                "reasons": reasons,
-                **figures,
-                "sizing": f"{n} requests: {sizing}",
-            }
+            Probe.model_validate(
+                {
+                    "load": x,
+                    "label": run.label,
+                    "phase": phase,
+                    "passed": passed,
+                    "reasons": reasons,
+                    **figures,
+                    "sizing": f"{n} requests: {sizing}",
+                }
+            )
         )
-        run["slo_probe"] = {"passed": passed, "reasons": reasons}
+        run.slo_probe = ProbeVerdict(passed=passed, reasons=reasons)
         if stop is not None:
             status = stop if stop in ("interrupted", "server-gone") else "stopped"  # stopped: --stop-on-error
             break
@@ -166,27 +176,29 @@ def run_search(
 def _section(
     plan: SearchPlan,
     slo: SloTargets,
-    probes: list[dict[str, Any]],
+    probes: list[Probe],
     lo: float | None,
     hi: float | None,
     status: str,
-) -> dict[str, Any]:
+) -> Search:
     """The search section of the result: plan, SLOs, every probe in order, the curve by load, and the knee."""
     knee = None
     if lo is not None:
-        best = next(p for p in probes if p["load"] == lo and p["passed"])
-        knee = {**best, "first_failing_load": hi}
-    return {
-        "mode": plan.mode,
-        "plan": plan.model_dump(),
-        "slo": asdict(slo),
-        "slo_text": slo.describe(),
-        "status": status,
-        "message": _message(plan, slo, probes, knee, hi, status),
-        "probes": probes,
-        "curve": sorted(probes, key=lambda p: p["load"]),
-        "knee": knee,
-    }
+        best = next(p for p in probes if p.load == lo and p.passed)
+        knee = Knee.model_validate(best.model_dump() | {"first_failing_load": hi})
+    return Search.model_validate(
+        {
+            "mode": plan.mode,
+            "plan": plan.model_dump(),
+            "slo": asdict(slo),
+            "slo_text": slo.describe(),
+            "status": status,
+            "message": _message(plan, slo, probes, knee, hi, status),
+            "probes": probes,
+            "curve": sorted(probes, key=lambda p: p.load),
+            "knee": knee,
+        }
+    )
 
 
 def _fmt(mode: str, x: float | None) -> str:
@@ -198,8 +210,8 @@ def _fmt(mode: str, x: float | None) -> str:
 def _message(
     plan: SearchPlan,
     slo: SloTargets,
-    probes: list[dict[str, Any]],
-    knee: dict[str, Any] | None,
+    probes: list[Probe],
+    knee: Knee | None,
     hi: float | None,
     status: str,
 ) -> str:
@@ -207,26 +219,26 @@ def _message(
     if status == "unmet" and probes:
         p = probes[0]
         return (
-            f"the SLOs ({slo.describe()}) are not met even at the lowest load, {_fmt(plan.mode, p['load'])}: "
-            f"{'; '.join(p['reasons'])} (P99 TTFT {_n(p['ttft_ms_p99'])} ms, P99 TPOT {_n(p['tpot_ms_p99'])} ms, "
-            f"goodput {p['goodput_fraction']:.1%}, {p['completed']}/{p['requests']} completed)"
+            f"the SLOs ({slo.describe()}) are not met even at the lowest load, {_fmt(plan.mode, p.load)}: "
+            f"{'; '.join(p.reasons)} (P99 TTFT {_n(p.ttft_ms_p99)} ms, P99 TPOT {_n(p.tpot_ms_p99)} ms, "
+            f"goodput {p.goodput_fraction or 0:.1%}, {p.completed}/{p.requests} completed)"
         )
     if knee is None:
         return f"the search ended ({status}) before any probe met the SLOs"
-    cap = f"{knee['output_token_throughput_tps']:.1f} output tok/s, {knee['request_throughput_rps']:.2f} req/s"
+    cap = f"{knee.output_token_throughput_tps or 0:.1f} output tok/s, {knee.request_throughput_rps or 0:.2f} req/s"
     if status == "found":
-        return f"knee at {_fmt(plan.mode, knee['load'])} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
+        return f"knee at {_fmt(plan.mode, knee.load)} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
     if status == "bound":
         return (
-            f"no knee within the bounds: the SLOs still hold at the search bound {_fmt(plan.mode, knee['load'])} "
+            f"no knee within the bounds: the SLOs still hold at the search bound {_fmt(plan.mode, knee.load)} "
             f"({cap}); the knee is higher: raise --slo-max"
         )
     if status == "probe-limit":
         return (
-            f"stopped after {len(probes)} probes with the knee between {_fmt(plan.mode, knee['load'])} ({cap}) "
+            f"stopped after {len(probes)} probes with the knee between {_fmt(plan.mode, knee.load)} ({cap}) "
             f"and {_fmt(plan.mode, hi)}; raise --slo-max-probes or --slo-tolerance"
         )
-    best = _fmt(plan.mode, knee["load"])
+    best = _fmt(plan.mode, knee.load)
     return f"the search ended early ({status}); the highest load measured to meet the SLOs: {best}"
 
 
