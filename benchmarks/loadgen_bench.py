@@ -113,23 +113,26 @@ class Server:
 
 def ours(url: str, workers: int, concurrency: int, requests: int, tokens: int) -> dict[str, float]:
     """One run of toolchain's load generator: wall, chunks, client CPU, TTFT median."""
-    from toolchain.bench.result import Load
-    from toolchain.bench.run import BenchConfig, run_bench
+    from toolchain.bench.options import BenchOptions
+    from toolchain.bench.run import BenchWorkload, run_bench
     from toolchain.bench.workload import Request
 
     reqs = [Request(f"p{i}", 4, tokens) for i in range(requests + workers)]
-    cfg = BenchConfig("openai", url, "m", [Load(concurrency=concurrency)], reqs, warmup=workers, workers=workers)
-    run = run_bench(cfg)["runs"][0]
-    recs = [r for r in run["records"] if not r["warmup"] and not r["error"]]
-    chunks = sum(len(r["chunk_times"]) for r in recs)
-    wall = run["summary"]["wall_s"]
+    opts = BenchOptions(
+        url=url, protocol="openai", concurrency=str(concurrency), requests=requests, warmup=workers, workers=workers
+    )
+    run = run_bench(opts, BenchWorkload(served="m", requests=reqs)).runs[0]
+    recs = [r for r in run.records if not r.warmup and not r.error]
+    chunks = sum(len(r.chunk_times) for r in recs)
+    wall = run.summary.wall_s or 0.0
+    cpu_s = run.client.cpu_s or 0.0
     return {
         "wall_s": wall,
         "chunks": chunks,
         "chunks_per_s": chunks / wall,
-        "cpu_s": run["client"]["cpu_s"],
-        "chunks_per_cpu_s": chunks / max(1e-9, run["client"]["cpu_s"]),
-        "ttft_ms_p50": median([r["ttft_ms"] for r in recs]),
+        "cpu_s": cpu_s,
+        "chunks_per_cpu_s": chunks / max(1e-9, cpu_s),
+        "ttft_ms_p50": median([r.ttft_ms for r in recs if r.ttft_ms is not None]),
         "completed": len(recs),
     }
 

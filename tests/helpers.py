@@ -88,6 +88,15 @@ class BlockingTarget:
         rec.output_tokens = 2
 
 
+def bench_result(runs: list[dict[str, Any]], *, stop: str | None = None, interrupted: str | None = None) -> Any:
+    """A ``BenchResult`` holding ``runs`` (load points as dicts: label and summary at least), as a run ends."""
+    from toolchain.bench.result import BenchResult
+
+    return BenchResult.model_validate(
+        {"kind": "toolchain.bench-result", "provenance": {}, "runs": runs, "stop": stop, "interrupted": interrupted}
+    )
+
+
 def whole_bench_result() -> dict[str, Any]:
     """A bench result as `bench --save` writes one, from the metrics code itself."""
     from toolchain.bench.metrics import RequestRecord, aggregate

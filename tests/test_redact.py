@@ -292,22 +292,16 @@ def test_lines_redact_a_secret_split_across_chunks() -> None:
 
 
 def test_bench_provenance_holds_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolchain.bench.run import BenchConfig, _result_document
+    from toolchain.bench.options import BenchOptions
+    from toolchain.bench.run import BenchWorkload, _result_document
 
-    monkeypatch.setattr("toolchain.bench.run.build_document", lambda d: d)  # no load points: what goes in is the point
+    monkeypatch.setattr("toolchain.bench.run.build_result", lambda d: d)  # no load points: what goes in is the point
     monkeypatch.setattr(
         sys, "argv", ["toolchain", "bench", "--url", "http://alice:Pz9secret@h:8000", "--api-key", "TOKSECRET"]
     )
-    cfg = BenchConfig(
-        protocol="openai",
-        url="http://alice:Pz9secret@h:8000/v1?token=TOKSECRET",
-        model="m",
-        loads=[],
-        requests=[],
-        warmup=0,
-        provenance={"metrics_url": "http://alice:Pz9secret@h:8002/metrics"},
-    )
-    doc = _result_document(cfg, [], None, None)
+    opts = BenchOptions(url="http://alice:Pz9secret@h:8000/v1?token=TOKSECRET", protocol="openai", warmup=0)
+    work = BenchWorkload("m", [], provenance={"metrics_url": "http://alice:Pz9secret@h:8002/metrics"})
+    doc: Any = _result_document(opts, work, [], None, None)  # the document that would be built
     text = json.dumps(doc)
     _clean(text)
     assert doc["provenance"]["url"] == "http://h:8000/v1?token=***"

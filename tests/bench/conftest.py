@@ -51,18 +51,17 @@ def _written_results_match_the_published_schema(
     monkeypatch: pytest.MonkeyPatch, result_validator: Any
 ) -> Iterator[None]:
     import toolchain.bench.run as bench_run
-    import toolchain.pipeline.bench as pipeline_bench
-    from toolchain.bench.result import build_document as real
+    from toolchain.bench.result import BenchResult
+    from toolchain.bench.result import build_result as real
 
     problems: list[str] = []
 
-    def checked(doc: dict[str, Any]) -> dict[str, Any]:
+    def checked(doc: dict[str, Any]) -> BenchResult:
         out = real(doc)
-        problems.extend(schema_problems(result_validator, json.loads(json.dumps(out))))
+        problems.extend(schema_problems(result_validator, json.loads(json.dumps(out.document()))))
         return out
 
-    monkeypatch.setattr(bench_run, "build_document", checked)
-    monkeypatch.setattr(pipeline_bench, "build_document", checked)
+    monkeypatch.setattr(bench_run, "build_result", checked)
     yield
     assert not problems, "a bench result this test wrote does not match docs/bench-result.schema.json:\n" + "\n".join(
         problems

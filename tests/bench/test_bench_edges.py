@@ -18,7 +18,7 @@ import pytest
 from tests.bench.sse_server import sse_server
 from tests.bench.workloads import bench_cmd
 from tests.conftest import REPO, Cli
-from tests.helpers import BlockingTarget, bench_requests
+from tests.helpers import BlockingTarget, bench_requests, bench_result
 from toolchain.bench.loadgen import _run, run_load
 from toolchain.bench.metrics import RequestRecord, aggregate
 from toolchain.bench.result import Load
@@ -75,7 +75,7 @@ def test_garbage_answers_are_errors_with_a_reason(mode: str) -> None:
     with sse_server(mode=mode) as (url, _):
         out = run_load("openai", url, "m", bench_requests(3), Load(concurrency=1), warmup=0)
     assert all(r.error and r.error_kind == "protocol" for r in out.records), [r.error for r in out.records]
-    res = {"runs": [{"label": "concurrency=1", "summary": aggregate(out.records, out.wall_s)}], "stop": None}
+    res = bench_result([{"label": "concurrency=1", "summary": aggregate(out.records, out.wall_s)}])
     code, reason = assess(res)
     assert code == 1 and reason and "all 3 requests" in reason and "protocol 3" in reason
 
@@ -84,13 +84,13 @@ def test_assess_exit_codes() -> None:
     ok = RequestRecord(0, 1, 2, 0.0, chunk_times=[0.1, 0.2], output_tokens=2)
     bad = RequestRecord(1, 1, 2, 0.0, error="HTTP 500", error_kind="server")
     run = {"label": "c=1", "summary": aggregate([ok, bad], 1.0)}
-    assert assess({"runs": [run], "stop": None}) == (0, None)
-    assert assess({"runs": [run], "stop": "interrupted", "interrupted": "x"})[0] == 130
-    assert assess({"runs": [run], "stop": "server-gone", "interrupted": "server unreachable"}) == (
+    assert assess(bench_result([run])) == (0, None)
+    assert assess(bench_result([run], stop="interrupted", interrupted="x"))[0] == 130
+    assert assess(bench_result([run], stop="server-gone", interrupted="server unreachable")) == (
         1,
         "server unreachable",
     )
-    assert assess({"runs": [], "stop": None})[0] == 1
+    assert assess(bench_result([run]).model_copy(update={"runs": []}))[0] == 1
 
 
 def _env() -> dict[str, str]:

@@ -72,6 +72,24 @@ def test_options_are_the_one_argument_of_make_config_and_run_benchmark() -> None
     assert [p for p, v in params.items() if v.kind is not inspect.Parameter.KEYWORD_ONLY] == ["opts"]
 
 
+def test_the_run_takes_the_options_and_the_workload_and_no_copy_of_them() -> None:
+    """BenchConfig (the flags copied beside the workload) is gone: every step of the run takes the options
+    themselves and the frozen workload make_config prepared."""
+    import typing
+
+    import toolchain.bench.run as run
+    from toolchain.bench import search, workers
+    from toolchain.bench.run import BenchWorkload
+
+    assert not hasattr(run, "BenchConfig")
+    for f in (run.run_bench, run.measure_point, run._run_load, run._server_window, run._result_document):
+        hints = typing.get_type_hints(f)
+        assert (hints["opts"], hints["work"]) == (BenchOptions, BenchWorkload), f
+    hints = typing.get_type_hints(search.run_search)
+    assert (hints["opts"], hints["work"]) == (BenchOptions, BenchWorkload)
+    assert typing.get_type_hints(workers.run_load_workers)["opts"] is BenchOptions
+
+
 CLI_ONLY = {"ctx", "save", "json_out"}  # what to do with the result, not what to measure
 
 
@@ -118,16 +136,17 @@ def test_no_other_module_spells_the_flag_list(tmp_path: Path) -> None:
     assert spellers([copy], fields) == [str(copy)]
 
 
-def test_the_prepared_config_takes_the_options_warmup_and_is_never_changed() -> None:
-    """BenchConfig once had a warm-up default of its own (1, where the flag's is 2) and was changed after it was
-    built (its SLOs, by a search): it has no warm-up default now, and it is frozen."""
+def test_the_prepared_workload_holds_no_flag_and_is_never_changed() -> None:
+    """A BenchConfig once copied the flags beside the workload (with a warm-up default of its own, 1, where the
+    flag's is 2) and was changed after it was built (its SLOs, by a search). The run now takes the options
+    themselves and a frozen workload that holds none of their fields."""
     import dataclasses
 
-    from toolchain.bench.run import BenchConfig
+    from toolchain.bench.run import BenchWorkload
 
-    warmup = next(f for f in dataclasses.fields(BenchConfig) if f.name == "warmup")
-    assert warmup.default is dataclasses.MISSING and warmup.default_factory is dataclasses.MISSING
-    cfg = BenchConfig("openai", "u", "m", [], [], warmup=BenchOptions(url="u").warmup)
-    assert cfg.warmup == 2
+    fields = {f.name for f in dataclasses.fields(BenchWorkload)}
+    assert fields == {"served", "requests", "slo", "provenance", "metrics_model", "more"}
+    assert not fields & (set(BenchOptions.model_fields) - {"requests"})  # ``requests``: the flag is a count
+    work = BenchWorkload("m", [])
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.slo = {}  # type: ignore[misc]
+        work.slo = {}  # type: ignore[misc]

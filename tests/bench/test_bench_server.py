@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bench_result
 from toolchain.bench.loadgen import run_load
 from toolchain.bench.metrics import aggregate
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.result import Load
-from toolchain.bench.run import BenchConfig, run_bench
+from toolchain.bench.run import BenchWorkload, run_bench
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError
 from toolchain.triton import server as S
@@ -130,22 +132,16 @@ def test_unreachable_server_fails_fast_naming_the_url() -> None:
 
 
 def test_rate_mode_and_metrics_scrape(server: S.Server) -> None:
-    cfg = BenchConfig(
-        "triton",
-        server.grpc_url,
-        "delayed",
-        [Load(rate=10, poisson=True)],
-        _reqs(11, 2),
-        warmup=1,
-        metrics_url=server.metrics_url,
-        llm_model="delayed",
-        slo={"ttft_ms": 1000, "tpot_ms": 1000},
+    opts = BenchOptions(
+        url=server.grpc_url, rate="10", poisson=True, requests=10, warmup=1, metrics_url=server.metrics_url
     )
-    res = run_bench(cfg)
-    run = res["runs"][0]
-    assert run["summary"]["completed"] == 10 and run["summary"]["goodput_rps"] > 0
-    assert run["server"]["requests_success"] >= 10 and "queue_ms_mean" in run["server"]
-    assert res["provenance"]["url"] == server.grpc_url and len(run["records"]) == 11
+    work = BenchWorkload("delayed", _reqs(11, 2), slo={"ttft_ms": 1000, "tpot_ms": 1000}, metrics_model="delayed")
+    res = run_bench(opts, work)
+    run = res.runs[0]
+    assert run.summary.completed == 10 and run.summary.goodput_rps > 0
+    assert run.server is not None and (run.server.requests_success or 0) >= 10
+    assert "queue_ms_mean" in run.server.model_fields_set
+    assert res.provenance.url == server.grpc_url and len(run.records) == 11
 
 
 def test_killed_server_keeps_partial_results(tmp_path: Path) -> None:
@@ -167,7 +163,7 @@ def test_killed_server_keeps_partial_results(tmp_path: Path) -> None:
 
     s = aggregate(out.records, out.wall_s)
     # the run did not measure what was asked: non-zero exit, with the reason and the partial numbers kept
-    assert assess({"runs": [{"label": "c=1", "summary": s}], "stop": out.stop, "interrupted": out.interrupted}) == (
+    assert assess(bench_result([{"label": "c=1", "summary": s}], stop=out.stop, interrupted=out.interrupted)) == (
         1,
         out.interrupted,
     )
@@ -178,8 +174,9 @@ def test_slo_search_finds_the_instance_count_on_cpu_triton(server: S.Server) -> 
     ~200 ms for an instance before its first token, so the knee of a 180 ms TTFT SLO is exactly 4."""
     from toolchain.bench.search import SloTargets, make_plan, run_search
 
-    cfg = BenchConfig(protocol="triton", url=server.grpc_url, model="delayed", loads=[], requests=_reqs(12), warmup=0)
-    res = run_search(cfg, make_plan("concurrency", limit=16), SloTargets(ttft_ms=180.0))
-    s = res["search"]
-    assert s["status"] == "found" and s["knee"]["load"] == 4, s["probes"]
-    assert s["knee"]["first_failing_load"] == 5
+    opts = BenchOptions(url=server.grpc_url, requests=12, warmup=0)
+    work = BenchWorkload("delayed", _reqs(12))
+    res = run_search(opts, work, make_plan("concurrency", limit=16), SloTargets(ttft_ms=180.0))
+    s = res.search
+    assert s is not None and s.status == "found" and s.knee is not None and s.knee.load == 4, s
+    assert s.knee.first_failing_load == 5

@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.conftest import Cli
 from toolchain.bench.metrics import RequestRecord, aggregate
+from toolchain.bench.result import BenchResult
 from toolchain.diagnose.rules import diagnose, observations_from
 
 IDLE_METRICS = (
@@ -84,7 +85,7 @@ def test_diagnose_after_a_bench_uses_the_bench_window_not_the_idle_server(cli: C
 
 def test_prefix_cache_unused_needs_a_shared_prefix_workload() -> None:
     server = {"kv_reused_blocks": 0, "queue_ms_mean": 1.0}
-    no_shared = observations_from(_result(server, shared=None), None, True)
+    no_shared = observations_from(BenchResult.model_validate(_result(server, shared=None)), None, True)
     assert [f.rule for f in diagnose(no_shared)] == []
-    shared = observations_from(_result(server, shared=True), None, True)
+    shared = observations_from(BenchResult.model_validate(_result(server, shared=True)), None, True)
     assert [f.rule for f in diagnose(shared)] == ["prefix-cache-unused"]

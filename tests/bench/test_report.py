@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from toolchain.bench.metrics import RequestRecord, aggregate
-from toolchain.bench.report import load_results, parse_labelled, render
+from toolchain.bench.report import Labelled, load_results, parse_labelled, render
+from toolchain.bench.result import KIND, BenchResult
 from toolchain.errors import UserInputError
 
 SLO: dict[str, float | None] = {"ttft_ms": 400.0, "tpot_ms": 40.0}
@@ -39,6 +40,11 @@ def _run(
         "records": [r.to_json() for r in recs],
         "interrupted": None,
     }
+
+
+def _labelled(label: str, runs: list[dict[str, Any]]) -> Labelled:
+    """Load points as a report takes them: a labelled result."""
+    return Labelled(label, BenchResult.model_validate({"kind": KIND, "provenance": {}, "runs": runs}))
 
 
 def _result(path: Path, runs: list[dict[str, Any]], **prov: Any) -> Path:
@@ -181,7 +187,7 @@ def test_a_far_slo_does_not_flatten_the_data(tmp_path: Path) -> None:
     from toolchain.bench.report import _plot_latency_cdf, _plot_latency_vs_load, _series, table_rows
 
     runs = [_run(c, 0.01 * c, 0.01) for c in (1, 2, 4, 8)]  # TTFT 10-80 ms
-    res = {"label": "r", "runs": runs}
+    res = _labelled("r", runs)
     far = {"ttft_ms": 2000.0, "tpot_ms": 12.0}  # TPOT SLO near its data: still a line
     keep = _KeepFigures()
     _plot_latency_vs_load(keep, _series(table_rows([res])), far, None, "concurrency", ["C0"], tmp_path / "a.png")
@@ -189,7 +195,7 @@ def test_a_far_slo_does_not_flatten_the_data(tmp_path: Path) -> None:
     assert ttft_ax.get_ylim()[1] < 200  # the data (<= ~100 ms) fills the axis, not 1/25 of it
     assert any("SLO 2000 ms" in t.get_text() and "off the axis" in t.get_text() for t in ttft_ax.texts)
     assert any("SLO 12 ms" in line.get_label() for line in tpot_ax.get_lines())
-    _plot_latency_cdf(keep, [("c=1", runs[0])], far, tmp_path / "b.png")
+    _plot_latency_cdf(keep, [("c=1", res.result.runs[0])], far, tmp_path / "b.png")
     assert keep.figures[1].axes[0].get_xlim()[1] < 200
 
 
@@ -262,7 +268,7 @@ def test_load_labels_do_not_overlap(tmp_path: Path) -> None:
 
     runs = [_run(c, 0.01 * c, 0.01) for c in (1, 2, 4, 8, 16, 32, 64, 128)]
     keep = _KeepFigures()
-    _plot_latency_vs_load(keep, _series(table_rows([{"label": "r", "runs": runs}])), {}, None, "concurrency", ["C0"],
+    _plot_latency_vs_load(keep, _series(table_rows([_labelled("r", runs)])), {}, None, "concurrency", ["C0"],
                           tmp_path / "a.png")  # fmt: skip
     fig = keep.figures[0]
     renderer = fig.canvas.get_renderer()

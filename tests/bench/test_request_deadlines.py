@@ -17,6 +17,7 @@ import pytest
 from tests.bench.stall_servers import stall_http, stall_triton
 from tests.bench.workloads import bench_cmd
 from tests.conftest import Cli
+from tests.helpers import bench_result
 from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
 from toolchain.bench.result import Load
@@ -76,7 +77,7 @@ def test_valid_json_in_the_wrong_shape_is_a_protocol_error_in_words() -> None:
         assert "TypeError" not in (r.error or "") and "not iterable" not in (r.error or "")
     s = aggregate(out.records, out.wall_s)
     assert s["error_kinds"] == {"protocol": 3}  # counted apart from "server"
-    code, reason = assess({"runs": [{"label": "c=1", "summary": s}], "stop": None})
+    code, reason = assess(bench_result([{"label": "c=1", "summary": s}]))
     assert code == 1 and reason and "protocol 3" in reason
 
 

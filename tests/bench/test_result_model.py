@@ -20,8 +20,9 @@ from tests.validators import must_pass, tool
 from toolchain.bench import prom, search
 from toolchain.bench.loadgen import RunOutcome
 from toolchain.bench.metrics import RequestRecord
-from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, parse_result, read_result
-from toolchain.bench.run import BenchConfig, _load_point, _result_document, _server_window, save
+from toolchain.bench.options import BenchOptions
+from toolchain.bench.result import RESULT_SCHEMA, BenchResult, Load, LoadPoint, parse_result, read_result
+from toolchain.bench.run import BenchWorkload, _load_point, _result_document, _server_window, save
 from toolchain.errors import UserInputError
 
 SCHEMA = REPO / "docs" / "bench-result.schema.json"
@@ -49,17 +50,15 @@ def _records() -> list[RequestRecord]:
     return recs
 
 
-def _cfg() -> BenchConfig:
-    return BenchConfig(
-        "triton",
-        "127.0.0.1:1",
+def _cfg() -> tuple[BenchOptions, BenchWorkload]:
+    opts = BenchOptions(url="127.0.0.1:1", concurrency="2", warmup=1)
+    work = BenchWorkload(
         "ensemble",
-        [Load(concurrency=2)],
         [],
-        warmup=1,
         slo={"ttft_ms": 100.0, "tpot_ms": 20.0},
         provenance={"spec": "tiny", "cell": "cpu-b4", "gpu": "H100-SXM", "workload": {"input_tokens": "8"}},
     )
+    return opts, work
 
 
 def _outcome() -> RunOutcome:
@@ -68,12 +67,12 @@ def _outcome() -> RunOutcome:
     return out
 
 
-def _written(server: dict[str, Any] | None = None) -> dict[str, Any]:
+def _written(server: dict[str, Any] | None = None) -> BenchResult:
     """A whole result as the writer builds it: every section filled (server, client, prefix, speculative)."""
-    cfg = _cfg()
+    opts, work = _cfg()
     window = server if server is not None else {"model": "tensorrt_llm", "requests_success": 4.0, "queue_ms_p99": 3.0}
-    run = _load_point(cfg, Load(concurrency=2), _outcome(), window, 0.0)
-    return _result_document(cfg, [run], None, None)
+    run = _load_point(work, Load(concurrency=2), _outcome(), window, 0.0)
+    return _result_document(opts, work, [run], None, None)
 
 
 def test_the_committed_schema_is_what_bench_schema_prints(cli: Cli) -> None:
@@ -114,12 +113,14 @@ def test_a_written_result_reads_back_whole(tmp_path: Path, valid_result: Any) ->
 def test_a_search_result_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, valid_result: Any) -> None:
     """The SLO search's section, built by the real search loop over probes measured by a stand-in."""
 
-    def measure(cfg: BenchConfig, load: Load, progress: Any, *, first: bool) -> tuple[dict[str, Any], None, None]:
-        return _load_point(cfg, load, _outcome(), None, 0.0), None, None
+    def measure(
+        opts: BenchOptions, work: BenchWorkload, load: Load, progress: Any, *, first: bool
+    ) -> tuple[LoadPoint, None, None]:
+        return _load_point(work, load, _outcome(), None, 0.0), None, None
 
     monkeypatch.setattr(search, "measure_point", measure)
     plan = search.make_plan("concurrency", limit=4)
-    res = search.run_search(_cfg(), plan, search.SloTargets(ttft_ms=1000.0))
+    res = search.run_search(*_cfg(), plan, search.SloTargets(ttft_ms=1000.0))
     save(res, tmp_path / "s.json")
     saved = json.loads((tmp_path / "s.json").read_text())
     valid_result(saved)
@@ -148,8 +149,9 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
         'nv_inference_request_success{model="m"} 4\nnv_inference_queue_summary_us{model="m",quantile="0.99"} NaN\n'
     )
     monkeypatch.setattr(prom, "scrape", lambda url, timeout=5.0: after)
-    cfg = replace(_cfg(), metrics_url="http://127.0.0.1:1/metrics", llm_model="m")
-    window = _server_window(cfg, before, [])
+    opts, work = _cfg()
+    opts = opts.model_copy(update={"metrics_url": "http://127.0.0.1:1/metrics"})
+    window = _server_window(opts, replace(work, metrics_model="m"), before, [])
     assert window is not None and "queue_ms_p99" not in window and window["requests_success"] == 4
     path = tmp_path / "r.json"
     save(_written(server=window), path)
@@ -157,13 +159,15 @@ def test_a_nan_server_figure_is_left_out(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert read_result(path).runs[0].server is not None
 
 
-def test_the_writer_refuses_a_document_the_model_does_not_hold(tmp_path: Path) -> None:
-    """A writer's mistake (here a count as text) is caught before a file is written, naming the field."""
-    doc = _written()
-    doc["runs"][0]["summary"]["completed"] = "4"
-    with pytest.raises(ValueError, match=r"runs\[0\]\.summary\.completed is not a whole number"):
-        save(doc, tmp_path / "r.json")
-    assert not (tmp_path / "r.json").exists()
+def test_the_writer_refuses_a_document_the_model_does_not_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer's mistake (here a count as text) is caught when the load point is built (so before any file is
+    written: ``save`` takes the built model), naming the field."""
+    from toolchain.bench.metrics import aggregate
+
+    _, work = _cfg()
+    monkeypatch.setattr("toolchain.bench.run.aggregate", lambda *a: aggregate(*a) | {"completed": "4"})
+    with pytest.raises(ValueError, match=r"not schema 1: summary\.completed is not a whole number"):
+        _load_point(work, Load(concurrency=2), _outcome(), None, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +184,7 @@ def test_the_writer_refuses_a_document_the_model_does_not_hold(tmp_path: Path) -
 def test_a_wrong_type_is_one_line_naming_the_file_and_field(
     cli: Cli, tmp_path: Path, where: tuple[Any, ...], value: Any, said: str
 ) -> None:
-    doc = _written()
+    doc = _written().document()
     at = doc
     for k in where[:-1]:
         at = at[k]
@@ -203,7 +207,7 @@ def test_a_wrong_type_is_one_line_naming_the_file_and_field(
 
 @pytest.mark.parametrize("version", [RESULT_SCHEMA + 1, 0, "1", 1.0, None])
 def test_a_newer_or_garbled_schema_is_refused_in_one_line(version: Any) -> None:
-    doc = _written()
+    doc = _written().document()
     doc["schema"] = version
     with pytest.raises(UserInputError) as e:
         parse_result(doc, "r.json")
@@ -214,7 +218,7 @@ def test_a_newer_or_garbled_schema_is_refused_in_one_line(version: Any) -> None:
 
 def test_unknown_keys_of_the_same_schema_are_kept_not_refused() -> None:
     """Forward compatible: a newer toolchain of the same schema may add optional fields; they read and survive."""
-    doc = _written()
+    doc = _written().document()
     doc["runs"][0]["summary"]["ttft_ms"]["p999"] = 9.0
     doc["future_section"] = {"x": 1}
     res = parse_result(doc, "r.json")
@@ -223,11 +227,11 @@ def test_unknown_keys_of_the_same_schema_are_kept_not_refused() -> None:
 
 
 def test_no_number_in_a_result_is_nan_or_infinite() -> None:
-    doc = _written()
+    doc = _written().document()
     doc["runs"][0]["summary"]["wall_s"] = math.inf
     with pytest.raises(UserInputError, match=r"runs\[0\]\.summary\.wall_s is not a finite number"):
         parse_result(doc, "r.json")
-    assert isinstance(BenchResult.model_validate(_written()), BenchResult)
+    assert isinstance(BenchResult.model_validate(_written().document()), BenchResult)
 
 
 TRITON_METRICS = """\
@@ -265,6 +269,6 @@ def test_every_server_figure_is_declared(page: str, valid_result: Any) -> None:
     after = prom.parse(page.replace(" N\n", " 8\n").replace(" Q\n", " 4000\n"))
     window = prom.server_side(before, after, [after, after], "m")
     assert len(window) >= 10, window  # every figure above was measured
-    doc = json.loads(json.dumps(_written(server=window)))
+    doc = json.loads(json.dumps(_written(server=window).document()))
     valid_result(doc)
     assert parse_result(doc, "r.json").runs[0].server is not None

@@ -12,7 +12,9 @@ import pytest
 
 from tests.bench.sse_server import sse_server, sse_server_process
 from tests.conftest import Cli
-from toolchain.bench.run import BenchConfig
+from toolchain.bench.options import BenchOptions
+from toolchain.bench.result import Stats, Summary, parse_result
+from toolchain.bench.run import BenchWorkload
 from toolchain.bench.search import SloTargets, make_plan, make_targets, run_search, verdict
 from toolchain.bench.workload import Request
 from toolchain.errors import BenchError, UserInputError
@@ -28,25 +30,26 @@ def _probes(s: dict[str, Any]) -> list[tuple[float, bool, float | None]]:
     return [(p["load"], p["passed"], p["ttft_ms_p99"]) for p in s["probes"]]
 
 
-def _cfg(url: str, n: int = 12) -> BenchConfig:
+def _cfg(url: str, n: int = 12) -> tuple[BenchOptions, BenchWorkload]:
+    """How to send (the options) and what (the workload): ``n`` requests, no warm-up, to model "m" at ``url``."""
     reqs = [Request(f"p{i}", 2, TOKENS) for i in range(n)]
-    return BenchConfig(protocol="openai", url=url, model="m", loads=[], requests=reqs, warmup=0, timeout=10)
+    return BenchOptions(url=url, protocol="openai", requests=n, warmup=0, timeout=10.0), BenchWorkload("m", reqs)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("slots", [3, 5])
 def test_concurrency_search_finds_the_slot_count_exactly(slots: int) -> None:
     with sse_server_process(first_s=FIRST_S, gap_s=GAP_S, slots=slots) as (url, stats, _):
-        res = run_search(_cfg(url), make_plan("concurrency", limit=64), SloTargets(ttft_ms=SLO_TTFT_MS))
+        res = run_search(*_cfg(url), make_plan("concurrency", limit=64), SloTargets(ttft_ms=SLO_TTFT_MS))
         assert stats()["busy_max"] == slots  # the server really had that many slots, and they were all used
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "found", s["message"]
     assert s["knee"]["load"] == slots, _probes(s)  # tolerance 1 stream: the exact knee
     assert s["knee"]["first_failing_load"] == slots + 1
     # grow 1, 2, 4, 8 ... then bisect: every probe is kept, in order, and the curve is sorted by load
     assert [p["load"] for p in s["probes"]][:3] == [1, 2, 4]
     assert [p["load"] for p in s["curve"]] == sorted(p["load"] for p in s["probes"])
-    assert len(res["runs"]) == len(s["probes"])
+    assert len(res.document()["runs"]) == len(s["probes"])
     assert all(not p["passed"] for p in s["probes"] if p["load"] > slots)
     assert all(p["passed"] for p in s["probes"] if p["load"] <= slots)
     assert s["knee"]["output_token_throughput_tps"] > 0
@@ -59,8 +62,8 @@ def test_rate_search_brackets_the_service_capacity() -> None:
     # by (1/20 - 1/rate) s per request, so over 40 requests the SLO's 160 ms of slack is gone by ~22 req/s.
     with sse_server_process(first_s=0.01, gap_s=0.02, slots=4) as (url, _, _):
         plan = make_plan("rate", start=8, limit=64, tolerance=0.1)
-        res = run_search(_cfg(url, 40), plan, SloTargets(ttft_ms=170.0))
-    s = res["search"]
+        res = run_search(*_cfg(url, 40), plan, SloTargets(ttft_ms=170.0))
+    s = res.document()["search"]
     assert s["status"] == "found", s["message"]
     knee, fail = s["knee"]["load"], s["knee"]["first_failing_load"]
     assert fail - knee <= 0.1 * knee + 1e-9  # within the stopping tolerance
@@ -70,8 +73,8 @@ def test_rate_search_brackets_the_service_capacity() -> None:
 @pytest.mark.slow
 def test_unmet_at_the_lowest_load_says_so_with_the_figures() -> None:
     with sse_server(first_s=0.3, gap_s=0.001, slots=4) as (url, _):
-        res = run_search(_cfg(url, 6), make_plan("concurrency"), SloTargets(ttft_ms=40.0))
-    s = res["search"]
+        res = run_search(*_cfg(url, 6), make_plan("concurrency"), SloTargets(ttft_ms=40.0))
+    s = res.document()["search"]
     assert s["status"] == "unmet" and s["knee"] is None and len(s["probes"]) == 1
     code, reason = assess(res)
     assert code == 1 and reason is not None
@@ -89,8 +92,8 @@ def test_server_dying_mid_search_keeps_the_partial_curve() -> None:
                 seen.append(stage)
                 stats.kill()
 
-        res = run_search(_cfg(url, 8), make_plan("concurrency"), SloTargets(ttft_ms=SLO_TTFT_MS), progress)
-    s = res["search"]
+        res = run_search(*_cfg(url, 8), make_plan("concurrency"), SloTargets(ttft_ms=SLO_TTFT_MS), progress)
+    s = res.document()["search"]
     assert seen and s["status"] == "server-gone"
     assert [p["passed"] for p in s["probes"][:2]] == [True, True]  # what was measured before stays
     code, reason = assess(res)
@@ -101,20 +104,22 @@ def test_server_unreachable_at_the_first_probe_is_the_plain_error() -> None:
     with sse_server() as (url, stats):
         stats.kill()
         with pytest.raises(BenchError, match="cannot reach"):
-            run_search(_cfg(url, 2), make_plan("concurrency"), SloTargets(ttft_ms=10.0))
+            run_search(*_cfg(url, 2), make_plan("concurrency"), SloTargets(ttft_ms=10.0))
 
 
 def test_verdict_names_every_miss() -> None:
-    summary = {
-        "requests": 10,
-        "completed": 9,
-        "wall_s": 1.0,
-        "goodput_rps": 7.0,
-        "ttft_ms": {"p99": 120.0},
-        "tpot_ms": {"p99": 30.0},
-        "output_token_throughput_tps": 90.0,
-        "request_throughput_rps": 9.0,
-    }
+    summary = Summary(
+        requests=10,
+        completed=9,
+        errors=1,
+        wall_s=1.0,
+        goodput_rps=7.0,
+        ttft_ms=Stats(p99=120.0),
+        tpot_ms=Stats(p99=30.0),
+        output_token_throughput_tps=90.0,
+        request_throughput_rps=9.0,
+        token_source=["server"],
+    )
     ok, reasons, figures = verdict(summary, SloTargets(ttft_ms=100, tpot_ms=40, goodput=0.9))
     assert not ok and figures["goodput_fraction"] == pytest.approx(0.7)
     assert reasons == ["P99 TTFT 120.0 ms > 100 ms", "goodput 70.0% of requests < 90%"]
@@ -149,12 +154,12 @@ def test_targets_come_from_flags_else_the_spec() -> None:
 
 def test_slo_still_met_at_the_bound_says_the_knee_is_higher(tmp_path: Path) -> None:
     with sse_server(first_s=0.01, gap_s=0.001, slots=2) as (url, _):
-        res = run_search(_cfg(url, 8), make_plan("concurrency", limit=3), SloTargets(ttft_ms=SLO_TTFT_MS))
-    back = json.loads(json.dumps(res, default=str))  # the saved form
-    s = back["search"]
+        res = run_search(*_cfg(url, 8), make_plan("concurrency", limit=3), SloTargets(ttft_ms=SLO_TTFT_MS))
+    saved = json.loads(json.dumps(res.document()))  # the saved form
+    s = saved["search"]
     assert s["status"] == "bound" and s["knee"]["load"] == 3 and [p["load"] for p in s["probes"]] == [1, 2, 3]
     assert "raise --slo-max" in s["message"] and "no knee within the bounds" in s["message"]
-    assert assess(back) == (0, None)
+    assert assess(parse_result(saved, "r.json")) == (0, None)
 
 
 @pytest.mark.slow
@@ -220,14 +225,14 @@ def test_probes_above_the_budget_are_sized_to_their_load() -> None:
             lines.append(stage)
 
     with sse_server(first_s=0.001, gap_s=0.001) as (url, stats):
-        res = run_search(_cfg(url, 8), make_plan("concurrency", limit=16), SloTargets(ttft_ms=10_000.0), progress)
+        res = run_search(*_cfg(url, 8), make_plan("concurrency", limit=16), SloTargets(ttft_ms=10_000.0), progress)
         arrivals = len(stats.arrivals)
-    s = res["search"]
+    s = res.document()["search"]
     assert s["status"] == "bound" and [p["load"] for p in s["probes"]] == [1, 2, 4, 8, 16]
     sent = [p["requests"] for p in s["probes"]]
     assert sent == [8, 8, 16, 32, 64] == [max(8, STEADY_WAVES * int(p["load"])) for p in s["probes"]]
     assert arrivals == sum(sent)  # the server saw them all: no probe is a burst of the budget
-    assert [r["summary"]["requests"] for r in res["runs"]] == sent
+    assert [r["summary"]["requests"] for r in res.document()["runs"]] == sent
     assert s["probes"][-1]["sizing"] == "64 requests: 4 per stream × 16 streams (above --requests 8)"
     assert s["probes"][0]["sizing"] == "8 requests: --requests 8 (≥ 4 per stream × 1 stream)"
     assert lines[-1].endswith("[grow], 64 requests: 4 per stream × 16 streams (above --requests 8)"), lines
@@ -261,28 +266,26 @@ def test_a_larger_probe_takes_the_workloads_next_requests() -> None:
             i += 1
 
     src = RequestSource(endless())
-    cfg = BenchConfig(protocol="openai", url="u", model="m", loads=[], requests=src.first(9), warmup=1, more=src.first)
-    got = cfg.requests_for(20)
+    work = BenchWorkload("m", src.first(9), more=src.first)
+    got = work.requests_for(1, 20)
     assert [r.prompt for r in got] == [f"p{i}" for i in range(21)]
-    assert [r.prompt for r in cfg.requests_for(4)] == ["p0", "p1", "p2", "p3", "p4"]
-    plain = BenchConfig(protocol="openai", url="u", model="m", loads=[], requests=src.first(3), warmup=1)
-    assert [r.prompt for r in plain.requests_for(5)] == ["p0", "p1", "p2", "p1", "p2", "p1"]
+    assert [r.prompt for r in work.requests_for(1, 4)] == ["p0", "p1", "p2", "p3", "p4"]
+    plain = BenchWorkload("m", src.first(3))
+    assert [r.prompt for r in plain.requests_for(1, 5)] == ["p0", "p1", "p2", "p1", "p2", "p1"]
 
 
 def test_a_short_dataset_is_sent_again_whole() -> None:
     """A source that runs out (a dataset file of 5 prompts, a budget of 3): the larger probe cycles all 5."""
     every = [Request(f"d{i}", 2, TOKENS) for i in range(5)]
-    cfg = BenchConfig(
-        protocol="openai", url="u", model="m", loads=[], requests=every[:3], warmup=0, more=lambda n: every[:n]
-    )
-    assert [r.prompt for r in cfg.requests_for(7)] == ["d0", "d1", "d2", "d3", "d4", "d0", "d1"]
+    work = BenchWorkload("m", every[:3], more=lambda n: every[:n])
+    assert [r.prompt for r in work.requests_for(0, 7)] == ["d0", "d1", "d2", "d3", "d4", "d0", "d1"]
 
 
 def test_when_every_request_fails_the_reason_quotes_the_server() -> None:
     """An unmet search whose requests all failed says why in the server's words (before: "all 4 requests failed")."""
     with sse_server(mode="503") as (url, _):
-        res = run_search(_cfg(url, 4), make_plan("concurrency"), SloTargets(ttft_ms=100.0))
-    s = res["search"]
+        res = run_search(*_cfg(url, 4), make_plan("concurrency"), SloTargets(ttft_ms=100.0))
+    s = res.document()["search"]
     assert s["status"] == "unmet"
     assert s["probes"][0]["reasons"] == ['all 4 requests failed: HTTP 503: b\'{"error": "overloaded"}\'']
     assert "all 4 requests failed: HTTP 503" in s["message"]

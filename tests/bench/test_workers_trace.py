@@ -17,15 +17,17 @@ from tests.bench.workloads import bench_args, bench_cmd
 from tests.conftest import Cli
 from toolchain.bench.options import BenchOptions
 from toolchain.bench.result import Load
-from toolchain.bench.run import BenchConfig, run_bench
+from toolchain.bench.run import BenchWorkload, run_bench
 from toolchain.bench.workers import split
 from toolchain.bench.workload import Request
 from toolchain.pipeline.bench import run_benchmark
 
 
-def _cfg(url: str, loads: list[Load], n: int, workers: int, tokens: int = 4) -> BenchConfig:
+def _cfg(url: str, load: dict[str, str], n: int, workers: int, tokens: int = 4) -> tuple[BenchOptions, BenchWorkload]:
+    """``n`` requests (one of them the warm-up) to model "m" at ``url``, at ``load`` (--concurrency or --rate)."""
     reqs = [Request(f"p{i}", 2, tokens) for i in range(n)]
-    return BenchConfig("openai", url, "m", loads, reqs, warmup=1, timeout=20, workers=workers)
+    opts = BenchOptions(url=url, protocol="openai", requests=n - 1, warmup=1, timeout=20.0, workers=workers, **load)
+    return opts, BenchWorkload("m", reqs)
 
 
 def test_split_keeps_the_single_process_schedule() -> None:
@@ -43,9 +45,9 @@ def test_split_keeps_the_single_process_schedule() -> None:
 @pytest.mark.slow
 def test_two_workers_merge_every_request_and_keep_ttft_accurate() -> None:
     with sse_server_process(first_s=0.03, gap_s=0.004) as (url, stats, _):
-        res = run_bench(_cfg(url, [Load(concurrency=4)], 33, workers=2))
+        res = run_bench(*_cfg(url, {"concurrency": "4"}, 33, workers=2))
         seen = stats()
-    run = res["runs"][0]
+    run = res.document()["runs"][0]
     s = run["summary"]
     assert s["requests"] == 32 and s["completed"] == 32, s["error_kinds"]
     measured = [r for r in run["records"] if not r["warmup"]]
@@ -64,9 +66,9 @@ def test_two_workers_merge_every_request_and_keep_ttft_accurate() -> None:
 @pytest.mark.slow
 def test_two_workers_send_a_rate_on_one_clock() -> None:
     with sse_server_process(first_s=0.005, gap_s=0.001) as (url, stats, _):
-        res = run_bench(_cfg(url, [Load(rate=40)], 41, workers=2))
+        res = run_bench(*_cfg(url, {"rate": "40"}, 41, workers=2))
         arrivals = sorted(stats()["arrivals"])[-40:]  # the warm-ups come first
-    due = sorted(r["scheduled"] for r in res["runs"][0]["records"] if not r["warmup"])
+    due = sorted(r["scheduled"] for r in res.document()["runs"][0]["records"] if not r["warmup"])
     assert len(due) == 40 and due[-1] - due[0] == pytest.approx(39 / 40)
     late = [(a - d) * 1000 for a, d in zip(arrivals, due, strict=True)]
     # a few ms each (a new connection, a thread in the test server); a second clock would show as seconds
@@ -111,7 +113,7 @@ def test_trace_replays_on_time_with_shared_prefixes(
             )
         )
         seen = stats()
-    run = res["runs"][0]
+    run = res.document()["runs"][0]
     assert run["label"] == f"trace=t.jsonl x{speed}" and run["summary"]["completed"] == len(TRACE)
     arrivals = sorted(seen["arrivals"][workers:])  # after each worker's warm-up; the server's clock is ours
     due = sorted(r["scheduled"] for r in run["records"] if not r["warmup"])

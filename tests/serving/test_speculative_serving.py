@@ -137,8 +137,9 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
         "stop_on_error": True,
         "timeout": 120.0,
     }
-    cfg, _ = make_config(BenchOptions(model="tensorrt_llm_bls", num_draft_tokens=3, **common))
-    sp = run_bench(cfg)["runs"][0]["speculative"]
+    opts = BenchOptions(model="tensorrt_llm_bls", num_draft_tokens=3, **common)
+    work, _ = make_config(opts)
+    sp = run_bench(opts, work).document()["runs"][0]["speculative"]
     assert sp is not None and sp["requests"] == 3 and sp["draft_tokens"] > 0
     assert 0.0 < sp["acceptance_rate"] < 1.0
     assert 1.0 < sp["tokens_per_step"] <= 4.0  # K = 3: at most 4 tokens per verify step
@@ -146,6 +147,7 @@ def test_bench_reports_acceptance_from_the_draft_target_bls(served: S.Server, dr
     # the ensemble has no draft path: asking for drafts there is a one-line user error
     from toolchain.errors import BenchError
 
-    cfg2, _ = make_config(BenchOptions(model="ensemble", num_draft_tokens=3, **common))
+    opts2 = BenchOptions(model="ensemble", num_draft_tokens=3, **common)
+    work2, _ = make_config(opts2)
     with pytest.raises(BenchError, match="takes no num_draft_tokens"):
-        run_bench(cfg2)
+        run_bench(opts2, work2)

@@ -10,6 +10,8 @@ Modules
 - ``layout``: ``CacheLayout``, every path under the cache root.
 - ``cell``: ``CellArtifacts``, the keys and paths of one matrix cell from one source identity.
 - ``source``: the local directory of a spec's source checkpoint (``hf://`` sources are downloaded).
+- ``bench_result``: ``BenchResult``, the bench result document (bench writes it; report, diagnose and ``plan
+  --measured`` read it).
 
 Identity (sha256 over canonical JSON; ``keys`` has the field lists)
 -------------------------------------------------------------------

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from toolchain.artifacts.bench_result import Load
 from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
-from toolchain.bench.result import Load
-from toolchain.bench.workload import Request
+from toolchain.bench.workload import Request, send_offsets
 from toolchain.errors import BenchError, BenchUnavailableError
 from toolchain.progress import Progress, silent
 
@@ -533,7 +533,9 @@ async def _run(
         if load.concurrency is not None:
             tasks = _closed_loop(load.concurrency, todo, fire, stop, deadline)
         else:
-            offsets = shard.offsets if shard is not None and shard.offsets is not None else load.offsets(todo, seed)
+            offsets = (
+                shard.offsets if shard is not None and shard.offsets is not None else send_offsets(load, todo, seed)
+            )
             await _open_loop(tasks, todo, offsets, t0, fire, stop, deadline)
         await asyncio.gather(*tasks)
     except (asyncio.CancelledError, KeyboardInterrupt):

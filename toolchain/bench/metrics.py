@@ -15,8 +15,11 @@ reports them; otherwise the chunk count is used and the result says so (``token_
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict
+
+from toolchain.artifacts.bench_result import Measured, Record
 
 PCTS = (50, 90, 95, 99)
 DEFINITIONS = {
@@ -38,24 +41,17 @@ AIPERF_NAMES = {
 }
 
 
-@dataclass
-class RequestRecord:
-    index: int
-    prompt_tokens: int
-    max_tokens: int
-    sent: float  # perf_counter seconds
-    chunk_times: list[float] = field(default_factory=list)
-    output_tokens: int | None = None
-    token_source: str = "server"
-    error: str | None = None
-    # server (it answered with an error), connection (it went away), protocol (an answer we cannot use),
-    # timeout, cancelled (in flight when the run was interrupted: neither ok nor an error)
-    error_kind: str | None = None
-    scheduled: float | None = None  # perf_counter when the request was due (rate mode)
-    shared_prefix: bool | None = None
-    perf: dict[str, int] = field(default_factory=dict)
-    warmup: bool = False
-    ended: float | None = None  # perf_counter when the request ended, or was abandoned at a deadline
+class RequestRecord(Measured):
+    """One request while it runs: the only mutable form of its measurement (its fields are ``Measured``'s, declared
+    once in toolchain.artifacts.bench_result), filled on the hot path; ``record()`` is what is saved of it.
+
+    Error kinds (``error_kind``): server (it answered with an error), connection (it went away), protocol (an answer
+    we cannot use), timeout, cancelled (in flight when the run was interrupted: neither ok nor an error)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, index: int, prompt_tokens: int, max_tokens: int, sent: float, **measured: Any) -> None:
+        super().__init__(index=index, prompt_tokens=prompt_tokens, max_tokens=max_tokens, sent=sent, **measured)
 
     @property
     def ok(self) -> bool:
@@ -93,10 +89,16 @@ class RequestRecord:
         t = self.chunk_times
         return [b - a for a, b in itertools.pairwise(t)]
 
+    def record(self) -> Record:
+        """What is saved of the request: every measured field as it stands, and its latencies in ms."""
+        fields = {name: getattr(self, name) for name in Measured.model_fields}
+        return Record.model_validate(
+            fields | {"ttft_ms": _ms(self.ttft), "e2e_ms": _ms(self.e2e), "tpot_ms": _ms(self.tpot)}
+        )
+
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(ttft_ms=_ms(self.ttft), e2e_ms=_ms(self.e2e), tpot_ms=_ms(self.tpot))
-        return d
+        """The saved record as JSON."""
+        return self.record().model_dump(mode="json")
 
 
 def _ms(x: float | None) -> float | None:

@@ -19,9 +19,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from toolchain.artifacts.bench_result import Load, SearchPlan
 from toolchain.bench.loadgen import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from toolchain.bench.result import Load, SearchPlan
-from toolchain.bench.search import check_slo_flags, make_plan
+from toolchain.bench.slo import check_slo_flags, make_plan
 from toolchain.errors import UserInputError
 
 Protocol = Literal["triton", "openai", "openai-chat"]
@@ -154,6 +154,16 @@ class BenchOptions(BaseModel):
         self._plan()
         self._loads()
         return self
+
+    @property
+    def wire(self) -> str:
+        """The protocol the load generator speaks: triton or openai (openai-chat is OpenAI's chat endpoint)."""
+        return self.protocol.split("-")[0]
+
+    @property
+    def chat(self) -> bool:
+        """Whether requests go to OpenAI's chat endpoint (--protocol openai-chat)."""
+        return self.protocol == "openai-chat"
 
     @property
     def loads(self) -> tuple[Load, ...]:

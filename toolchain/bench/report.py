@@ -9,27 +9,43 @@ CDFs; inter-chunk latency per load; throughput against latency.
 from __future__ import annotations
 
 import csv
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolchain._deps import require
+from toolchain.artifacts.bench_result import BenchResult, LoadPoint, Search, Stats, read_result
 from toolchain.bench.metrics import AIPERF_NAMES, DEFINITIONS
-from toolchain.bench.result import read_result
 from toolchain.units import fmt_ms
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-def load_results(paths: list[Path], labels: list[str] | None = None) -> list[dict[str, Any]]:
-    """Read result files through the result model (toolchain.bench.result: a damaged or newer file is a one-line
-    UserInputError naming it and its first bad field); each document gets ``label`` (given, else the file name
+@dataclass(frozen=True)
+class Labelled:
+    """A bench result under the label a report shows it by."""
+
+    label: str
+    result: BenchResult
+
+
+def labelled(results: Sequence[Labelled | BenchResult]) -> list[Labelled]:
+    """Results as reports take them: an unlabelled one is ``result N`` (its place, from 1)."""
+    return [r if isinstance(r, Labelled) else Labelled(f"result {i + 1}", r) for i, r in enumerate(results)]
+
+
+def load_results(paths: list[Path], labels: list[str] | None = None) -> list[Labelled]:
+    """Read result files through the result model (toolchain.artifacts.bench_result: a damaged or newer file is a
+    one-line UserInputError naming it and its first bad field), each under its label (given, else the file name
     without .json)."""
-    out = []
-    for i, p in enumerate(paths):
-        d = read_result(p).document()
-        d["label"] = labels[i] if labels and i < len(labels) and labels[i] else p.name.removesuffix(".json")
-        out.append(d)
-    return out
+    return [
+        Labelled(
+            labels[i] if labels and i < len(labels) and labels[i] else p.name.removesuffix(".json"), read_result(p)
+        )
+        for i, p in enumerate(paths)
+    ]
 
 
 def parse_labelled(args: list[str]) -> tuple[list[Path], list[str]]:
@@ -46,39 +62,39 @@ def parse_labelled(args: list[str]) -> tuple[list[Path], list[str]]:
     return paths, labels
 
 
-def load_value(run: dict[str, Any]) -> float | None:
+def load_value(run: LoadPoint) -> float | None:
     """The x of a load point: its concurrency, or its request rate."""
-    load = run.get("load") or {}
-    v = load.get("concurrency") if load.get("concurrency") is not None else load.get("rate")
+    v = run.load.concurrency if run.load.concurrency is not None else run.load.rate
     return float(v) if v is not None else None
 
 
-def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stat(stats: Stats | None, q: str) -> float | None:
+    return getattr(stats, q) if stats is not None else None
+
+
+def table_rows(results: Sequence[Labelled]) -> list[dict[str, Any]]:
+    """One row per result and load point: the figures the tables, the CSV and the plots show."""
     rows = []
     for res in results:
-        for run in res["runs"]:
-            s = run["summary"]
-
-            def p(metric: str, q: str, s: dict[str, Any] = s) -> float | None:
-                if metric == "icl_ms" and s.get("icl_ms") is None:
-                    metric = "itl_ms"  # schema-1 results called the chunk gaps itl_ms
-                return (s.get(metric) or {}).get(q)
-
+        for run in res.result.runs:
+            s = run.summary
+            icl = s.icl_ms if s.icl_ms is not None else s.itl_ms  # schema-1 results called the chunk gaps itl_ms
             rows.append(
                 {
-                    "result": res.get("label", ""),
+                    "result": res.label,
                     "x": load_value(run),
-                    "load": run["label"],
-                    "requests": s["completed"],
-                    "errors": s["errors"],
-                    "req_s": s["request_throughput_rps"],
-                    "tok_s": s["output_token_throughput_tps"],
-                    "goodput": s["goodput_rps"],
-                    "cancelled": s.get("cancelled", 0),
-                    **{f"{m}_p{q}": p(f"{m}_ms", f"p{q}") for m in ("ttft", "tpot") for q in (50, 90, 95, 99)},
-                    "icl_p50": p("icl_ms", "p50"),
-                    "icl_p99": p("icl_ms", "p99"),
-                    "tokens": ",".join(s["token_source"]),
+                    "load": run.label,
+                    "requests": s.completed,
+                    "errors": s.errors,
+                    "req_s": s.request_throughput_rps,
+                    "tok_s": s.output_token_throughput_tps,
+                    "goodput": s.goodput_rps,
+                    "cancelled": s.cancelled,
+                    **{f"ttft_p{q}": _stat(s.ttft_ms, f"p{q}") for q in (50, 90, 95, 99)},
+                    **{f"tpot_p{q}": _stat(s.tpot_ms, f"p{q}") for q in (50, 90, 95, 99)},
+                    "icl_p50": _stat(icl, "p50"),
+                    "icl_p99": _stat(icl, "p99"),
+                    "tokens": ",".join(s.token_source),
                 }
             )
     return rows
@@ -172,51 +188,43 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
             w.writerow(r)
 
 
-def _floor(results: list[dict[str, Any]], floor_ms: float | None) -> dict[str, Any] | None:
-    planner = next((d["planner"] for d in results if d.get("planner")), None)
-    value = floor_ms if floor_ms is not None else (planner or {}).get("tpot_floor_b1_ms")
+def _floor(results: list[Labelled], floor_ms: float | None) -> dict[str, Any] | None:
+    planner = next((d.result.planner for d in results if d.result.planner is not None), None)
+    value = floor_ms if floor_ms is not None else (planner.tpot_floor_b1_ms if planner is not None else None)
     if value is None:
         return None
-    reference = next((d["provenance"].get("reference") for d in results if d["provenance"].get("reference")), None)
+    reference = next((d.result.provenance.reference for d in results if d.result.provenance.reference), None)
     return {
         "ms": value,
-        "gpu": (planner or {}).get("gpu") or results[0]["provenance"].get("gpu"),
+        "gpu": (planner.gpu if planner is not None else None) or results[0].result.provenance.gpu,
         # the floor is the GPU's HBM bound; a CPU stand-in says nothing about it
         "meaningful": not reference,
         "reference": reference,
     }
 
 
-def _notices(results: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _notices(results: list[Labelled]) -> list[dict[str, str]]:
     """Interruptions, failed requests and client warnings, per result file."""
     out: list[dict[str, str]] = []
     for res in results:
-        lab = res.get("label", "")
-        if res.get("interrupted"):
-            out.append({"result": lab, "kind": "interrupted", "text": str(res["interrupted"])})
-        for run in res["runs"]:
-            s = run["summary"]
-            if s["requests"] and not s["completed"]:
-                kinds = ", ".join(f"{k}: {n}" for k, n in sorted((s.get("error_kinds") or {}).items()))
-                out.append(
-                    {
-                        "result": lab,
-                        "kind": "all failed",
-                        "text": f"{run['label']}: all {s['requests']} requests failed ({kinds or 'no reason given'})",
-                    }
-                )
-            elif s["errors"]:
-                kinds = ", ".join(f"{k}: {n}" for k, n in sorted((s.get("error_kinds") or {}).items()))
-                first = next((r.get("error") for r in run.get("records", []) if r.get("error")), None)
-                text = f"{run['label']}: {s['errors']} of {s['requests']} requests failed ({kinds})"
+        lab, doc = res.label, res.result
+        if doc.interrupted:
+            out.append({"result": lab, "kind": "interrupted", "text": doc.interrupted})
+        for run in doc.runs:
+            s = run.summary
+            kinds = ", ".join(f"{k}: {n}" for k, n in sorted(s.error_kinds.items()))
+            if s.requests and not s.completed:
+                text = f"{run.label}: all {s.requests} requests failed ({kinds or 'no reason given'})"
+                out.append({"result": lab, "kind": "all failed", "text": text})
+            elif s.errors:
+                first = next((r.error for r in run.records if r.error), None)
+                text = f"{run.label}: {s.errors} of {s.requests} requests failed ({kinds})"
                 out.append({"result": lab, "kind": "errors", "text": text + (f"; first: {first}" if first else "")})
-            if s.get("cancelled"):
-                text = f"{run['label']}: {s['cancelled']} requests in flight were cancelled"
+            if s.cancelled:
+                text = f"{run.label}: {s.cancelled} requests in flight were cancelled"
                 out.append({"result": lab, "kind": "cancelled", "text": text})
-            for w in (run.get("client") or {}).get("warnings") or (
-                [run["client"]["warning"]] if (run.get("client") or {}).get("warning") else []
-            ):
-                out.append({"result": lab, "kind": "client warning", "text": f"{run['label']}: {w}"})
+            for w in run.client.warnings or ([run.client.warning] if run.client.warning else []):
+                out.append({"result": lab, "kind": "client warning", "text": f"{run.label}: {w}"})
     return out
 
 
@@ -237,22 +245,21 @@ def provenance_text(value: Any) -> str:
     return str(value)
 
 
-def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | None = None) -> dict[str, Path]:
+def render(given: Sequence[Labelled | BenchResult], out_dir: Path, *, floor_ms: float | None = None) -> dict[str, Path]:
     """Write report.md, report.html, report.csv and the plots into ``out_dir``; return their paths."""
     jinja2 = require("jinja2", "report")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for i, res in enumerate(results):
-        res.setdefault("label", f"result {i + 1}")
+    results = labelled(given)
     rows = table_rows(results)
     measured = any(r["requests"] for r in rows)
-    slo = next((r["runs"][0]["summary"].get("slo") for r in results if r["runs"]), None) or {}
+    slo = next((r.result.runs[0].summary.slo for r in results if r.result.runs), None) or {}
     floor = _floor(results, floor_ms)
     plots = _plots(results, rows, out_dir, slo, floor) if measured else {}
     write_csv(rows, out_dir / "report.csv")
-    prov = results[0]["provenance"]
-    title = f"Benchmark: {prov.get('model')} at {prov.get('url')}"
+    prov = results[0].result.provenance
+    title = f"Benchmark: {prov.model} at {prov.url}"
     if len(results) > 1:
-        title = "Benchmark comparison: " + ", ".join(r["label"] for r in results)
+        title = "Benchmark comparison: " + ", ".join(r.label for r in results)
     multi = len(results) > 1
     columns = (["result"] if multi else []) + list(COLUMNS[:-1])
     cells = [([r["result"]] if multi else []) + row_cells(r)[:-1] for r in rows]
@@ -261,12 +268,10 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
         "title": title,
         "results": [
             {
-                "label": r["label"],
-                "created": r.get("created"),
-                "provenance": {
-                    k: provenance_text(v) for k, v in r["provenance"].items() if v not in (None, "", [], {})
-                },
-                "loads": ", ".join(run["label"] for run in r["runs"]) or "none",
+                "label": r.label,
+                "created": r.result.created,
+                "provenance": {k: provenance_text(v) for k, v in _shown(r.result) if v not in (None, "", [], {})},
+                "loads": ", ".join(run.label for run in r.result.runs) or "none",
             }
             for r in results
         ],
@@ -278,7 +283,7 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
         "definitions": [{"key": k, "text": v, "aiperf": AIPERF_NAMES.get(k, "")} for k, v in DEFINITIONS.items()],
         "notices": _notices(results),
         "measured": measured,
-        "searches": [_search_ctx(r) for r in results if r.get("search")],
+        "searches": [_search_ctx(r.label, r.result.search) for r in results if r.result.search is not None],
         "plots": [
             {"name": name, "file": p.name, "caption": PLOT_CAPTIONS.get(name, name)} for name, p in plots.items()
         ],
@@ -296,30 +301,27 @@ def render(results: list[dict[str, Any]], out_dir: Path, *, floor_ms: float | No
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", "csv": out_dir / "report.csv", **plots}
 
 
-def _search_ctx(res: dict[str, Any]) -> dict[str, Any]:
+def _shown(result: BenchResult) -> list[tuple[str, Any]]:
+    """The provenance a report lists: every field the result holds (unknown ones too), in the document's order."""
+    return list(result.provenance.model_dump(mode="json", exclude_unset=True).items())
+
+
+def _search_ctx(label: str, s: Search) -> dict[str, Any]:
     """An SLO search's summary and probe table for the report templates."""
-    s = res["search"]
     rows = [
         [
             str(i),
-            p["label"],
-            str(p.get("phase", "")),
-            _f(p.get("ttft_ms_p99")),
-            _f(p.get("tpot_ms_p99")),
-            f"{p.get('goodput_fraction', 0):.1%}",
-            f"{p.get('output_token_throughput_tps', 0):.1f}",
-            "met" if p["passed"] else "missed: " + "; ".join(str(r) for r in p.get("reasons") or []),
+            p.label,
+            p.phase or "",
+            _f(p.ttft_ms_p99),
+            _f(p.tpot_ms_p99),
+            f"{p.goodput_fraction or 0:.1%}",
+            f"{p.output_token_throughput_tps or 0:.1f}",
+            "met" if p.passed else "missed: " + "; ".join(p.reasons),
         ]
-        for i, p in enumerate(s.get("probes") or [], 1)
+        for i, p in enumerate(s.probes, 1)
     ]
-    return {
-        "label": res["label"],
-        "mode": s.get("mode"),
-        "slo": s.get("slo_text"),
-        "message": s.get("message"),
-        "status": s.get("status"),
-        "rows": rows,
-    }
+    return {"label": label, "mode": s.mode, "slo": s.slo_text, "message": s.message, "status": s.status, "rows": rows}
 
 
 PLOT_CAPTIONS = {
@@ -343,7 +345,7 @@ def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _plots(
-    results: list[dict[str, Any]],
+    results: list[Labelled],
     rows: list[dict[str, Any]],
     out_dir: Path,
     slo: dict[str, Any],
@@ -356,7 +358,7 @@ def _plots(
 
     out: dict[str, Path] = {}
     series = _series(rows)
-    rate_mode = any((run.get("load") or {}).get("rate") for res in results for run in res["runs"])
+    rate_mode = any(run.load.rate for res in results for run in res.result.runs)
     xlabel = "request rate (req/s)" if rate_mode else "concurrency"
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     if series:
@@ -372,7 +374,7 @@ def _plots(
     if series:
         out["throughput_latency"] = out_dir / "throughput_latency.png"
         _plot_throughput_latency(plt, series, colors, out["throughput_latency"])
-    searches = [(res["label"], res["search"]) for res in results if (res.get("search") or {}).get("curve")]
+    searches = [(r.label, r.result.search) for r in results if r.result.search is not None and r.result.search.curve]
     if searches:
         out["slo_search"] = out_dir / "slo_search.png"
         _plot_slo_search(plt, searches, colors, out["slo_search"])
@@ -390,56 +392,57 @@ def knee_caption(status: object, load: float, tps: float) -> str:
     return f"highest load meeting the SLOs {load:g} ({status}): {tps:.0f} tok/s"
 
 
-def _plot_slo_search(plt: Any, searches: list[tuple[str, dict[str, Any]]], colors: list[str], path: Path) -> None:
+def _plot_slo_search(plt: Any, searches: list[tuple[str, Search]], colors: list[str], path: Path) -> None:
     """Each probe's P99 TTFT, P99 TPOT and throughput against its load, met (o) or missed (x), with the SLO
     lines and the knee; drawn from the probes cached in the result, no re-measurement."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for i, (label, s) in enumerate(searches):
         c = colors[i % len(colors)]
-        curve = s["curve"]
+        curve = s.curve
         prefix = f"{label} " if len(searches) > 1 else ""
         for ax, key, name in (
             (axes[0], "ttft_ms_p99", "P99 TTFT (ms)"),
             (axes[1], "tpot_ms_p99", "P99 TPOT (ms)"),
             (axes[2], "output_token_throughput_tps", "output tok/s"),
         ):
-            pts = [p for p in curve if p.get(key) is not None]
-            ax.plot([p["load"] for p in pts], [p[key] for p in pts], "-", color=c, alpha=0.5)
+            pts = [p for p in curve if getattr(p, key) is not None]
+            ax.plot([p.load for p in pts], [getattr(p, key) for p in pts], "-", color=c, alpha=0.5)
             for ok, marker, what in ((True, "o", "met"), (False, "x", "missed")):
-                sel = [p for p in pts if p["passed"] is ok]
+                sel = [p for p in pts if p.passed is ok]
                 if sel:
                     ax.plot(
-                        [p["load"] for p in sel],
-                        [p[key] for p in sel],
+                        [p.load for p in sel],
+                        [getattr(p, key) for p in sel],
                         marker,
                         color=c if ok else "red",
                         linestyle="none",
                         label=f"{prefix}SLOs {what}",
                     )
-            knee = s.get("knee")
+            knee = s.knee
             if knee is not None:
-                ax.axvline(knee["load"], color=c, linestyle=":", linewidth=1)
-                if key == "output_token_throughput_tps" and knee.get(key) is not None:
+                ax.axvline(knee.load, color=c, linestyle=":", linewidth=1)
+                if key == "output_token_throughput_tps" and knee.output_token_throughput_tps is not None:
                     ax.annotate(
-                        knee_caption(s.get("status"), knee["load"], knee[key]),
-                        (knee["load"], knee[key]),
+                        knee_caption(s.status, knee.load, knee.output_token_throughput_tps),
+                        (knee.load, knee.output_token_throughput_tps),
                         textcoords="offset points",
                         xytext=(4, -12),
                         fontsize=8,
                         color=c,
                     )
-            target = (s.get("slo") or {}).get(key.split("_p99")[0]) if key != "output_token_throughput_tps" else None
+            metric = key.split("_p99")[0]
+            target = getattr(s.slo, metric) if s.slo is not None and metric in ("ttft_ms", "tpot_ms") else None
             if target is not None:
-                _slo_marker(ax, target, _top([p[key] for p in pts]))
+                _slo_marker(ax, target, _top([getattr(p, key) for p in pts]))
             ax.set_title(name)
-            ax.set_xlabel("concurrency" if s["mode"] == "concurrency" else "request rate (req/s)")
-            if s["mode"] == "concurrency":
-                load_axis(ax, sorted({p["load"] for p in curve}))
+            ax.set_xlabel("concurrency" if s.mode == "concurrency" else "request rate (req/s)")
+            if s.mode == "concurrency":
+                load_axis(ax, sorted({p.load for p in curve}))
             ax.grid(True, alpha=0.3)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.suptitle("SLO search: " + "; ".join(s.get("message", "") for _, s in searches)[:160], fontsize=9)
+    fig.suptitle("SLO search: " + "; ".join(s.message or "" for _, s in searches)[:160], fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -554,25 +557,23 @@ def _plot_latency_vs_load(
     plt.close(fig)
 
 
-def _labelled_runs(results: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def _labelled_runs(results: list[Labelled]) -> list[tuple[str, LoadPoint]]:
     """Every load point of every result file, labelled ``file: load`` when several files are compared."""
     return [
-        (f"{res['label']}: {run['label']}" if len(results) > 1 else run["label"], run)
+        (f"{res.label}: {run.label}" if len(results) > 1 else run.label, run)
         for res in results
-        for run in res["runs"]
+        for run in res.result.runs
     ]
 
 
-def _plot_latency_cdf(plt: Any, runs: list[tuple[str, dict[str, Any]]], slo: dict[str, Any], path: Path) -> bool:
+def _plot_latency_cdf(plt: Any, runs: list[tuple[str, LoadPoint]], slo: dict[str, Any], path: Path) -> bool:
     """TTFT and TPOT CDFs per load point; saved to ``path`` only when a curve was drawn (returned)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     drawn = False
     for ax, metric, name in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT"), strict=True):
         top: float | None = None
         for label, run in runs:
-            vals = sorted(
-                r[metric] for r in run.get("records", []) if r.get(metric) is not None and not r.get("warmup")
-            )
+            vals = sorted(v for r in run.records if (v := getattr(r, metric)) is not None and not r.warmup)
             if vals:
                 ax.plot(vals, [(i + 1) / len(vals) for i in range(len(vals))], label=label)
                 drawn = True
@@ -593,15 +594,15 @@ def _plot_latency_cdf(plt: Any, runs: list[tuple[str, dict[str, Any]]], slo: dic
     return drawn
 
 
-def _chunk_gaps(runs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, list[float]]]:
+def _chunk_gaps(runs: list[tuple[str, LoadPoint]]) -> list[tuple[str, list[float]]]:
     """Gaps between streamed chunks (ms) of the measured, successful requests, per load point that has any."""
     gaps = []
     for label, run in runs:
         g = [
             (b - a) * 1000
-            for r in run.get("records", [])
-            if not r.get("warmup") and not r.get("error")
-            for a, b in zip(r.get("chunk_times", []), r.get("chunk_times", [])[1:], strict=False)
+            for r in run.records
+            if not r.warmup and not r.error
+            for a, b in itertools.pairwise(r.chunk_times)
         ]
         if g:
             gaps.append((label, g))

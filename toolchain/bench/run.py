@@ -8,17 +8,26 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from toolchain import __version__, redact
+from toolchain.artifacts.bench_result import (
+    RESULT_SCHEMA,
+    BenchResult,
+    Load,
+    LoadPoint,
+    Search,
+    build_point,
+    build_result,
+)
 from toolchain.bench import prom, speculative
 from toolchain.bench.loadgen import RunOutcome, run_load
 from toolchain.bench.metrics import aggregate
-from toolchain.bench.result import RESULT_SCHEMA, Load, build_document
+from toolchain.bench.options import BenchOptions
 from toolchain.bench.workload import Request
 from toolchain.digest import atomic_write_text
 from toolchain.errors import BenchError
@@ -26,48 +35,38 @@ from toolchain.progress import Progress, silent
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """The prepared load test (toolchain.bench.setup.make_config): BenchOptions' flags with the workload, SLOs and
-    provenance they led to. Frozen: a search or an SLO override makes a new one (``dataclasses.replace``). The
-    warm-up has no default here: BenchOptions' (or the caller's) is the one."""
+class BenchWorkload:
+    """What a load test sends and measures against, as ``toolchain.bench.setup.make_config`` prepared it from the
+    options (the spec, the repository marker, the tokenizer, the trace or dataset): the requests, how to make more,
+    the SLOs, the provenance and the served model. How to send them (protocol, loads, warm-up, deadlines, workers) is
+    the options' (``BenchOptions``). Frozen: a search's probe or an SLO override makes a new one
+    (``dataclasses.replace``)."""
 
-    protocol: str  # triton | openai
-    url: str
-    model: str
-    loads: list[Load]
-    requests: list[Request]
-    warmup: int
-    stream: bool = True
-    seed: int = 0
-    metrics_url: str | None = None
-    llm_model: str = "tensorrt_llm"
+    served: str  # the model the requests name (--model, or the llmapi model of an llmapi --repo)
+    requests: Sequence[Request]  # the warm-up, then the measured requests
     slo: dict[str, float | None] = field(default_factory=dict)
-    chat: bool = False
-    stop_on_error: bool = False
-    timeout: float = 300.0  # the whole request (--timeout)
-    idle_timeout: float | None = None  # the longest silence (--idle-timeout); None: loadgen's default
     provenance: dict[str, Any] = field(default_factory=dict)
-    workers: int = 1  # load-generator processes
+    metrics_model: str = "tensorrt_llm"  # the model whose Prometheus metrics are the server's side
     # the first n requests of the workload's reproducible sequence (``requests`` is its head): an SLO search
     # sizes each probe to its load (toolchain.bench.search.probe_size); None: ``requests`` is all there is
     more: Callable[[int], list[Request]] | None = field(default=None, repr=False, compare=False)
 
-    def requests_for(self, n: int) -> list[Request]:
-        """The warm-up and ``n`` measured requests: the workload's next ones (``more``), else ``requests`` again
-        from its start (a dataset's prompts are sent again in order)."""
-        want = self.warmup + n
+    def requests_for(self, warmup: int, n: int) -> list[Request]:
+        """The ``warmup`` requests and ``n`` measured ones: the workload's next ones (``more``), else ``requests``
+        again from its start (a dataset's prompts are sent again in order)."""
+        want = warmup + n
         if len(self.requests) >= want:
-            return self.requests[:want]
-        pool = self.requests
+            return list(self.requests[:want])
+        pool = list(self.requests)
         if self.more is not None:
             got = self.more(want)
             if len(got) >= want:
                 return got[:want]
             pool = got if len(got) > len(pool) else pool  # a dataset file holds no more: send it again
-        measured = pool[self.warmup :] or pool
+        measured = pool[warmup:] or pool
         if not measured:
             return list(pool)
-        return pool[: self.warmup] + [measured[i % len(measured)] for i in range(n)]
+        return pool[:warmup] + [measured[i % len(measured)] for i in range(n)]
 
 
 class _Sampler:
@@ -95,78 +94,81 @@ class _Sampler:
             self._t.join(3)
 
 
-def run_bench(cfg: BenchConfig, progress: Progress = silent) -> dict[str, Any]:
-    """Measure every load point in turn; a server lost after the first one keeps what was measured."""
-    runs: list[dict[str, Any]] = []
+def run_bench(opts: BenchOptions, work: BenchWorkload, progress: Progress = silent) -> BenchResult:
+    """Measure every load point of ``opts`` in turn; a server lost after the first one keeps what was measured."""
+    runs: list[LoadPoint] = []
     interrupted = None
     stop = None
-    for load in cfg.loads:
-        run, interrupted, stop = measure_point(cfg, load, progress, first=not runs)
+    for load in opts.loads:
+        run, interrupted, stop = measure_point(opts, work, load, progress, first=not runs)
         if run is not None:
             runs.append(run)
         if stop is not None:
             break
-    return _result_document(cfg, runs, interrupted, stop)
+    return _result_document(opts, work, runs, interrupted, stop)
 
 
 def measure_point(
-    cfg: BenchConfig, load: Load, progress: Progress, *, first: bool
-) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    opts: BenchOptions, work: BenchWorkload, load: Load, progress: Progress, *, first: bool
+) -> tuple[LoadPoint | None, str | None, str | None]:
     """One load point: its result entry (None when the server was gone before it), and why the run must stop.
 
     The first point of a run raises the plain BenchError when the server cannot be reached: nothing was
     measured, so the error is the whole story. Later points keep what was measured and say why they stopped.
     """
-    progress(f"load {load.label()}: {len(cfg.requests)} requests ({cfg.warmup} warm-up)")
+    progress(f"load {load.label()}: {len(work.requests)} requests ({opts.warmup} warm-up)")
     try:
-        before = prom.scrape(cfg.metrics_url) if cfg.metrics_url else None
+        before = prom.scrape(opts.metrics_url) if opts.metrics_url else None
     except BenchError:
         if first:
             raise
         before = None
     started = time.time()
-    with _Sampler(cfg.metrics_url) as sampler:
+    with _Sampler(opts.metrics_url) as sampler:
         try:
-            out = _run_load(cfg, load, progress)
+            out = _run_load(opts, work, load, progress)
         except BenchError as e:
             if first:
                 raise
             # the server went away between load points: keep what was measured
             return None, f"server unreachable before {load.label()}: {e.message}", "server-gone"
-    server = _server_window(cfg, before, sampler.snaps)
-    return _load_point(cfg, load, out, server, started), out.interrupted, out.stop
+    server = _server_window(opts, work, before, sampler.snaps)
+    return _load_point(work, load, out, server, started), out.interrupted, out.stop
 
 
-def _run_load(cfg: BenchConfig, load: Load, progress: Progress) -> RunOutcome:
-    """One load point's requests against the server, as ``cfg`` says to send them (in ``cfg.workers`` processes)."""
-    if cfg.workers > 1:
+def _run_load(opts: BenchOptions, work: BenchWorkload, load: Load, progress: Progress) -> RunOutcome:
+    """One load point's requests against the server, as ``opts`` say to send them (in ``opts.workers``
+    processes)."""
+    if opts.workers > 1:
         from toolchain.bench.workers import run_load_workers
 
-        return run_load_workers(cfg, load, progress)
+        return run_load_workers(opts, work.served, work.requests, load, progress)
     return run_load(
-        cfg.protocol,
-        cfg.url,
-        cfg.model,
-        cfg.requests,
+        opts.wire,
+        opts.url,
+        work.served,
+        list(work.requests),
         load,
-        stream=cfg.stream,
-        warmup=cfg.warmup,
-        seed=cfg.seed,
-        timeout=cfg.timeout,
-        idle_timeout=cfg.idle_timeout,
-        stop_on_error=cfg.stop_on_error,
-        chat=cfg.chat,
+        stream=opts.stream,
+        warmup=opts.warmup,
+        seed=opts.seed,
+        timeout=opts.timeout,
+        idle_timeout=opts.idle_timeout,
+        stop_on_error=opts.stop_on_error,
+        chat=opts.chat,
         progress=progress,
     )
 
 
-def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[prom.Snapshot]) -> dict[str, Any] | None:
+def _server_window(
+    opts: BenchOptions, work: BenchWorkload, before: prom.Snapshot | None, snaps: list[prom.Snapshot]
+) -> dict[str, Any] | None:
     """Server-side metrics over the load point (None without a metrics URL; ``error`` when the scrape failed)."""
-    if not (cfg.metrics_url and before is not None):
+    if not (opts.metrics_url and before is not None):
         return None
     try:
-        after = prom.scrape(cfg.metrics_url)
-        window = prom.server_side(before, after, [*snaps, after], cfg.llm_model, served=cfg.model)
+        after = prom.scrape(opts.metrics_url)
+        window = prom.server_side(before, after, [*snaps, after], work.metrics_model, served=work.served)
     except Exception as e:  # the server may be gone; keep the client side
         return {"error": str(e)}
     # a summary quantile with no observation reads NaN: that figure was not measured, so it is left out
@@ -174,10 +176,11 @@ def _server_window(cfg: BenchConfig, before: prom.Snapshot | None, snaps: list[p
 
 
 def _load_point(
-    cfg: BenchConfig, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
-) -> dict[str, Any]:
-    """The result entry of one measured load point: summary, server and client sides, raw records."""
-    summary = aggregate(out.records, out.wall_s, cfg.slo)
+    work: BenchWorkload, load: Load, out: RunOutcome, server: dict[str, Any] | None, started: float
+) -> LoadPoint:
+    """The result entry of one measured load point: summary, server and client sides, raw records (checked against
+    the result model: a writer's mistake is a ValueError naming the field)."""
+    summary = aggregate(out.records, out.wall_s, work.slo)
     measured = [r for r in out.records if not r.warmup]
     chunks = sum(len(r.chunk_times) for r in measured)
     client: dict[str, Any] = {
@@ -188,28 +191,31 @@ def _load_point(
     client.update(client_health(out))
     if out.workers:
         client["workers"] = out.workers
-    return {
-        "load": load.model_dump(),
-        "label": load.label(),
-        "summary": summary,
-        "server": server,
-        "client": client,
-        "records": [r.to_json() for r in out.records],
-        "prefix": _prefix_proof(out.records),
-        "speculative": speculative.summary(out.records),
-        "interrupted": out.interrupted,
-        "stop": out.stop,
-        "window": {"start": started, "end": time.time()},
-    }
+    return build_point(
+        {
+            "load": load.model_dump(),
+            "label": load.label(),
+            "summary": summary,
+            "server": server,
+            "client": client,
+            "records": [r.record() for r in out.records],
+            "prefix": _prefix_proof(out.records),
+            "speculative": speculative.summary(out.records),
+            "interrupted": out.interrupted,
+            "stop": out.stop,
+            "window": {"start": started, "end": time.time()},
+        }
+    )
 
 
 def _result_document(
-    cfg: BenchConfig,
-    runs: list[dict[str, Any]],
+    opts: BenchOptions,
+    work: BenchWorkload,
+    runs: list[LoadPoint],
     interrupted: str | None,
     stop: str | None,
-    search: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    search: Search | None = None,
+) -> BenchResult:
     """The saved bench result: provenance of the run, its load points, why it stopped early (if it did) and the
     SLO search (if one ran), built through the result model (toolchain.bench.result)."""
     doc: dict[str, Any] = {
@@ -218,11 +224,11 @@ def _result_document(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         # written to a file that is shared: no credentials of the server's URL or of the command line
         "provenance": {
-            **{k: redact.text(v) if isinstance(v, str) else v for k, v in cfg.provenance.items()},
-            "url": redact.url(cfg.url),
-            "model": cfg.model,
-            "protocol": cfg.protocol,
-            "stream": cfg.stream,
+            **{k: redact.text(v) if isinstance(v, str) else v for k, v in work.provenance.items()},
+            "url": redact.url(opts.url),
+            "model": work.served,
+            "protocol": opts.wire,
+            "stream": opts.stream,
             "command": redact.argv(sys.argv),
             "toolchain": __version__,
             "host": platform.node(),
@@ -233,7 +239,7 @@ def _result_document(
     }
     if search is not None:
         doc["search"] = search
-    return build_document(doc)
+    return build_result(doc)
 
 
 LATE_SEND_S = 0.05  # a send this late is the client's fault, not the server's
@@ -278,7 +284,7 @@ def client_health(out: Any) -> dict[str, Any]:
     return client
 
 
-def assess(result: dict[str, Any]) -> tuple[int, str | None]:
+def assess(result: BenchResult) -> tuple[int, str | None]:
     """Exit code and reason: 0 only when every load point asked for was measured with some successful requests.
 
     130 for Ctrl-C, 1 when the server went away, the run stopped on an error, or a load point has no
@@ -286,19 +292,18 @@ def assess(result: dict[str, Any]) -> tuple[int, str | None]:
     its own rule (toolchain.bench.search.assess_search, chosen by toolchain.pipeline.bench.assess): a probe
     that fails is an answer, not an error.
     """
-    if result.get("stop") == "interrupted":
+    if result.stop == "interrupted":
         return 130, "interrupted by Ctrl-C"
-    if result.get("stop") is not None:
-        return 1, str(result.get("interrupted"))
-    for run in result["runs"]:
-        s = run["summary"]
-        if s["requests"] and not s["completed"]:
-            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("error_kinds", {}).items()))
-            records = run.get("records") or []
-            first = next((str(r["error"]) for r in records if r.get("error") and not r.get("warmup")), None)
+    if result.stop is not None:
+        return 1, str(result.interrupted)
+    for run in result.runs:
+        s = run.summary
+        if s.requests and not s.completed:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.error_kinds.items()))
+            first = next((r.error for r in run.records if r.error and not r.warmup), None)
             said = f"; first: {first[:200]}" if first else ""  # in the server's words: the fix is often there
-            return 1, f"all {s['requests']} requests at {run['label']} failed ({kinds}){said}"
-    if not result["runs"]:
+            return 1, f"all {s.requests} requests at {run.label} failed ({kinds}){said}"
+    if not result.runs:
         return 1, "no load point was measured"
     return 0, None
 
@@ -328,12 +333,13 @@ def _prefix_proof(records: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def without_records(result: dict[str, Any]) -> dict[str, Any]:
-    """The result without per-request raw timings (for terminals and summaries)."""
-    runs = [{k: v for k, v in r.items() if k != "records"} for r in result["runs"]]
-    return {k: v for k, v in result.items() if k != "runs"} | {"runs": runs}
+def without_records(result: BenchResult) -> dict[str, Any]:
+    """The result's JSON document without per-request raw timings (for terminals and summaries)."""
+    doc = result.document()
+    return doc | {"runs": [{k: v for k, v in r.items() if k != "records"} for r in doc["runs"]]}
 
 
-def save(result: dict[str, Any], path: Path) -> None:
-    """Write the result, checked against the result model first (a writer's mistake never reaches a file)."""
-    atomic_write_text(path, json.dumps(build_document(result), indent=1))
+def save(result: BenchResult, path: Path) -> None:
+    """Write the result's JSON document (the model was checked when it was built: a writer's mistake never reaches
+    a file)."""
+    atomic_write_text(path, json.dumps(result.document(), indent=1))

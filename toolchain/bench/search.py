@@ -18,150 +18,76 @@ capacity at the SLO, which `toolchain plan --measured` sizes a fleet from.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
-from toolchain.bench.result import SearchPlan
-from toolchain.bench.run import BenchConfig, _result_document, measure_point
-from toolchain.errors import UserInputError
+from toolchain.artifacts.bench_result import (
+    BenchResult,
+    Knee,
+    LoadPoint,
+    Probe,
+    ProbeVerdict,
+    Search,
+    SearchPlan,
+    Summary,
+)
+from toolchain.bench.options import BenchOptions
+from toolchain.bench.run import BenchWorkload, _result_document, measure_point
+from toolchain.bench.slo import (
+    DEFAULT_LIMIT as DEFAULT_LIMIT,
+)
+from toolchain.bench.slo import (
+    DEFAULT_MAX_PROBES as DEFAULT_MAX_PROBES,
+)
+from toolchain.bench.slo import (
+    DEFAULT_TOLERANCE as DEFAULT_TOLERANCE,
+)
+from toolchain.bench.slo import (
+    MAX_PROBE_REQUESTS as MAX_PROBE_REQUESTS,
+)
+from toolchain.bench.slo import (
+    MODES as MODES,
+)
+from toolchain.bench.slo import (
+    RATE_WINDOW_S as RATE_WINDOW_S,
+)
+from toolchain.bench.slo import (
+    STEADY_WAVES as STEADY_WAVES,
+)
+from toolchain.bench.slo import (
+    SloTargets as SloTargets,
+)
+from toolchain.bench.slo import (
+    check_slo_flags as check_slo_flags,
+)
+from toolchain.bench.slo import (
+    make_plan as make_plan,
+)
+from toolchain.bench.slo import (
+    make_targets as make_targets,
+)
+from toolchain.bench.slo import (
+    probe_size as probe_size,
+)
 from toolchain.progress import Progress, silent
 
-MODES = ("concurrency", "rate")
-DEFAULT_LIMIT = {"concurrency": 1024.0, "rate": 10000.0}
-DEFAULT_TOLERANCE = {"concurrency": 1.0, "rate": 0.05}
-DEFAULT_MAX_PROBES = 16
-STEADY_WAVES = 4  # concurrency mode: each stream sends at least this many requests
-RATE_WINDOW_S = 4.0  # rate mode: at least the requests that arrive in this many seconds (or in --duration)
-MAX_PROBE_REQUESTS = 4096  # the bound on one probe (4 waves at the default --slo-max 1024)
 
-
-@dataclass(frozen=True)
-class SloTargets:
-    """What a probe must meet: P99 TTFT and P99 TPOT in ms, and the fraction of requests within both."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    goodput: float | None = None
-
-    def per_request(self) -> dict[str, float | None]:
-        """The per-request SLO the goodput counts against (metrics.meets)."""
-        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms}
-
-    def describe(self) -> str:
-        parts = []
-        if self.ttft_ms is not None:
-            parts.append(f"P99 TTFT <= {self.ttft_ms:g} ms")
-        if self.tpot_ms is not None:
-            parts.append(f"P99 TPOT <= {self.tpot_ms:g} ms")
-        if self.goodput is not None:
-            parts.append(f"goodput >= {self.goodput:.0%} of requests")
-        return ", ".join(parts)
-
-
-def probe_size(plan: SearchPlan, x: float, budget: int) -> tuple[int, str]:
-    """How many requests the probe at load ``x`` sends, and why: enough for a steady state at that load
-    (module docstring), never fewer than ``budget`` (--requests), never more than MAX_PROBE_REQUESTS."""
-    if plan.mode == "concurrency":
-        need = STEADY_WAVES * int(x)
-        rule = f"{STEADY_WAVES} per stream × {int(x)} stream{'' if int(x) == 1 else 's'}"
-    else:
-        window = plan.duration_s or RATE_WINDOW_S
-        need = math.ceil(x * window)
-        rule = f"{x:g} req/s × {window:g} s"
-    if need <= budget:
-        return budget, f"--requests {budget} (≥ {rule})"
-    if need > MAX_PROBE_REQUESTS:
-        return MAX_PROBE_REQUESTS, f"{rule}, capped at {MAX_PROBE_REQUESTS}"
-    return need, f"{rule} (above --requests {budget})"
-
-
-def _positive(name: str, value: float | None, *, integer: bool = False) -> None:
-    if value is None:
-        return
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise UserInputError(f"{name} must be a positive number, not {value}")
-    if integer and value != int(value):
-        raise UserInputError(f"{name} must be a whole number of requests in concurrency mode, not {value}")
-
-
-def make_plan(
-    mode: str,
-    *,
-    start: float | None = None,
-    limit: float | None = None,
-    tolerance: float | None = None,
-    max_probes: int | None = None,
-    poisson: bool = False,
-    duration_s: float | None = None,
-) -> SearchPlan:
-    """Validate the search flags (each mistake a one-line UserInputError) and fill in the defaults."""
-    if mode not in MODES:
-        raise UserInputError(f"--slo-search takes concurrency or rate, not {mode!r}", "e.g. --slo-search concurrency")
-    integer = mode == "concurrency"
-    _positive("--slo-start", start, integer=integer)
-    _positive("--slo-max", limit, integer=integer)
-    _positive("--slo-tolerance", tolerance)
-    lo = float(start if start is not None else 1.0)
-    hi = float(limit if limit is not None else DEFAULT_LIMIT[mode])
-    if hi < lo:
-        raise UserInputError(f"--slo-max {hi:g} is below --slo-start {lo:g}", "the search runs from start up to max")
-    tol = float(tolerance if tolerance is not None else DEFAULT_TOLERANCE[mode])
-    if mode == "rate" and tol >= 1:
-        raise UserInputError(
-            f"--slo-tolerance for a rate search is a fraction of the rate (e.g. 0.05), not {tol:g}",
-            "pass a number between 0 and 1",
-        )
-    probes = DEFAULT_MAX_PROBES if max_probes is None else max_probes
-    if probes < 2:
-        raise UserInputError(f"--slo-max-probes must be at least 2, not {probes}", "e.g. --slo-max-probes 12")
-    return SearchPlan(
-        mode=mode, start=lo, limit=hi, tolerance=tol, max_probes=probes, poisson=poisson, duration_s=duration_s
-    )
-
-
-def check_slo_flags(ttft_ms: float | None, tpot_ms: float | None, goodput: float | None) -> None:
-    """Each SLO flag's value, checked before anything slow runs."""
-    _positive("--slo-ttft-ms", ttft_ms)
-    _positive("--slo-tpot-ms", tpot_ms)
-    if goodput is not None and not (math.isfinite(goodput) and 0 < goodput <= 1):
-        raise UserInputError(f"--slo-goodput is a fraction of requests in (0, 1], not {goodput}", "e.g. 0.95")
-
-
-def make_targets(
-    spec_slo: dict[str, float | None], ttft_ms: float | None, tpot_ms: float | None, goodput: float | None
-) -> SloTargets:
-    """The search's SLOs: the flags, else the spec's (P99, or P50 when the spec gives only that)."""
-    check_slo_flags(ttft_ms, tpot_ms, goodput)
-    t = SloTargets(
-        ttft_ms if ttft_ms is not None else spec_slo.get("ttft_ms"),
-        tpot_ms if tpot_ms is not None else spec_slo.get("tpot_ms"),
-        goodput,
-    )
-    if t.ttft_ms is None and t.tpot_ms is None and t.goodput is None:
-        raise UserInputError(
-            "the SLO search has no SLO to search against",
-            "pass --spec SPEC (its slo section) or --slo-ttft-ms / --slo-tpot-ms / --slo-goodput",
-        )
-    return t
-
-
-def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], dict[str, Any]]:
+def verdict(summary: Summary, slo: SloTargets) -> tuple[bool, list[str], dict[str, Any]]:
     """Whether one probe met every SLO, why not (one reason per miss), and the figures it was judged on."""
-    requests = summary.get("requests") or 0
-    good_frac = (summary["goodput_rps"] * summary["wall_s"] / requests) if requests and summary["wall_s"] else 0.0
+    requests = summary.requests
+    good_frac = (summary.goodput_rps * summary.wall_s / requests) if requests and summary.wall_s else 0.0
     figures = {
-        "ttft_ms_p99": (summary.get("ttft_ms") or {}).get("p99"),
-        "tpot_ms_p99": (summary.get("tpot_ms") or {}).get("p99"),
+        "ttft_ms_p99": summary.ttft_ms.p99 if summary.ttft_ms is not None else None,
+        "tpot_ms_p99": summary.tpot_ms.p99 if summary.tpot_ms is not None else None,
         "goodput_fraction": round(good_frac, 6),
-        "completed": summary.get("completed", 0),
+        "completed": summary.completed,
         "requests": requests,
-        "output_token_throughput_tps": summary.get("output_token_throughput_tps", 0.0),
-        "request_throughput_rps": summary.get("request_throughput_rps", 0.0),
-        "goodput_rps": summary.get("goodput_rps", 0.0),
+        "output_token_throughput_tps": summary.output_token_throughput_tps,
+        "request_throughput_rps": summary.request_throughput_rps,
+        "goodput_rps": summary.goodput_rps,
     }
     reasons = []
-    if not summary.get("completed"):
+    if not summary.completed:
         reasons.append(f"all {requests} requests failed")
     for key, target, name in (("ttft_ms_p99", slo.ttft_ms, "TTFT"), ("tpot_ms_p99", slo.tpot_ms, "TPOT")):
         got = figures[key]
@@ -172,16 +98,19 @@ def verdict(summary: dict[str, Any], slo: SloTargets) -> tuple[bool, list[str], 
     return not reasons, reasons, figures
 
 
-def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Progress = silent) -> dict[str, Any]:
-    """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section."""
-    cfg = replace(cfg, slo=slo.per_request())
-    runs: list[dict[str, Any]] = []
-    probes: list[dict[str, Any]] = []
+def run_search(
+    opts: BenchOptions, work: BenchWorkload, plan: SearchPlan, slo: SloTargets, progress: Progress = silent
+) -> BenchResult:
+    """Grow, then bisect, to the knee; every probe is a load point of the result, the search its own section.
+    ``opts`` say how to send each probe (its load is the plan's), ``work`` what to send."""
+    work = replace(work, slo=slo.per_request())
+    runs: list[LoadPoint] = []
+    probes: list[Probe] = []
     interrupted = stop = None
     lo: float | None = None  # highest load that met the SLOs
     hi: float | None = None  # lowest load that missed one
     x = plan.start
-    budget = max(1, len(cfg.requests) - cfg.warmup)  # --requests
+    budget = max(1, len(work.requests) - opts.warmup)  # --requests
     status = "probe-limit"
     while len(probes) < plan.max_probes:
         phase = "grow" if hi is None else "bisect"
@@ -190,30 +119,32 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
             f"SLO search ({plan.mode}), probe {len(probes) + 1}: {plan.load(x).label()} [{phase}], "
             f"{n} requests: {sizing}"
         )
-        probe_cfg = replace(cfg, requests=cfg.requests_for(n))
-        run, interrupted, stop = measure_point(probe_cfg, plan.load(x), progress, first=not runs)
+        probe = replace(work, requests=work.requests_for(opts.warmup, n))
+        run, interrupted, stop = measure_point(opts, probe, plan.load(x), progress, first=not runs)
         if run is None:  # the server was gone before this probe
             status = "server-gone"
             break
         runs.append(run)
-        passed, reasons, figures = verdict(run["summary"], slo)
-        if not run["summary"].get("completed"):  # why they failed, in the server's words (the first one)
-            why = next((r["error"] for r in run["records"] if r.get("error") and not r.get("warmup")), None)
+        passed, reasons, figures = verdict(run.summary, slo)
+        if not run.summary.completed:  # why they failed, in the server's words (the first one)
+            why = next((r.error for r in run.records if r.error and not r.warmup), None)
             reasons = [f"{reason}: {why[:200]}" if reason.startswith("all ") and why else reason for reason in reasons]
         if stop is not None:  # the probe itself was cut short: its figures are partial, not a verdict
             passed, reasons = False, [f"probe cut short: {interrupted}"]
         probes.append(
-            {
-                "load": x,
-                "label": run["label"],
-                "phase": phase,
-                "passed": passed,
-                "reasons": reasons,
-                **figures,
-                "sizing": f"{n} requests: {sizing}",
-            }
+            Probe.model_validate(
+                {
+                    "load": x,
+                    "label": run.label,
+                    "phase": phase,
+                    "passed": passed,
+                    "reasons": reasons,
+                    **figures,
+                    "sizing": f"{n} requests: {sizing}",
+                }
+            )
         )
-        run["slo_probe"] = {"passed": passed, "reasons": reasons}
+        run.slo_probe = ProbeVerdict(passed=passed, reasons=reasons)
         if stop is not None:
             status = stop if stop in ("interrupted", "server-gone") else "stopped"  # stopped: --stop-on-error
             break
@@ -239,33 +170,35 @@ def run_search(cfg: BenchConfig, plan: SearchPlan, slo: SloTargets, progress: Pr
             break
         x = mid
     search = _section(plan, slo, probes, lo, hi, status)
-    return _result_document(cfg, runs, interrupted, stop, search)
+    return _result_document(opts, work, runs, interrupted, stop, search)
 
 
 def _section(
     plan: SearchPlan,
     slo: SloTargets,
-    probes: list[dict[str, Any]],
+    probes: list[Probe],
     lo: float | None,
     hi: float | None,
     status: str,
-) -> dict[str, Any]:
+) -> Search:
     """The search section of the result: plan, SLOs, every probe in order, the curve by load, and the knee."""
     knee = None
     if lo is not None:
-        best = next(p for p in probes if p["load"] == lo and p["passed"])
-        knee = {**best, "first_failing_load": hi}
-    return {
-        "mode": plan.mode,
-        "plan": plan.model_dump(),
-        "slo": asdict(slo),
-        "slo_text": slo.describe(),
-        "status": status,
-        "message": _message(plan, slo, probes, knee, hi, status),
-        "probes": probes,
-        "curve": sorted(probes, key=lambda p: p["load"]),
-        "knee": knee,
-    }
+        best = next(p for p in probes if p.load == lo and p.passed)
+        knee = Knee.model_validate(best.model_dump() | {"first_failing_load": hi})
+    return Search.model_validate(
+        {
+            "mode": plan.mode,
+            "plan": plan.model_dump(),
+            "slo": asdict(slo),
+            "slo_text": slo.describe(),
+            "status": status,
+            "message": _message(plan, slo, probes, knee, hi, status),
+            "probes": probes,
+            "curve": sorted(probes, key=lambda p: p.load),
+            "knee": knee,
+        }
+    )
 
 
 def _fmt(mode: str, x: float | None) -> str:
@@ -277,8 +210,8 @@ def _fmt(mode: str, x: float | None) -> str:
 def _message(
     plan: SearchPlan,
     slo: SloTargets,
-    probes: list[dict[str, Any]],
-    knee: dict[str, Any] | None,
+    probes: list[Probe],
+    knee: Knee | None,
     hi: float | None,
     status: str,
 ) -> str:
@@ -286,26 +219,26 @@ def _message(
     if status == "unmet" and probes:
         p = probes[0]
         return (
-            f"the SLOs ({slo.describe()}) are not met even at the lowest load, {_fmt(plan.mode, p['load'])}: "
-            f"{'; '.join(p['reasons'])} (P99 TTFT {_n(p['ttft_ms_p99'])} ms, P99 TPOT {_n(p['tpot_ms_p99'])} ms, "
-            f"goodput {p['goodput_fraction']:.1%}, {p['completed']}/{p['requests']} completed)"
+            f"the SLOs ({slo.describe()}) are not met even at the lowest load, {_fmt(plan.mode, p.load)}: "
+            f"{'; '.join(p.reasons)} (P99 TTFT {_n(p.ttft_ms_p99)} ms, P99 TPOT {_n(p.tpot_ms_p99)} ms, "
+            f"goodput {p.goodput_fraction or 0:.1%}, {p.completed}/{p.requests} completed)"
         )
     if knee is None:
         return f"the search ended ({status}) before any probe met the SLOs"
-    cap = f"{knee['output_token_throughput_tps']:.1f} output tok/s, {knee['request_throughput_rps']:.2f} req/s"
+    cap = f"{knee.output_token_throughput_tps or 0:.1f} output tok/s, {knee.request_throughput_rps or 0:.2f} req/s"
     if status == "found":
-        return f"knee at {_fmt(plan.mode, knee['load'])} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
+        return f"knee at {_fmt(plan.mode, knee.load)} ({cap}); {_fmt(plan.mode, hi)} misses the SLOs"
     if status == "bound":
         return (
-            f"no knee within the bounds: the SLOs still hold at the search bound {_fmt(plan.mode, knee['load'])} "
+            f"no knee within the bounds: the SLOs still hold at the search bound {_fmt(plan.mode, knee.load)} "
             f"({cap}); the knee is higher: raise --slo-max"
         )
     if status == "probe-limit":
         return (
-            f"stopped after {len(probes)} probes with the knee between {_fmt(plan.mode, knee['load'])} ({cap}) "
+            f"stopped after {len(probes)} probes with the knee between {_fmt(plan.mode, knee.load)} ({cap}) "
             f"and {_fmt(plan.mode, hi)}; raise --slo-max-probes or --slo-tolerance"
         )
-    best = _fmt(plan.mode, knee["load"])
+    best = _fmt(plan.mode, knee.load)
     return f"the search ended early ({status}); the highest load measured to meet the SLOs: {best}"
 
 
@@ -313,13 +246,14 @@ def _n(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def assess_search(result: dict[str, Any]) -> tuple[int, str | None]:
+def assess_search(result: BenchResult) -> tuple[int, str | None]:
     """Exit code of a search: 130 Ctrl-C, 1 when the server failed or the lowest load misses the SLOs, else 0."""
-    search = result["search"]
-    if result.get("stop") == "interrupted":
+    search = result.search
+    assert search is not None, "assess_search judges an SLO search's result"
+    if result.stop == "interrupted":
         return 130, "interrupted by Ctrl-C"
-    if result.get("stop") is not None or search["status"] == "server-gone":
-        return 1, f"{result.get('interrupted')} (the search stopped; the partial curve is kept)"
-    if search["status"] == "unmet":
-        return 1, str(search["message"])
+    if result.stop is not None or search.status == "server-gone":
+        return 1, f"{result.interrupted} (the search stopped; the partial curve is kept)"
+    if search.status == "unmet":
+        return 1, str(search.message)
     return 0, None

@@ -1,5 +1,5 @@
-"""Turn the bench options (toolchain.bench.options.BenchOptions) into a BenchConfig: tokenizer, workload, SLOs and
-provenance."""
+"""Prepare what the bench options (toolchain.bench.options.BenchOptions) describe: the workload (tokenizer, requests,
+SLOs, provenance and the served model) the run sends as the options say."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.bench.options import PROTOCOLS as PROTOCOLS
 from toolchain.bench.options import BenchOptions
-from toolchain.bench.run import BenchConfig
+from toolchain.bench.run import BenchWorkload
 from toolchain.bench.workload import Dist, Request, RequestSource, dataset, shared_prefix_stream, synthetic_stream
 from toolchain.errors import UserInputError
 
@@ -95,8 +95,8 @@ def served_model(opts: BenchOptions) -> str:
     return opts.model
 
 
-def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
-    """The BenchConfig ``opts`` describe (their flags were checked when they were made), and the spec's cell (None
+def make_config(opts: BenchOptions) -> tuple[BenchWorkload, Any]:
+    """The workload ``opts`` describe (their flags were checked when they were made), and the spec's cell (None
     without ``opts.spec``): reads the trace, the spec, the repository marker, the tokenizer and the prompts."""
     entries = None
     if opts.trace is not None:
@@ -163,28 +163,10 @@ def make_config(opts: BenchOptions) -> tuple[BenchConfig, Any]:
 
             more = more_with_drafts
         prov["workload"]["num_draft_tokens"] = drafts
-    cfg = BenchConfig(
-        protocol=opts.protocol.split("-")[0],
-        url=opts.url,
-        model=served_model(opts),
-        loads=list(opts.loads),
-        requests=reqs,
-        stream=opts.stream,
-        warmup=opts.warmup,
-        seed=opts.seed,
-        metrics_url=opts.metrics_url,
-        slo=slo,
-        chat=opts.protocol == "openai-chat",
-        stop_on_error=opts.stop_on_error,
-        timeout=opts.timeout,
-        idle_timeout=opts.idle_timeout,
-        provenance=prov,
-        workers=opts.workers,
-        more=more,
-    )
     if opts.workers > 1:
         prov["workers"] = opts.workers
-    return cfg, cell
+    work = BenchWorkload(served=served_model(opts), requests=reqs, slo=slo, provenance=prov, more=more)
+    return work, cell
 
 
 def _stand_in(url: str) -> str | None:

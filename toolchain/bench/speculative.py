@@ -15,7 +15,7 @@ from typing import Any
 OUTPUTS = ("total_accepted_draft_tokens", "total_draft_tokens")
 
 
-def read_outputs(result: Any, perf: dict[str, int]) -> None:
+def read_outputs(result: Any, perf: dict[str, float]) -> None:
     """Keep the draft counters of one streamed or final response (they are cumulative per request)."""
     for name in OUTPUTS:
         v = result.as_numpy(name)
@@ -29,12 +29,12 @@ def summary(records: Iterable[Any]) -> dict[str, Any] | None:
     for r in records:
         if r.warmup or not r.ok:
             continue
-        d = r.perf.get("total_draft_tokens", 0)
+        d = int(r.perf.get("total_draft_tokens", 0))  # counters: whole numbers however the record holds them
         if d <= 0:
             continue
         n += 1
         drafted += d
-        accepted += r.perf.get("total_accepted_draft_tokens", 0)
+        accepted += int(r.perf.get("total_accepted_draft_tokens", 0))
         out_tokens += r.n_tokens
     if not drafted:
         return None

@@ -19,13 +19,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from toolchain.artifacts.bench_result import Load
 from toolchain.bench.loadgen import INTERRUPTED, RunOutcome, Shard, run_load
-from toolchain.bench.result import Load
-from toolchain.bench.workload import Request
+from toolchain.bench.options import BenchOptions
+from toolchain.bench.workload import Request, send_offsets
 from toolchain.errors import BenchError
 from toolchain.progress import Progress
 
@@ -49,7 +50,7 @@ def split(load: Load, todo: list[Request], workers: int, seed: int) -> list[tupl
             for w in range(n)
             if mine[w]
         ]
-    offsets = load.offsets(todo, seed)
+    offsets = send_offsets(load, todo, seed)
     n = max(1, min(workers, len(todo)))
     out = []
     for w in range(n):
@@ -58,26 +59,29 @@ def split(load: Load, todo: list[Request], workers: int, seed: int) -> list[tupl
     return out
 
 
-def run_load_workers(cfg: Any, load: Load, progress: Progress) -> RunOutcome:
-    """One load point from ``cfg.workers`` processes; the merged outcome as if one client had sent it."""
-    warm, todo = cfg.requests[: cfg.warmup], cfg.requests[cfg.warmup :]
-    parts = split(load, todo, cfg.workers, cfg.seed)
+def run_load_workers(
+    opts: BenchOptions, served: str, requests: Sequence[Request], load: Load, progress: Progress
+) -> RunOutcome:
+    """One load point of ``requests`` (the warm-up first) to the model ``served``, sent as ``opts`` say from
+    ``opts.workers`` processes; the merged outcome as if one client had sent it."""
+    warm, todo = list(requests[: opts.warmup]), list(requests[opts.warmup :])
+    parts = split(load, todo, opts.workers, opts.seed)
     ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads and tokenizers
     procs: list[Any] = []
     conns: list[Connection] = []
     for w, (wload, shard, reqs) in enumerate(parts):
         # the indices shift past the warm-up, as in the single-process numbering
-        shard.indices = [cfg.warmup + j for j in shard.indices]
+        shard.indices = [opts.warmup + j for j in shard.indices]
         job = {
-            "protocol": cfg.protocol,
-            "url": cfg.url,
-            "model": cfg.model,
-            "stream": cfg.stream,
-            "timeout": cfg.timeout,
-            "idle_timeout": cfg.idle_timeout,
-            "chat": cfg.chat,
-            "stop_on_error": cfg.stop_on_error,
-            "seed": cfg.seed,
+            "protocol": opts.wire,
+            "url": opts.url,
+            "model": served,
+            "stream": opts.stream,
+            "timeout": opts.timeout,
+            "idle_timeout": opts.idle_timeout,
+            "chat": opts.chat,
+            "stop_on_error": opts.stop_on_error,
+            "seed": opts.seed,
             "load": wload,
             "requests": [*warm, *reqs],
             "warmup": len(warm),

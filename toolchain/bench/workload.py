@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.errors import UserInputError
+
+if TYPE_CHECKING:
+    from toolchain.artifacts.bench_result import Load
 
 
 @dataclass(frozen=True)
@@ -187,3 +190,13 @@ def arrivals(n: int, rate: float, *, poisson: bool, seed: int) -> list[float]:
         out.append(t)
         t += rng.expovariate(rate) if poisson else 1.0 / rate
     return out
+
+
+def send_offsets(load: Load, todo: list[Request], seed: int) -> list[float]:
+    """Send offsets (seconds after the start) of an open-loop load: the trace's times, or the rate's."""
+    if load.trace is not None:
+        ats = [r.at or 0.0 for r in todo]
+        first = min(ats, default=0.0)
+        return [(a - first) / load.speed for a in ats]
+    assert load.rate is not None
+    return arrivals(len(todo), load.rate, poisson=load.poisson, seed=seed)

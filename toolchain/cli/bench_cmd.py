@@ -16,7 +16,7 @@ from toolchain.cli.options import ForceOpt, JsonOpt, out_dir_opt
 SaveOpt = Annotated[Path | None, typer.Option("--save", help="Write the result JSON to this file")]
 
 if TYPE_CHECKING:
-    from toolchain.bench.result import Search
+    from toolchain.artifacts.bench_result import BenchResult, Search
 
 app = typer.Typer(
     help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
@@ -73,21 +73,19 @@ app.callback()(
 )
 
 
-def print_table(result: dict[str, Any], *, served_by: bool = True) -> None:
+def print_table(res: BenchResult, *, served_by: bool = True) -> None:
     """One table per load, metrics as rows (readable at 80 columns), then the run's notes on stderr.
     ``served_by``: say what served a stand-in's figures (a caller that says it itself passes False)."""
     from rich.table import Table
 
-    from toolchain.bench.report import STAT_COLUMNS, _f, metric_rows, table_rows
-    from toolchain.bench.result import BenchResult
+    from toolchain.bench.report import STAT_COLUMNS, Labelled, _f, metric_rows, table_rows
     from toolchain.cli.render import Stages, err, fmt_ms, out
 
     Stages.settle_all()  # the measurement ended: no bar redraws into the table
-    res = BenchResult.model_validate(result)
     where = f"{res.provenance.model} @ {res.provenance.url}"
     if res.provenance.reference and served_by:
         err.print(f"served by the {res.provenance.reference}", highlight=False, markup=False)
-    for r in table_rows([result]):
+    for r in table_rows([Labelled("", res)]):
         t = Table(
             title=f"bench {where}: {r['load']}", caption=f"tokens counted by {r['tokens']}" if r["tokens"] else None
         )
@@ -169,7 +167,7 @@ def schema() -> None:
       toolchain bench schema > bench-result.schema.json
       check-jsonschema --schemafile bench-result.schema.json run.json
     """
-    from toolchain.bench.result import json_schema
+    from toolchain.artifacts.bench_result import json_schema
     from toolchain.cli.render import print_json
 
     print_json(json_schema())

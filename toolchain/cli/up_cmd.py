@@ -38,8 +38,7 @@ def up(
         from toolchain.bench.run import without_records
 
         d = asdict(res)
-        if d["bench"]:
-            d["bench"] = without_records(d["bench"])
+        d["bench"] = without_records(res.bench) if res.bench is not None else None
         print_json(d)
         return
     if res.bench:

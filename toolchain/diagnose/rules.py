@@ -7,10 +7,12 @@ same table the deployment's Prometheus alerts are built from; this module evalua
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from toolchain.artifacts.bench_result import BenchResult, LoadPoint, ServerWindow
 from toolchain.artifacts.rule_table import (
     BY_NAME,
     ERROR_RATIO,
@@ -161,49 +163,56 @@ EVALUATORS: dict[str, Callable[[Observations], Finding | None]] = {
 }
 
 
-def _peak(result: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The busiest load point with a completed request, and every such point.
-
-    ``result`` is a bench result document as toolchain.bench.result validates it (the readers load files through
-    that model; the diagnose stage cannot import bench, so it reads the checked document): every run has a
-    summary with its counts and throughputs."""
-    runs = [r for r in (result or {"runs": []})["runs"] if r["summary"]["completed"]]
+def _peak(result: BenchResult | None) -> tuple[LoadPoint | None, list[LoadPoint]]:
+    """The busiest load point with a completed request, and every such point."""
+    runs = [r for r in (result.runs if result is not None else []) if r.summary.completed]
     if not runs:
         return None, []
-    return max(runs, key=lambda r: r["summary"]["output_token_throughput_tps"]), runs
+    return max(runs, key=lambda r: r.summary.output_token_throughput_tps), runs
 
 
-def _window(run: dict[str, Any] | None) -> dict[str, Any] | None:
+def _window(run: LoadPoint | None) -> ServerWindow | None:
     """A load point's server metrics, unless there are none or the closing scrape failed."""
-    server = (run or {}).get("server")
-    return server if server and server.get("error") is None else None
+    server = run.server if run is not None else None
+    return server if server is not None and server.error is None else None
 
 
-def bench_window(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The server metrics a bench result recorded during its busiest load point, if it has them."""
-    return _window(_peak(result)[0])
+def bench_window(result: BenchResult | None) -> dict[str, Any] | None:
+    """The server metrics a bench result recorded during its busiest load point, if it has them, as the result
+    holds them (the fields a live sample has: ``toolchain.bench.prom.server_side``)."""
+    window = _window(_peak(result)[0])
+    return window.model_dump(mode="json", exclude_unset=True) if window is not None else None
 
 
 def observations_from(
-    result: dict[str, Any] | None, server: dict[str, Any] | None, prefix_configured: bool | None
+    result: BenchResult | None, server: dict[str, Any] | None, prefix_configured: bool | None
 ) -> Observations:
+    """What the rules look at: the busiest load point's latencies and its server window (else ``server``, a live
+    sample's figures)."""
     o = Observations(prefix_caching_configured=prefix_configured)
     peak, runs = _peak(result)
     if peak is not None:
-        s = peak["summary"]
-        o.ttft_p50_ms = (s.get("ttft_ms") or {}).get("p50")
-        o.ttft_p99_ms = (s.get("ttft_ms") or {}).get("p99")
-        o.tpot_p50_ms = (s.get("tpot_ms") or {}).get("p50")
-        o.tpot_p99_ms = (s.get("tpot_ms") or {}).get("p99")
-        # sampled during the bench, not now on a possibly idle server
-        server = _window(peak) or server
-        o.shared_prefix_requests = sum((r.get("prefix") or {}).get("shared_requests", 0) for r in runs)
-    if server:
-        o.queue_p99_ms = server.get("queue_ms_p99")
-        o.queue_mean_ms = server.get("queue_ms_mean")
-        o.kv_usage_max = server.get("kv_usage_max")
-        o.gpu_util_mean = server.get("gpu_util_mean")
-        o.reused_blocks = server.get("kv_reused_blocks")
-        o.requests_success = server.get("requests_success")
-        o.requests_failure = server.get("requests_failure")
+        s = peak.summary
+        o.ttft_p50_ms = s.ttft_ms.p50 if s.ttft_ms else None
+        o.ttft_p99_ms = s.ttft_ms.p99 if s.ttft_ms else None
+        o.tpot_p50_ms = s.tpot_ms.p50 if s.tpot_ms else None
+        o.tpot_p99_ms = s.tpot_ms.p99 if s.tpot_ms else None
+        o.shared_prefix_requests = sum(r.prefix.shared_requests for r in runs if r.prefix is not None)
+        window = _window(peak)  # sampled during the bench, not now on a possibly idle server
+        if window is not None:
+            _from_window(o, window)
+            return o
+    if server:  # a figure with no observation reads NaN: not measured, as a result leaves it out
+        measured = {k: v for k, v in server.items() if not (isinstance(v, float) and not math.isfinite(v))}
+        _from_window(o, ServerWindow.model_validate(measured, strict=False))
     return o
+
+
+def _from_window(o: Observations, w: ServerWindow) -> None:
+    o.queue_p99_ms = w.queue_ms_p99
+    o.queue_mean_ms = w.queue_ms_mean
+    o.kv_usage_max = w.kv_usage_max
+    o.gpu_util_mean = w.gpu_util_mean
+    o.reused_blocks = w.kv_reused_blocks
+    o.requests_success = w.requests_success
+    o.requests_failure = w.requests_failure

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.bench_result import read_result
 from toolchain.bench import prom
-from toolchain.bench.report import load_results
 from toolchain.diagnose.rules import Finding, bench_window, observations_from
 from toolchain.diagnose.rules import diagnose as run_rules
 from toolchain.errors import UserInputError
@@ -43,7 +43,7 @@ def diagnose_deployment(
     """Findings for a benchmark result and/or a live server; a result's own metric window wins."""
     if not metrics_url and not bench:
         raise UserInputError("give --metrics-url, --bench, or both")
-    result = load_results([bench])[0] if bench else None
+    result = read_result(bench) if bench else None
     server = bench_window(result)
     notes = []
     if server is not None and metrics_url:
@@ -56,7 +56,7 @@ def diagnose_deployment(
             )
         server = sample_server(metrics_url, model, samples)
     if prefix_caching is None and result is not None:
-        prefix_caching = True if any(r.get("prefix") for r in result["runs"]) else None
-    slo = next((r["summary"].get("slo") for r in (result or {}).get("runs") or [] if r.get("summary")), None) or {}
-    measured = {k: float(v) for k, v in slo.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        prefix_caching = True if any(r.prefix is not None for r in result.runs) else None
+    slo = result.runs[0].summary.slo if result is not None else {}
+    measured = {k: float(v) for k, v in slo.items() if v is not None}
     return Diagnosis(run_rules(observations_from(result, server, prefix_caching)), server, notes, measured)

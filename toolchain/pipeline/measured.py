@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolchain.bench.result import BenchResult, Knee, Provenance, Search, read_result
+from toolchain.artifacts.bench_result import BenchResult, Knee, Provenance, Search, read_result
 from toolchain.errors import PlanError, UserInputError
 from toolchain.planning.estimate import Estimator
 from toolchain.planning.perf import ceil_clean

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.artifacts.bench_result import BenchResult, Startup
 from toolchain.artifacts.cell import CellArtifacts, for_cell
 from toolchain.artifacts.layout import cache
 from toolchain.artifacts.recipe import is_unquantized
@@ -54,7 +55,7 @@ class UpResult:
     artifacts: dict[str, str] = field(default_factory=dict)
     stages: dict[str, str] = field(default_factory=dict)
     served_by: str = ""
-    bench: dict[str, Any] | None = None
+    bench: BenchResult | None = None
     tpot_floor_ms: float | None = None
     findings: list[dict[str, str]] = field(default_factory=list)
 
@@ -225,7 +226,7 @@ def _serve_and_bench(
         through = "the llmapi model" if art.spec.runtime == "pytorch" else "the ensemble"
         progress(f"bench: streaming gRPC through {through}, concurrency {','.join(map(str, concurrency))}")
         result = _bench(art, plan, srv.grpc_url, srv.metrics_url, engine, requests, concurrency, res, progress)
-        result["startup"] = startup
+        result = result.model_copy(update={"startup": startup})
         progress("report: Markdown/HTML with plots, and the diagnosis")
         _report(art, plan, result, work, res)
         res.stages["bench"] = "done"
@@ -234,7 +235,7 @@ def _serve_and_bench(
         srv.stop(progress=prefixed(progress, "  "))
 
 
-def _startup(art: CellArtifacts, repo: Path, srv: Any, res: UpResult, progress: Progress) -> dict[str, Any]:
+def _startup(art: CellArtifacts, repo: Path, srv: Any, res: UpResult, progress: Progress) -> Startup:
     """Start-up as the bench result records it: launch to ready, the first request's latency, and what the
     runtime started with (a warm or cold bundle; engines have none). Here, with the stand-in, its figures."""
     from toolchain.triton.client import stream_generate
@@ -257,13 +258,7 @@ def _startup(art: CellArtifacts, repo: Path, srv: Any, res: UpResult, progress: 
     first_text = f"first request {first_ms:.0f} ms" if first_ms is not None else "first request failed"
     how = "engines" if bundle == "none" else f"{bundle} start"
     res.stages["startup"] = f"ready in {ready:.1f} s, {first_text}, {how}{figures}"
-    return {
-        "ready_s": ready,
-        "first_request_ms": first_ms,
-        "bundle": bundle,
-        "start": start,
-        "measured_on": measured_on,
-    }
+    return Startup(ready_s=ready, first_request_ms=first_ms, bundle=bundle, start=start, measured_on=measured_on)
 
 
 def _bench(
@@ -276,13 +271,13 @@ def _bench(
     concurrency: tuple[int, ...],
     res: UpResult,
     progress: Progress,
-) -> dict[str, Any]:
+) -> BenchResult:
     from transformers import AutoTokenizer
 
-    from toolchain.bench.result import Load
-    from toolchain.bench.run import BenchConfig, run_bench
+    from toolchain.bench.options import BenchOptions
+    from toolchain.bench.run import BenchWorkload, run_bench
     from toolchain.bench.workload import Dist, synthetic
-    from toolchain.pipeline.bench import planner_floor
+    from toolchain.pipeline.bench import planner_floor, with_planner
 
     spec, cell = art.spec, art.cell
     progress("  loading the tokenizer and the prompts")
@@ -290,14 +285,17 @@ def _bench(
     t = spec.traffic
     inp = Dist.parse(str(t.input_tokens.mean if t else 32))
     outd = Dist.parse(str(t.output_tokens.mean if t else 16))
-    cfg = BenchConfig(
-        "triton",
-        grpc_url,
-        "tensorrt_llm" if spec.runtime == "pytorch" else "ensemble",
-        [Load(concurrency=c) for c in concurrency],
-        synthetic(tok, requests + 1, inp, outd, seed=0),
+    opts = BenchOptions(
+        url=grpc_url,
+        protocol="triton",
+        concurrency=",".join(str(c) for c in concurrency),
+        requests=requests,
         warmup=1,
         metrics_url=metrics_url,
+    )
+    work = BenchWorkload(
+        served="tensorrt_llm" if spec.runtime == "pytorch" else "ensemble",
+        requests=synthetic(tok, requests + 1, inp, outd, seed=0),
         slo={"ttft_ms": spec.slo.ttft_ms.p99, "tpot_ms": spec.slo.tpot_ms.p99},
         provenance={
             **art.identity(),
@@ -305,12 +303,11 @@ def _bench(
             "reference": res.served_by if engine == REFERENCE or res.served_by.startswith(STANDIN_NOTE) else None,
         },
     )
-    result = run_bench(cfg, progress=prefixed(progress, "  "))
-    result["planner"] = planner_floor(cell, plan)
-    return result
+    result = run_bench(opts, work, progress=prefixed(progress, "  "))
+    return with_planner(result, planner_floor(cell, plan))
 
 
-def _report(art: CellArtifacts, plan: CellPlan, result: dict[str, Any], work: Path, res: UpResult) -> None:
+def _report(art: CellArtifacts, plan: CellPlan, result: BenchResult, work: Path, res: UpResult) -> None:
     from toolchain.bench.report import render
     from toolchain.bench.run import save
     from toolchain.diagnose.rules import diagnose, observations_from
