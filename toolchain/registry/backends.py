@@ -6,9 +6,9 @@ per object; the Hub commits a whole entry in one commit.
 
 Every network backend waits with deadlines from ``toolchain.settings.http_timeouts``
 (``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``, ``TOOLCHAIN_HTTP_READ_TIMEOUT``; docs/oci-registry.md, "Deadlines"): botocore's
-``connect_timeout``/``read_timeout`` (standard retry mode, 5 tries in all) for S3, the Hub client's
-connect/read timeout and ``etag_timeout`` for the Hub; a Hub file download's reads are bounded by the
-library's own ``HF_HUB_DOWNLOAD_TIMEOUT``.
+``connect_timeout``/``read_timeout`` (standard retry mode, 5 tries in all) for S3, its reads capped by
+``TOOLCHAIN_S3_STALL_TIMEOUT`` and a stall not retried; for the Hub, huggingface_hub's shared client as
+``toolchain.hub`` makes it (reads capped by ``TOOLCHAIN_HF_STALL_TIMEOUT``, a stall named at once).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from toolchain.errors import (
     RegistryURLError,
     UserInputError,
 )
-from toolchain.registry.waits import Waits, what_of
+from toolchain.waits import Waits, what_of
 
 FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 S3_ATTEMPTS = 5  # botocore's standard retry mode: the first try and four retries (total_max_attempts)
@@ -56,8 +56,10 @@ def _words(e: BaseException) -> str:
 
 def _unavailable_or_error(e: BaseException, message: str) -> RegistryError:
     """The Hub registry's failure: transient (exit 75) when the Hub could not be reached or answered 429/5xx."""
+    from toolchain import hub
+
     kind = RegistryUnavailableError if http.transient(e) else RegistryError
-    return kind(f"{message}: {_words(e)}")
+    return kind(f"{message}: {hub.stopped_message(e) or _words(e)}")
 
 
 def http_deadlines() -> tuple[float, float]:
@@ -672,9 +674,11 @@ class HFBackend(Backend):
 
             hub = require("huggingface_hub", "hf")
             api = hub.HfApi()  # token from HF_TOKEN / the standard login, never printed
-        self.connect_timeout, self.read_timeout = http_deadlines()
+        from toolchain import hub
+
+        self.connect_timeout, self.read_timeout, _ = hub.deadlines()  # the read: TOOLCHAIN_HF_STALL_TIMEOUT at most
         if type(api).__module__.startswith("huggingface_hub"):  # not a stand-in a test passed
-            hub_deadlines(self.connect_timeout, self.read_timeout)
+            hub.install()  # huggingface_hub's shared client: these deadlines, a stall named (toolchain/hub.py)
         self.api = api
         self.repo_id = repo_id
         self.url = f"hf://{repo_id}"
@@ -723,7 +727,12 @@ class HFBackend(Backend):
         return True
 
     def get_file(self, path: str, dest: Path) -> None:
-        local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
+        try:
+            local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
+        except Exception as e:
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                raise FileNotFoundError(path) from e
+            raise _unavailable_or_error(e, f"cannot read {path} from {self.url}") from e
         shutil.copyfile(local, dest)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
@@ -745,38 +754,3 @@ class HFBackend(Backend):
         from huggingface_hub import CommitOperationDelete
 
         self._commit([CommitOperationDelete(path_in_repo=path)], f"toolchain: delete {path}")
-
-
-_HUB_DEADLINES: list[tuple[float, float]] = []  # the (connect, read) the Hub's shared client was made with
-
-
-def hub_deadlines(connect: float, read: float) -> None:
-    """Make huggingface_hub's shared HTTP client (httpx, no timeout by default) wait at most ``connect`` to
-    connect and ``read`` for each read, through the library's own ``set_client_factory`` hook.
-
-    The hook is process-wide: it is set once per distinct pair (setting it closes the shared client), and the
-    client is otherwise the library's default one (its request hooks, redirects).
-    """
-    from huggingface_hub.utils import _http as hub_http
-
-    if _HUB_DEADLINES and _HUB_DEADLINES[-1] == (connect, read):
-        return
-    factory = getattr(hub_http, "default_client_factory", None)
-    setter = getattr(hub_http, "set_client_factory", None)
-    if factory is None or setter is None:  # huggingface_hub < 1.0 (requests): nothing to hook
-        return
-    import httpx
-
-    from toolchain import http
-
-    def make() -> Any:
-        client = factory()
-        client.timeout = httpx.Timeout(read, connect=connect)
-        hooks = client.event_hooks  # the library's own hooks stay; ours log each answer under TOOLCHAIN_DEBUG=1
-        for event, fns in http.log_hooks().items():
-            hooks[event] = [*hooks.get(event, []), *fns]
-        client.event_hooks = hooks
-        return client
-
-    setter(make)
-    _HUB_DEADLINES.append((connect, read))

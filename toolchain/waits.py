@@ -1,5 +1,6 @@
-"""What a registry request (``oci://``, ``s3://``) waits on, said every few seconds while nothing comes (the
-``ReportsWaits`` capability, toolchain/registry/capabilities.py): a frozen registry is never a silent one."""
+"""What a request to a registry (``oci://``, ``s3://``) or the Hugging Face Hub (``toolchain.hub``) waits on,
+said every few seconds while nothing comes (the ``ReportsWaits`` capability, toolchain/registry/capabilities.py):
+a frozen registry is never a silent one."""
 
 from __future__ import annotations
 
