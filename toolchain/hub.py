@@ -93,11 +93,12 @@ def reporting(report: Callable[[str], None] | None) -> Iterator[None]:
         WAITS.waiting = before
 
 
-def _stopped(host: str, read: float, setting: str) -> str:
-    return (
-        f"the Hugging Face Hub ({host}) stopped answering (nothing for {read:g} s); raise {setting} if it is "
-        "only slow, or check HF_ENDPOINT and a proxy"
-    )
+def _stopped(host: str, read: float, setting: str, stall: float) -> str:
+    """The line; the setting is named only when its deadline was the one that ran out (not a shorter one the
+    caller gave, like planning's 3 s metadata probe)."""
+    raise_it = f"raise {setting} if it is only slow, or " if read >= stall else ""
+    silence = f"nothing for {read:g} s"
+    return f"the Hugging Face Hub ({host}) stopped answering ({silence}); {raise_it}check HF_ENDPOINT and a proxy"
 
 
 class _GuardedStream(httpx.SyncByteStream):
@@ -132,7 +133,7 @@ class _Guard(httpx.BaseTransport):
         WAITS.host = f"the Hub ({host})"
         since, waited = _STOPPED.get(host, (None, self.stall))
         if since is not None and time.monotonic() - since < self.stall:
-            raise HubStopped(_stopped(host, waited, self.setting), request=request)
+            raise HubStopped(_stopped(host, waited, self.setting, self.stall), request=request)
         timeout = dict(request.extensions.get("timeout") or {})
         read = timeout.get("read")
         read = self.stall if read is None else min(float(read), self.stall)
@@ -142,7 +143,7 @@ class _Guard(httpx.BaseTransport):
 
         def stalled(e: BaseException) -> HubStalled:
             _STOPPED[host] = (time.monotonic(), read)
-            return HubStalled(_stopped(host, read, self.setting), request=request)
+            return HubStalled(_stopped(host, read, self.setting, self.stall), request=request)
 
         path = request.url.path
         name = "model info" if path.startswith("/api/") else path.rstrip("/").rsplit("/", 1)[-1][:20] or "/"
