@@ -27,6 +27,13 @@ variable                       default                  meaning
 ``TOOLCHAIN_OCI_STALL_TIMEOUT``     ``20``          seconds an ``oci://`` registry may send nothing (at most the
                                                         read timeout) before the command ends with ``registry HOST
                                                         stopped answering``: a stall is not retried
+``TOOLCHAIN_S3_STALL_TIMEOUT``      ``20``          seconds an ``s3://`` endpoint may send nothing (at most the read
+                                                        timeout) before the command ends with ``S3 endpoint HOST
+                                                        stopped answering``: a stall is not retried
+``TOOLCHAIN_HF_STALL_TIMEOUT``      ``20``          seconds the Hugging Face Hub may send nothing (caps the
+                                                        library's ``HF_HUB_ETAG_TIMEOUT``/``HF_HUB_DOWNLOAD_TIMEOUT``)
+                                                        before the command ends with ``the Hugging Face Hub (HOST)
+                                                        stopped answering``: a stall is not retried
 ``TOOLCHAIN_SIGNING_KEY``      (none)                   private key ``cache push`` signs entries with (``--sign``)
 ``TOOLCHAIN_SIGNING_PASSWORD`` ``$COSIGN_PASSWORD``     password of an encrypted signing key (never printed)
 ``TOOLCHAIN_VERIFY_KEY``       (none)                   public key pulls require a valid signature of (``--public-key``)
@@ -77,6 +84,12 @@ OCI_PASSWORD = Setting("TOOLCHAIN_OCI_PASSWORD", None, "password or token for oc
 OCI_STALL_TIMEOUT = Setting(
     "TOOLCHAIN_OCI_STALL_TIMEOUT", "20", "seconds an oci:// registry may send nothing before it is named stopped"
 )
+S3_STALL_TIMEOUT = Setting(
+    "TOOLCHAIN_S3_STALL_TIMEOUT", "20", "seconds an s3:// endpoint may send nothing before it is named stopped"
+)
+HF_STALL_TIMEOUT = Setting(
+    "TOOLCHAIN_HF_STALL_TIMEOUT", "20", "seconds the Hugging Face Hub may send nothing before it is named stopped"
+)
 DOCKER_CONFIG = Setting("DOCKER_CONFIG", None, "Docker's own: the directory of config.json (read, not set, here)")
 HTTP_CONNECT_TIMEOUT = Setting("TOOLCHAIN_HTTP_CONNECT_TIMEOUT", "5", "seconds to connect to a registry")
 HTTP_READ_TIMEOUT = Setting("TOOLCHAIN_HTTP_READ_TIMEOUT", "30", "seconds a registry may send nothing (stalled)")
@@ -106,6 +119,8 @@ ALL: tuple[Setting, ...] = (
     HTTP_CONNECT_TIMEOUT,
     HTTP_READ_TIMEOUT,
     OCI_STALL_TIMEOUT,
+    S3_STALL_TIMEOUT,
+    HF_STALL_TIMEOUT,
     SIGNING_KEY,
     SIGNING_PASSWORD,
     COSIGN_PASSWORD,
@@ -164,6 +179,16 @@ def _seconds(s: Setting) -> float:
 def oci_stall_timeout() -> float:
     """Seconds an oci:// registry may send nothing, once, before the command ends; ValueError names a bad value."""
     return _seconds(OCI_STALL_TIMEOUT)
+
+
+def s3_stall_timeout() -> float:
+    """Seconds an s3:// endpoint may send nothing, once, before the command ends; ValueError names a bad value."""
+    return _seconds(S3_STALL_TIMEOUT)
+
+
+def hf_stall_timeout() -> float:
+    """Seconds the Hugging Face Hub may send nothing, once, before the command ends; ValueError names a bad value."""
+    return _seconds(HF_STALL_TIMEOUT)
 
 
 def http_timeouts() -> tuple[float, float]:

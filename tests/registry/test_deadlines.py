@@ -115,11 +115,11 @@ def hub_factory() -> Iterator[None]:
     """Put huggingface_hub's default HTTP client back after a test changed it (the hook is process-wide)."""
     from huggingface_hub.utils import _http as hub_http
 
-    from toolchain.registry import backends
+    from toolchain import hub
 
     yield
     hub_http.set_client_factory(hub_http.default_client_factory)
-    backends._HUB_DEADLINES.clear()
+    hub._CONFIGURED.clear()
 
 
 def test_the_hub_client_gets_the_configured_deadlines(hub_factory: None, monkeypatch: pytest.MonkeyPatch) -> None:

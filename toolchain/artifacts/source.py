@@ -6,11 +6,12 @@ from pathlib import Path
 
 from toolchain._deps import require
 from toolchain.errors import CheckpointError, HubUnavailableError
+from toolchain.progress import Progress, silent
 from toolchain.specs.models import EngineSpec
 from toolchain.specs.sources import hf_repo_revision, missing_checkpoint_hint
 
 
-def source_dir(spec: EngineSpec) -> Path:
+def source_dir(spec: EngineSpec, progress: Progress = silent) -> Path:
     """The local checkpoint a spec names; an hf:// source is fetched (config + safetensors) into HF's cache."""
     local = spec.local_source()
     if local is not None:
@@ -18,7 +19,7 @@ def source_dir(spec: EngineSpec) -> Path:
             raise CheckpointError(f"checkpoint not found at {local}", missing_checkpoint_hint(spec.name, Path(local)))
         return Path(local)
     repo, rev = spec.model.hf_repo_revision()
-    return _download(repo, rev, "model.source")
+    return _download(repo, rev, "model.source", progress)
 
 
 def model_dir(source: str, what: str, *, adapter: bool = False) -> Path:
@@ -59,25 +60,32 @@ def _hub_unavailable(e: BaseException, doing: str) -> HubUnavailableError | None
     ``doing``; None when ``e`` is another failure (a missing repository, no access, offline by setting)."""
     from huggingface_hub import constants
 
-    from toolchain import http, settings
+    from toolchain import http, hub, settings
 
     if not http.transient(e):
         return None
+    stopped = hub.stopped_message(e)
+    if stopped is not None:
+        return HubUnavailableError(f"cannot {doing}: {stopped}")
     endpoint = http.redact(settings.hf_endpoint(constants.ENDPOINT))
     return HubUnavailableError(
         f"cannot {doing}: the Hugging Face Hub at {endpoint} did not answer (or answered 429/5xx)"
     )
 
 
-def _download(repo: str, rev: str | None, what: str) -> Path:
+def _download(repo: str, rev: str | None, what: str, progress: Progress = silent) -> Path:
     hub = require("huggingface_hub", "hf")
+    from toolchain import hub as guard
+
     where = f"{repo}@{rev or 'main'}"
+    guard.install()  # every read bounded by TOOLCHAIN_HF_STALL_TIMEOUT, a stall named (toolchain/hub.py)
     try:
-        return Path(
-            hub.snapshot_download(
-                repo, revision=rev, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
+        with guard.reporting(None if progress is silent else (lambda line: progress(line))):
+            return Path(
+                hub.snapshot_download(
+                    repo, revision=rev, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]
+                )
             )
-        )
     except Exception as e:
         unavailable = _hub_unavailable(e, f"download {where}")
         if unavailable is not None:
@@ -104,7 +112,7 @@ def _hub_reason(e: BaseException) -> str:
     }.get(words, words or "the Hub refused it")
 
 
-def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
+def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...], progress: Progress = silent) -> Path:
     """The tokenizer files (``files``, those that exist) of ``repo`` at ``rev``, fetched one by one into HF's
     cache and nothing else (no weights): their snapshot directory. Offline (``HF_HUB_OFFLINE``) or with the Hub
     unreachable, only what the cache already holds; neither holding a tokenizer is a CheckpointError."""
@@ -112,6 +120,7 @@ def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
     from huggingface_hub import constants
     from huggingface_hub.errors import EntryNotFoundError
 
+    from toolchain import hub as guard
     from toolchain import settings
     from toolchain.specs.arch import HUB_PROBE_TIMEOUT_S, _reachable
 
@@ -122,14 +131,16 @@ def hub_tokenizer(repo: str, rev: str | None, files: tuple[str, ...]) -> Path:
     if why is None and not _reachable(endpoint, HUB_PROBE_TIMEOUT_S):
         why = f"the Hugging Face Hub at {endpoint} is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s"
     got: list[Path] = []
+    guard.install()  # every read bounded by TOOLCHAIN_HF_STALL_TIMEOUT, a stall named (toolchain/hub.py)
     for name in files:
         try:
             if why is not None:
                 path = hub.hf_hub_download(repo, name, revision=rev, local_files_only=True)
             else:
-                path = hub.hf_hub_download(
-                    repo, name, revision=rev, endpoint=endpoint, etag_timeout=HUB_PROBE_TIMEOUT_S
-                )
+                with guard.reporting(None if progress is silent else (lambda line: progress(line))):
+                    path = hub.hf_hub_download(
+                        repo, name, revision=rev, endpoint=endpoint, etag_timeout=HUB_PROBE_TIMEOUT_S
+                    )
         except EntryNotFoundError:  # not in the repository (or, offline, not in the cache)
             continue
         except Exception as e:

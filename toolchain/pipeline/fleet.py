@@ -169,7 +169,7 @@ def _tokenizer_dir(art: CellArtifacts, progress: Any) -> Path:
             repo, rev = art.spec.model.hf_repo_revision()
             progress(f"fetching the tokenizer of {repo}@{rev or 'main'} from the Hugging Face Hub (no weights)")
             try:
-                return hub_tokenizer(repo, rev, TOKENIZER_FILES)
+                return hub_tokenizer(repo, rev, TOKENIZER_FILES, progress)
             except CheckpointError as fetch_error:
                 raise DeployError(
                     f"no tokenizer for cell {art.cell.id} here, and {fetch_error.message}",

@@ -41,7 +41,9 @@ class QuantizeOutcome:
         return {"out": str(self.result.out), "reused": self.result.reused, "manifest": self.result.manifest}
 
 
-def spec_jobs(spec_path: Path, *, out: Path | None = None, force: bool = False) -> list[QuantizeJob]:
+def spec_jobs(
+    spec_path: Path, *, out: Path | None = None, force: bool = False, progress: Progress = silent
+) -> list[QuantizeJob]:
     """One job per (TP, PP) mapping of the spec's cells, then of a draft-target spec's draft model; ``out``
     replaces the first job's cache directory."""
     spec = checked_spec(spec_path)  # the rules `spec validate` applies (specs.gate)
@@ -54,7 +56,7 @@ def spec_jobs(spec_path: Path, *, out: Path | None = None, force: bool = False) 
         )
     jobs: list[QuantizeJob] = []
     for s in todo:  # the model, then a draft-target spec's draft model
-        src = source_dir(s)
+        src = source_dir(s, progress)  # an hf:// source is downloaded: progress says what it waits on
         by_mapping = {(a.cell.tp, a.cell.pp): a for a in for_cells(s)}
         for mapping in sorted(by_mapping):
             art = by_mapping[mapping]
@@ -88,7 +90,7 @@ def run_quantize(
     """Quantize a spec (``target`` is its path: one job per parallel mapping) or one job built from flags; with
     ``registry``, store each spec job's checkpoint under its quantized-checkpoint key. A reused checkpoint is
     trusted by its verified stat signatures unless ``rehash`` reads it all again."""
-    jobs = spec_jobs(target, out=out, force=force) if isinstance(target, Path) else [target]
+    jobs = spec_jobs(target, out=out, force=force, progress=progress) if isinstance(target, Path) else [target]
     outcomes = []
     for job in jobs:
         res = quantize(

@@ -6,9 +6,9 @@ per object; the Hub commits a whole entry in one commit.
 
 Every network backend waits with deadlines from ``toolchain.settings.http_timeouts``
 (``TOOLCHAIN_HTTP_CONNECT_TIMEOUT``, ``TOOLCHAIN_HTTP_READ_TIMEOUT``; docs/oci-registry.md, "Deadlines"): botocore's
-``connect_timeout``/``read_timeout`` (standard retry mode, 5 tries in all) for S3, the Hub client's
-connect/read timeout and ``etag_timeout`` for the Hub; a Hub file download's reads are bounded by the
-library's own ``HF_HUB_DOWNLOAD_TIMEOUT``.
+``connect_timeout``/``read_timeout`` (standard retry mode, 5 tries in all) for S3, its reads capped by
+``TOOLCHAIN_S3_STALL_TIMEOUT`` and a stall not retried; for the Hub, huggingface_hub's shared client as
+``toolchain.hub`` makes it (reads capped by ``TOOLCHAIN_HF_STALL_TIMEOUT``, a stall named at once).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from toolchain.errors import (
     RegistryError,
     RegistryUnavailableError,
     RegistryURLError,
+    UserInputError,
 )
+from toolchain.waits import Waits, what_of
 
 FICLONE = 0x40049409  # linux/fs.h: reflink a whole file
 S3_ATTEMPTS = 5  # botocore's standard retry mode: the first try and four retries (total_max_attempts)
@@ -54,8 +56,10 @@ def _words(e: BaseException) -> str:
 
 def _unavailable_or_error(e: BaseException, message: str) -> RegistryError:
     """The Hub registry's failure: transient (exit 75) when the Hub could not be reached or answered 429/5xx."""
+    from toolchain import hub
+
     kind = RegistryUnavailableError if http.transient(e) else RegistryError
-    return kind(f"{message}: {_words(e)}")
+    return kind(f"{message}: {hub.stopped_message(e) or _words(e)}")
 
 
 def http_deadlines() -> tuple[float, float]:
@@ -385,10 +389,24 @@ class LocalBackend(Backend):
 # --- S3 ----------------------------------------------------------------------------------------
 
 
-class S3Backend(Backend):
-    """s3://bucket/prefix; endpoint from TOOLCHAIN_S3_ENDPOINT_URL or AWS_ENDPOINT_URL (S3-compatible stores)."""
+class _S3Stalled(Exception):
+    """An S3 read that timed out: the endpoint stopped answering. Neither botocore's retries nor s3transfer's
+    download retries know this type, so a stall ends the request at once instead of being waited out again."""
+
+
+class S3Backend(Backend, Waits):
+    """s3://bucket/prefix; endpoint from TOOLCHAIN_S3_ENDPOINT_URL or AWS_ENDPOINT_URL (S3-compatible stores).
+
+    A read that times out (nothing for ``TOOLCHAIN_S3_STALL_TIMEOUT``, at most the read timeout) is not retried:
+    the request ends with ``S3 endpoint HOST stopped answering`` (exit 75). Connection failures, throttling and
+    5xx answers are retried by botocore (standard mode). While a request has had nothing for a few seconds the
+    backend says so through ``waiting`` (the ``ReportsWaits`` capability).
+    """
 
     def __init__(self, bucket: str, prefix: str, endpoint_url: str | None = None) -> None:
+        import threading
+        import urllib.parse
+
         from toolchain._deps import require
 
         boto3 = require("boto3", "s3")
@@ -398,7 +416,13 @@ class S3Backend(Backend):
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         endpoint = endpoint_url or settings.s3_endpoint_url()
-        self.connect_timeout, self.read_timeout = http_deadlines()
+        self.connect_timeout, read = http_deadlines()
+        try:
+            stall = settings.s3_stall_timeout()
+        except ValueError as e:
+            raise UserInputError(str(e), "set it to seconds, e.g. 20 (or unset it for the default)") from e
+        self.read_timeout = min(read, stall)  # the longest silence before the endpoint is named stopped
+        self.deadline_setting = "TOOLCHAIN_S3_STALL_TIMEOUT" if stall < read else "TOOLCHAIN_HTTP_READ_TIMEOUT"
         cfg = Config(
             retries={"total_max_attempts": S3_ATTEMPTS, "mode": "standard"},
             connect_timeout=self.connect_timeout,
@@ -406,16 +430,33 @@ class S3Backend(Backend):
             max_pool_connections=16,
         )
         self.s3 = boto3.client("s3", endpoint_url=endpoint, config=cfg)
+        self.host = urllib.parse.urlsplit(self.s3.meta.endpoint_url).netloc or str(self.s3.meta.endpoint_url)
+        events = self.s3.meta.events
+        events.register_first("needs-retry.s3", _no_retry_of_stalls)
+        events.register("after-call.s3.GetObject", _stall_aware_body)
         from boto3.s3.transfer import TransferConfig
 
         self.transfer = TransferConfig(
             multipart_threshold=64 * 2**20, multipart_chunksize=64 * 2**20, max_concurrency=8, use_threads=True
         )
+        self.waiting: Callable[[str], None] | None = None  # the ReportsWaits capability (registry/capabilities.py)
+        self._lock = threading.Lock()
+        self._inflight: dict[int, tuple[str, float]] = {}
+        self._watching = False
 
     def _k(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+    def _stopped(self) -> RegistryUnavailableError:
+        return RegistryUnavailableError(
+            f"S3 endpoint {self.host} stopped answering for {self.url} (nothing for {self.read_timeout:g} s); "
+            f"raise {self.deadline_setting} if it is only slow",
+            "check the endpoint's health and the network, then try again",
+        )
+
+    def _call(self, fn: Any, *args: Any, what: str | None = None, **kw: Any) -> Any:
+        """``fn(*args, **kw)`` with botocore's failures as the registry's one-line errors; ``what`` (for the lines
+        that say what is awaited) is e.g. ``GET blob``."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -424,15 +465,27 @@ class S3Backend(Backend):
             NoCredentialsError,
             ReadTimeoutError,
         )
+        from s3transfer.exceptions import RetriesExceededError
 
         try:
-            return fn(*args, **kw)
-        except ReadTimeoutError as e:
-            raise RegistryUnavailableError(
-                f"the S3 endpoint for {self.url} stopped answering (nothing for {self.read_timeout:g} s, "
-                f"{S3_ATTEMPTS} tries); raise TOOLCHAIN_HTTP_READ_TIMEOUT if it is only slow",
-                "check the endpoint's health and the network, then try again",
-            ) from e
+            with self.waiting_on(what or str(getattr(fn, "__name__", "request"))) as came:
+                if "Callback" in kw:  # a transfer: each chunk moved says the endpoint still answers
+                    meter = kw["Callback"]
+
+                    def moved(n: int) -> None:
+                        came()
+                        if meter is not None:
+                            meter(n)
+
+                    kw["Callback"] = moved
+                return fn(*args, **kw)
+        except RetriesExceededError as e:  # a download that kept breaking mid-object: s3transfer's tries are spent
+            cause = e.last_exception
+            if isinstance(cause, (_S3Stalled, ReadTimeoutError)):
+                raise self._stopped() from e
+            raise RegistryUnavailableError(f"S3 download from {self.url} broke: {_words(cause or e)}") from e
+        except (_S3Stalled, ReadTimeoutError) as e:
+            raise self._stopped() from e
         except ConnectTimeoutError as e:
             raise RegistryUnavailableError(
                 f"cannot connect to the S3 endpoint for {self.url} (no answer to connect within "
@@ -474,17 +527,24 @@ class S3Backend(Backend):
 
     def exists(self, path: str) -> bool:
         try:
-            self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path))
+            self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path), what=_what("HEAD", path))
             return True
         except FileNotFoundError:
             return False
 
     def read_bytes(self, path: str) -> bytes:
-        resp = self._call(self.s3.get_object, Bucket=self.bucket, Key=self._k(path))
-        return bytes(resp["Body"].read())
+        def get() -> bytes:
+            resp = self.s3.get_object(Bucket=self.bucket, Key=self._k(path))
+            return bytes(resp["Body"].read())
+
+        try:
+            data: bytes = self._call(get, what=_what("GET", path))
+        except FileNotFoundError:
+            raise FileNotFoundError(path) from None
+        return data
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        self._call(self.s3.put_object, Bucket=self.bucket, Key=self._k(path), Body=data)
+        self._call(self.s3.put_object, Bucket=self.bucket, Key=self._k(path), Body=data, what=_what("PUT", path))
 
     streams_bytes = True
 
@@ -494,23 +554,39 @@ class S3Backend(Backend):
             if self.meter is not None:
                 self.meter(src.stat().st_size)
             return
-        extra = {"Callback": self.meter} if self.meter is not None else {}
-        self._call(self.s3.upload_file, str(src), self.bucket, self._k(path), Config=self.transfer, **extra)
+        self._call(
+            self.s3.upload_file,
+            str(src),
+            self.bucket,
+            self._k(path),
+            Config=self.transfer,
+            Callback=self.meter,
+            what=_what("PUT", path),
+        )
 
     def get_file(self, path: str, dest: Path) -> None:
-        extra = {"Callback": self.meter} if self.meter is not None else {}
-        self._call(self.s3.download_file, self.bucket, self._k(path), str(dest), Config=self.transfer, **extra)
+        self._call(
+            self.s3.download_file,
+            self.bucket,
+            self._k(path),
+            str(dest),
+            Config=self.transfer,
+            Callback=self.meter,
+            what=_what("GET", path),
+        )
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         pag = self.s3.get_paginator("list_objects_v2")
         strip = len(self.prefix) + 1 if self.prefix else 0
-        pages = self._call(lambda: list(pag.paginate(Bucket=self.bucket, Prefix=self._k(prefix))))
+        pages = self._call(
+            lambda: list(pag.paginate(Bucket=self.bucket, Prefix=self._k(prefix))), what=_what("LIST", prefix)
+        )
         for page in pages:
             for obj in page.get("Contents", []):
                 yield obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp()
 
     def delete(self, path: str) -> None:
-        self._call(self.s3.delete_object, Bucket=self.bucket, Key=self._k(path))
+        self._call(self.s3.delete_object, Bucket=self.bucket, Key=self._k(path), what=_what("DELETE", path))
 
     def touch(self, path: str) -> None:
         """Copy the object onto itself: S3 has no utime, and a copy refreshes LastModified server-side."""
@@ -522,11 +598,12 @@ class S3Backend(Backend):
                 Key=key,
                 CopySource={"Bucket": self.bucket, "Key": key},
                 MetadataDirective="REPLACE",
+                what=_what("COPY", path),
             )
 
     def mtime(self, path: str) -> float | None:
         try:
-            head = self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path))
+            head = self._call(self.s3.head_object, Bucket=self.bucket, Key=self._k(path), what=_what("HEAD", path))
         except FileNotFoundError:
             return None
         return float(head["LastModified"].timestamp())
@@ -537,7 +614,7 @@ class S3Backend(Backend):
         now = time.time()
         kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         while True:
-            resp = self._call(self.s3.list_multipart_uploads, **kw)
+            resp = self._call(self.s3.list_multipart_uploads, **kw, what="LIST uploads")
             for u in resp.get("Uploads", []):
                 if now - u["Initiated"].timestamp() >= older_than_s:
                     out.append((str(u["Key"]), str(u["UploadId"])))
@@ -547,7 +624,42 @@ class S3Backend(Backend):
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._call(self.s3.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id)
+            self._call(
+                self.s3.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id, what="DELETE upload"
+            )
+
+
+def _what(method: str, path: str) -> str:
+    """An S3 request in a few words, for the lines that say what is awaited: ``GET blob``, ``HEAD manifest``."""
+    return what_of(method, "/" + path)
+
+
+def _no_retry_of_stalls(caught_exception: BaseException | None = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` hook, run before its retry handler: a read that timed out ends the request."""
+    from botocore.exceptions import ReadTimeoutError
+
+    if isinstance(caught_exception, ReadTimeoutError):
+        raise _S3Stalled(str(caught_exception)) from caught_exception
+
+
+def _stall_aware_body(parsed: dict[str, Any] | None = None, **_: Any) -> None:
+    """botocore's ``after-call`` hook of GetObject: a body read that times out raises :class:`_S3Stalled`, which
+    s3transfer does not retry (its download retries would wait the deadline out again)."""
+    from botocore.exceptions import ReadTimeoutError
+
+    body = (parsed or {}).get("Body")
+    if body is None or not hasattr(body, "read"):
+        return
+    read = body.read
+
+    def stall_aware_read(amt: int | None = None) -> bytes:
+        try:
+            data: bytes = read(amt)
+        except ReadTimeoutError as e:
+            raise _S3Stalled(str(e)) from e
+        return data
+
+    body.read = stall_aware_read
 
 
 # --- Hugging Face Hub --------------------------------------------------------------------------
@@ -562,9 +674,11 @@ class HFBackend(Backend):
 
             hub = require("huggingface_hub", "hf")
             api = hub.HfApi()  # token from HF_TOKEN / the standard login, never printed
-        self.connect_timeout, self.read_timeout = http_deadlines()
+        from toolchain import hub
+
+        self.connect_timeout, self.read_timeout, _ = hub.deadlines()  # the read: TOOLCHAIN_HF_STALL_TIMEOUT at most
         if type(api).__module__.startswith("huggingface_hub"):  # not a stand-in a test passed
-            hub_deadlines(self.connect_timeout, self.read_timeout)
+            hub.install()  # huggingface_hub's shared client: these deadlines, a stall named (toolchain/hub.py)
         self.api = api
         self.repo_id = repo_id
         self.url = f"hf://{repo_id}"
@@ -613,7 +727,12 @@ class HFBackend(Backend):
         return True
 
     def get_file(self, path: str, dest: Path) -> None:
-        local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
+        try:
+            local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
+        except Exception as e:
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                raise FileNotFoundError(path) from e
+            raise _unavailable_or_error(e, f"cannot read {path} from {self.url}") from e
         shutil.copyfile(local, dest)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, float]]:
@@ -635,38 +754,3 @@ class HFBackend(Backend):
         from huggingface_hub import CommitOperationDelete
 
         self._commit([CommitOperationDelete(path_in_repo=path)], f"toolchain: delete {path}")
-
-
-_HUB_DEADLINES: list[tuple[float, float]] = []  # the (connect, read) the Hub's shared client was made with
-
-
-def hub_deadlines(connect: float, read: float) -> None:
-    """Make huggingface_hub's shared HTTP client (httpx, no timeout by default) wait at most ``connect`` to
-    connect and ``read`` for each read, through the library's own ``set_client_factory`` hook.
-
-    The hook is process-wide: it is set once per distinct pair (setting it closes the shared client), and the
-    client is otherwise the library's default one (its request hooks, redirects).
-    """
-    from huggingface_hub.utils import _http as hub_http
-
-    if _HUB_DEADLINES and _HUB_DEADLINES[-1] == (connect, read):
-        return
-    factory = getattr(hub_http, "default_client_factory", None)
-    setter = getattr(hub_http, "set_client_factory", None)
-    if factory is None or setter is None:  # huggingface_hub < 1.0 (requests): nothing to hook
-        return
-    import httpx
-
-    from toolchain import http
-
-    def make() -> Any:
-        client = factory()
-        client.timeout = httpx.Timeout(read, connect=connect)
-        hooks = client.event_hooks  # the library's own hooks stay; ours log each answer under TOOLCHAIN_DEBUG=1
-        for event, fns in http.log_hooks().items():
-            hooks[event] = [*hooks.get(event, []), *fns]
-        client.event_hooks = hooks
-        return client
-
-    setter(make)
-    _HUB_DEADLINES.append((connect, read))

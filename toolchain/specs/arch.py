@@ -354,9 +354,17 @@ def arch_for_spec(spec: EngineSpec, *, allow_network: bool = True) -> ModelArch:
                 f"{http.redact(endpoint)} is not reachable within {HUB_PROBE_TIMEOUT_S:.0f} s",
                 again,
             ) from miss
+        from toolchain import hub
+
+        hub.install()  # every read bounded by TOOLCHAIN_HF_STALL_TIMEOUT, a stall named (toolchain/hub.py)
         try:
             path = hf_hub_download(repo, "config.json", revision=rev, etag_timeout=HUB_PROBE_TIMEOUT_S)
         except Exception as e:
+            stopped = hub.stopped_message(e)
+            if stopped is not None:
+                raise HubUnavailableError(
+                    f"cannot fetch config.json of {repo}@{rev or 'main'}: {stopped}", again
+                ) from e
             if http.transient(e):  # timed out, refused, 429/5xx after the retries
                 raise HubUnavailableError(
                     f"cannot fetch config.json of {repo}@{rev or 'main'}: the Hugging Face Hub at "

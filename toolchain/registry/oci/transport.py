@@ -38,7 +38,7 @@ from toolchain.errors import (
     UserInputError,
 )
 from toolchain.proc import capture
-from toolchain.registry.oci.waits import Waits, what_of
+from toolchain.waits import Waits, what_of
 
 # toolchain/http.py's policy: per request on 429/5xx/connection errors (idempotent requests; a PATCH whose bytes
 # went out is resumed from the upload's status instead), and per chunk/download on a broken stream (blobs.py)

@@ -1,5 +1,6 @@
-"""What an ``oci://`` registry request waits on, said every few seconds while nothing comes (the
-``ReportsWaits`` capability, toolchain/registry/capabilities.py): a frozen registry is never a silent one."""
+"""What a request to a registry (``oci://``, ``s3://``) or the Hugging Face Hub (``toolchain.hub``) waits on,
+said every few seconds while nothing comes (the ``ReportsWaits`` capability, toolchain/registry/capabilities.py):
+a frozen registry is never a silent one."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class Waits:
             start = self.waiting is not None and not self._watching
             self._watching = self._watching or start
         if start:
-            threading.Thread(target=self._watch, name="oci-waits", daemon=True).start()
+            threading.Thread(target=self._watch, name="registry-waits", daemon=True).start()
         try:
             yield came
         finally:
