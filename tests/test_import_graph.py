@@ -3,7 +3,7 @@
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
 
     0  base       toolchain/__init__, errors, settings, digest, proc, http, logs, redact, progress, units, _deps,
-                  watchdog, outdir
+                  watchdog, outdir, hub, waits
     1  hardware   GPU catalog and detection
     2  specs      spec models, loader, matrix cells, rules, what a cell's options resolve to
     3  artifacts  identity and location: keys, recipe, cache layout, quantized-checkpoint format; the records
@@ -41,6 +41,8 @@ BASE = {
     "redact",
     "watchdog",
     "outdir",
+    "hub",
+    "waits",
 }
 STAGES = {"planning", "quantize", "compile", "registry", "triton", "deploy", "bench", "diagnose"}
 RANK = {"hardware": 1, "specs": 2, "artifacts": 3, **dict.fromkeys(STAGES, 4), "pipeline": 5, "dynamo": 5, "cli": 6}
