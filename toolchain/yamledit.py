@@ -15,18 +15,18 @@ from typing import Any
 
 import yaml
 
+from toolchain import yamlout
+
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w.-]*):(?P<rest>.*)$")
 
 
 def _flow(value: Any) -> str:
-    text: str = yaml.safe_dump(
-        value, default_flow_style=True, width=10_000, allow_unicode=True, sort_keys=False
-    ).strip()
+    text = yamlout.dump(value, default_flow_style=True, width=10_000, allow_unicode=True).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
 def _block(key: str, value: Any, indent: int) -> list[str]:
-    text: str = yaml.safe_dump({key: value}, default_flow_style=False, sort_keys=False, allow_unicode=True)
+    text = yamlout.dump({key: value}, allow_unicode=True)
     return [" " * indent + line for line in text.splitlines()]
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from toolchain.artifacts.bench_result import Load
 from toolchain.bench import speculative
 from toolchain.bench.metrics import RequestRecord
+from toolchain.bench.options import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S  # declared with the flags
 from toolchain.bench.workload import Request, send_offsets
 from toolchain.errors import BenchError, BenchUnavailableError
 from toolchain.progress import Progress, silent
@@ -68,9 +69,6 @@ class RunOutcome:
 
 
 INTERRUPTED = "interrupted (Ctrl-C); results so far were kept, requests in flight are marked cancelled"
-
-DEFAULT_TIMEOUT_S = 300.0  # --timeout: the whole request
-DEFAULT_IDLE_TIMEOUT_S = 60.0  # --idle-timeout: the longest silence (connect, first byte, between chunks)
 
 
 def one_line(text: str, limit: int = 200) -> str:

@@ -20,13 +20,14 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from toolchain.artifacts.bench_result import Load, SearchPlan
-from toolchain.bench.loadgen import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from toolchain.bench.slo import check_slo_flags, make_plan
 from toolchain.errors import UserInputError
 
 Protocol = Literal["triton", "openai", "openai-chat"]
 PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 MAX_WORKERS = 256
+DEFAULT_TIMEOUT_S = 300.0  # --timeout: the whole request
+DEFAULT_IDLE_TIMEOUT_S = 60.0  # --idle-timeout: the longest silence (connect, first byte, between chunks)
 
 
 def parse_list(text: str | None, kind: type) -> list[Any]:
