@@ -130,9 +130,14 @@ def deploy(
         force=force,
     )
     if dry_run:
+        from toolchain.cli.render import Stages
         from toolchain.pipeline.fleet import size_only
 
-        c, sizing = size_only(s, cell, opts)
+        stages = Stages(quiet=json_out)
+        try:
+            c, sizing = size_only(s, cell, opts, stages)
+        finally:
+            stages.close()
         if json_out:
             print_json({"spec": s.name, "cell": c.id, "sizing": sizing.to_json()})
         else:
@@ -200,14 +205,18 @@ def _deploy_dynamo(
 ) -> None:
     """`toolchain deploy` on a spec with a dynamo block: what `toolchain dynamo deploy` writes (--image is the
     image with the toolchain that pulls the artifact, as in the Triton deployment)."""
-    from toolchain.cli.render import err, print_json
+    from toolchain.cli.render import Stages, err, print_json
     from toolchain.cli.render import out as stdout
     from toolchain.errors import UserInputError
 
+    stages = Stages(quiet=json_out)  # the estimate's start-up (AIConfigurator loads its database) is narrated
     if dry_run:
         from toolchain.dynamo.pipeline import plan_spec
 
-        planned = plan_spec(spec, cell, estimator="auto")  # as `toolchain dynamo deploy` sizes by default
+        try:  # sized as `toolchain dynamo deploy` sizes by default
+            planned = plan_spec(spec, cell, estimator="auto", progress=stages)
+        finally:
+            stages.close()
         if json_out:
             print_json({"spec": planned.cell.spec.name, "cell": planned.cell.id, "plan": planned.plan.to_json()})
             return
@@ -219,19 +228,23 @@ def _deploy_dynamo(
         raise UserInputError("--out is required to write a deployment", "pass --out DIR, or --dry-run to size only")
     from toolchain.dynamo.pipeline import deploy as deploy_dgd
 
-    res = deploy_dgd(
-        spec,
-        out,
-        cell_id=cell,
-        namespace=namespace or "default",
-        engine=engine,
-        registry=registry,
-        registry_secret=registry_secret,
-        toolchain_image=image,
-        public_key=public_key,
-        estimator="auto",  # as `toolchain dynamo deploy` sizes by default
-        force=force,
-    )
+    try:
+        res = deploy_dgd(
+            spec,
+            out,
+            cell_id=cell,
+            namespace=namespace or "default",
+            engine=engine,
+            registry=registry,
+            registry_secret=registry_secret,
+            toolchain_image=image,
+            public_key=public_key,
+            estimator="auto",  # as `toolchain dynamo deploy` sizes by default
+            force=force,
+            progress=stages,
+        )
+    finally:
+        stages.close()
     for w in res.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:

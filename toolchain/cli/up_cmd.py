@@ -45,11 +45,13 @@ def up(
         print_table(res.bench, served_by=False)  # the summary below says what served
     # label: value lines, not a table: keys and paths are what a person copies, so they are wrapped at spaces
     # (print_wrapped: a path or key is never split, never cut to "…")
-    rows = [("engine key", res.engine_key or "-"), ("profile id", res.profile_id or "-"), ("served by", res.served_by)]
-    rows += [(f"stage: {k}", v) for k, v in res.stages.items()]
+    keys = [("engine key", res.engine_key or "-"), ("profile id", res.profile_id or "-")]
+    rows = [("served by", res.served_by), *((f"stage: {k}", v) for k, v in res.stages.items())]
     rows += list(res.artifacts.items())
-    width = max(len(k) for k, _ in rows)
-    lines = [f"toolchain up {res.spec} / {res.cell}", *(f"  {k.ljust(width)}  {v}" for k, v in rows)]
+    lines = [f"toolchain up {res.spec} / {res.cell}"]
+    for block in (keys, rows):  # the keys aligned on their own: a 64-digit key then fits one 80-column line
+        width = max(len(k) for k, _ in block)
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in block]
     print_wrapped("\n".join(lines))
     for f in res.findings:
         err.print(

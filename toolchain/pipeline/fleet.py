@@ -36,23 +36,28 @@ def _cell(spec: EngineSpec, cell_id: str | None) -> Cell:
     return cell
 
 
-def plan_for(cell: Cell) -> Any:
+def plan_for(cell: Cell, progress: Any = None) -> Any:
     """The cell's plan as `toolchain plan` makes it: the floor, and the silicon estimate where one is installed
-    (the fleet deploy sizes by is the plan's own, ``CellPlan.sizing_fleet``)."""
+    (the fleet deploy sizes by is the plan's own, ``CellPlan.sizing_fleet``); ``progress`` hears the estimate's
+    start-up (AIConfigurator loads its database for seconds)."""
     from toolchain.planning.spec_plan import plan_spec
 
-    (plan,) = plan_spec(cell.spec, cell.id, estimator="auto").plans
+    (plan,) = plan_spec(cell.spec, cell.id, estimator="auto", progress=progress).plans
     if plan.errors:
         raise PlanError(f"cell {cell.id}: {plan.errors[0]}")
     return plan
 
 
-def size_only(spec: EngineSpec, cell_id: str | None, options: DeployOptions) -> tuple[Cell, Sizing]:
+def size_only(
+    spec: EngineSpec, cell_id: str | None, options: DeployOptions, progress: Any = None
+) -> tuple[Cell, Sizing]:
     """The pod and fleet sizing of a cell, without writing anything (`toolchain deploy --dry-run`)."""
     cell = _cell(spec, cell_id)
+    if progress:
+        progress(f"planning cell {cell.id}")
     sizing = size_cell(
         cell,
-        plan_for(cell),
+        plan_for(cell, progress),
         gpus_per_node=options.gpus_per_node,
         min_replicas=options.min_replicas,
         max_replicas=options.max_replicas,
@@ -101,7 +106,7 @@ def deploy_cell(
     check_output(out, force=options.force)  # and an --out the command may not write
     cell = _cell(spec, cell_id)
     progress(f"planning cell {cell.id}")
-    plan = plan_for(cell)
+    plan = plan_for(cell, progress)
     art = for_cell(cell)
     key = _engine_key(art, engine, options.registry, reference)
     if spec.runtime == "pytorch":
