@@ -394,6 +394,16 @@ def served_numerics(weights_dir: Path, device: str = "cpu") -> ServedNumerics | 
     return ServedNumerics(weights_dir, device)
 
 
+def instrument_served(model: Any, weights_dir: Path) -> str:
+    """Give a stand-in's ``model`` (loaded from ``weights_dir``) the runtime numerics its weights carry; what it
+    then serves. Both CPU stand-ins (triton_repo/) call it once they know the scales are there."""
+    view = served_numerics(weights_dir)
+    if view is None:
+        raise QuantizeError(f"{weights_dir} carries no runtime numerics ({NUMERICS_DIR}/hf_quant_config.json)")
+    instrument(model, view)
+    return NUMERICS
+
+
 def open_export(export_dir: Path, device: str) -> HFRuntime | TrtllmRuntime:
     """The runtime view of one export directory: ``hf/`` (a unified HF checkpoint) or ``trtllm/``."""
     if (export_dir / "hf_quant_config.json").is_file():

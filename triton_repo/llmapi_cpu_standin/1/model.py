@@ -85,17 +85,14 @@ def runtime_numerics(model: Any, weights: str) -> str:
     try:
         from pathlib import Path
 
-        from toolchain.quantize.runtime import NUMERICS, instrument, served_numerics
+        from toolchain.quantize.runtime import instrument_served
     except ImportError as e:  # never serve other numerics than the weights were made for, silently
         raise pb_utils.TritonModelException(
             f"{weights} carries the export's runtime numerics (runtime-numerics/), which this stand-in runs with "
             f"the toolchain (toolchain.quantize.runtime), but the toolchain cannot be imported in this Python "
             f"backend ({e}); install the toolchain where the server's Python runs"
         ) from e
-    view = served_numerics(Path(weights))
-    assert view is not None, "runtime-numerics/ is there"
-    instrument(model, view)
-    return NUMERICS
+    return instrument_served(model, Path(weights))
 
 
 def bundle_start(here: str) -> str:

@@ -81,17 +81,14 @@ def runtime_numerics(model: Any, weights: str) -> str:
     try:
         from pathlib import Path
 
-        from toolchain.quantize.runtime import NUMERICS, instrument, served_numerics
+        from toolchain.quantize.runtime import instrument_served
     except ImportError as e:  # never serve other numerics than the weights were made for, silently
         raise pb_utils.TritonModelException(
             f"{weights} carries the export's runtime numerics (runtime-numerics/), which the CPU reference model "
             f"runs with the toolchain (toolchain.quantize.runtime), but the toolchain cannot be imported in this "
             f"Python backend ({e}); install the toolchain where the server's Python runs"
         ) from e
-    view = served_numerics(Path(weights))
-    assert view is not None, "runtime-numerics/ is there"
-    instrument(model, view)
-    return NUMERICS
+    return instrument_served(model, Path(weights))
 
 
 def _opt(req: Any, name: str, default: Any = None) -> Any:
