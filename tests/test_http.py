@@ -396,3 +396,45 @@ def test_a_client_this_module_does_not_drive_logs_through_its_hooks(
     err = capsys.readouterr().err
     assert "debug toolchain.http: GET https://hub.example/api/models/x?token=*** -> 204 in " in err, err
     assert "hf_SECRET" not in err
+
+
+def test_a_probe_leaves_no_connection_open() -> None:
+    """Measured before: the readiness probes left a pooled keep-alive connection to tritonserver's HTTP port, and
+    its shutdown then waited for it ("Timeout 30: Found 1 HTTP service connections") past the 10 s a server is
+    given to stop, so every stop ended in SIGKILL after 10 s."""
+    import http.server
+    import threading
+
+    from tests.helpers import wait_for
+    from toolchain import http as H
+
+    open_now = [0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive unless the client says otherwise
+
+        def handle(self) -> None:
+            open_now[0] += 1
+            try:
+                super().handle()
+            finally:
+                open_now[0] -= 1
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        resp = H.probe("GET", f"http://127.0.0.1:{srv.server_port}/v2/health/ready", timeout=5)
+        assert resp is not None and resp.status_code == 200
+        assert wait_for(lambda: open_now[0] == 0, 10), "the probe's connection stayed open"
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -448,10 +448,12 @@ def probe(
     method: str, url: str, *, timeout: float, content: bytes | None = None, json: object = None
 ) -> httpx.Response | None:
     """One try of a request polled by its caller (readiness, warm-up): the response read whole, or None when
-    nothing answered."""
+    nothing answered. The connection is closed after it (``Connection: close``): a pooled keep-alive connection
+    left open makes tritonserver's shutdown wait for it (its HTTP service counts open connections for up to
+    30 s), which is longer than a server is given to stop."""
     import httpx
 
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {"Connection": "close"}
     if json is not None:
         import json as _json
 

@@ -24,12 +24,13 @@ def _upto(tmp_path: Path, marker: str) -> Path:
 def test_the_shutdown_reads_as_models_unloaded_and_left(tmp_path: Path) -> None:
     from toolchain.triton.server import stop_states
 
-    assert stop_states(_upto(tmp_path, "Signal (15)")) == "waiting for tritonserver to begin its shutdown"
+    assert stop_states(_upto(tmp_path, "Signal (15)")) == "waiting for its shutdown to begin"
     assert stop_states(_upto(tmp_path, "in-flight inferences")) == "waiting for in-flight requests"
-    assert stop_states(_upto(tmp_path, "Found 6 live")) == "6 models still live"
-    three = "unloaded ensemble, postprocessing, tensorrt_llm; 3 models still live"
-    assert stop_states(_upto(tmp_path, "Found 3 live")) == three
-    names = "ensemble, postprocessing, tensorrt_llm, preprocessing, tensorrt_llm_bls"
-    assert stop_states(_upto(tmp_path, "Found 0 live")) == f"unloaded {names}; every model unloaded"
+    assert stop_states(_upto(tmp_path, "Found 6 live")) == "6 models live"
+    assert stop_states(_upto(tmp_path, "Found 3 live")) == "3 of 6 unloaded (last tensorrt_llm)"
+    assert stop_states(_upto(tmp_path, "Found 0 live")) == "all 6 models unloaded"
+    # short enough to stay whole beside the bar at 80 columns: "stopping tritonserver: 12 s — " + 13 for the bar
+    states = [stop_states(_upto(tmp_path, m)) for m in ("Signal (15)", "Found 6", "Found 3", "Found 0")]
+    assert all(s is not None and len(s) <= 80 - 13 - len("stopping tritonserver: 12 s — ") for s in states), states
     for state in map(stop_states, [_upto(tmp_path, m) for m in ("Found 6", "Found 3", "Found 0")]):
         assert state is not None and "cc:" not in state and "I1203" not in state  # never a raw log line

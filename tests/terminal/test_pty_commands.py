@@ -70,6 +70,9 @@ def test_up_on_a_terminal_exits_0_and_is_never_silent(up_run: PtyRun) -> None:
     assert re.search(r"engine key +[0-9a-f]{64}", text), text[-2000:]  # whole, to copy: never cut to "…"
     assert truncated_cells(text) == [], truncated_cells(text)
     assert "stopping tritonserver" in text  # the unload is narrated, not a silent wait
+    # and its state is whole beside the bar at 80 columns (on main: "... postprocessing LOADIN…")
+    stopping = [ln for ln in text.replace("\r", "\n").splitlines() if "stopping tritonserver" in ln]
+    assert stopping and not [ln for ln in stopping if "…" in ln], stopping
     # the summary wraps at spaces at 80 columns (on main 11 lines were wider); only a path or key longer than a
     # line may stand alone on one
     summary = text.replace("\r", "").rsplit("toolchain up tiny", 1)[1].splitlines()

@@ -27,6 +27,7 @@ from toolchain.errors import DeployError
 from toolchain.outdir import check_output, write_output
 from toolchain.specs.dynamo import RELEASES
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import EngineSpec
 
 if TYPE_CHECKING:
     from toolchain.dynamo import observability
@@ -62,15 +63,15 @@ class Artifact:
 HF_TOKEN_SECRET = "hf-token-secret"
 
 
-def precision_mismatch(cell: Cell, artifact: Artifact | None) -> tuple[str, str] | None:
+def precision_mismatch(spec: EngineSpec, artifact: Artifact | None) -> tuple[str, str] | None:
     """(what, fix) when the workers would serve something other than what the plan assumed: without an
     artifact, the Hub model as it is published (unquantized, KV dtype auto) for a spec that plans quantized
     weights. None when they serve what was planned."""
     from toolchain.artifacts.recipe import is_unquantized
 
-    if artifact is not None or is_unquantized(cell.spec):
+    if artifact is not None or is_unquantized(spec):
         return None
-    q = cell.spec.quantization
+    q = spec.quantization
     return (
         f"the plan sized the pools for {q.weights} weights and a {q.kv_cache} KV cache, but without --engine the "
         "workers would serve the spec's model as the Hub publishes it (unquantized, kv_cache_config.dtype auto)",

@@ -176,10 +176,12 @@ def deploy(
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
         artifact = Artifact(key, reg, toolchain_image, registry_secret, pem)
-    planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
-    mismatch = precision_mismatch(planned.cell, artifact) if not model_path else None
+    from toolchain.specs.gate import checked_spec
+
+    mismatch = precision_mismatch(checked_spec(spec_path), artifact) if not model_path else None
     if mismatch is not None and not allow_unquantized:
-        raise UserInputError(*mismatch)  # before anything is written
+        raise UserInputError(*mismatch)  # before the plan's seconds and before anything is written
+    planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )

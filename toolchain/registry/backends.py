@@ -539,8 +539,8 @@ class S3Backend(Backend, Waits):
 
         try:
             data: bytes = self._call(get, what=_what("GET", path))
-        except FileNotFoundError:
-            raise FileNotFoundError(path) from None
+        except FileNotFoundError as e:
+            raise FileNotFoundError(path) from e
         return data
 
     def write_bytes(self, path: str, data: bytes) -> None:

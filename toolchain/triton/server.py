@@ -69,9 +69,7 @@ class Server:
         """SIGTERM the server's process group (SIGKILL after ``grace`` s). Unloading the models takes seconds
         (the Python stubs exit one by one), so ``progress`` hears about it every second."""
         if self.proc.poll() is None:
-            with Heartbeat(
-                progress, "stopping tritonserver (unloading the models)", lambda: stop_states(self.log_path)
-            ):
+            with Heartbeat(progress, "stopping tritonserver", lambda: stop_states(self.log_path)):
                 stop_group(self.proc, grace)
         else:
             stop_group(self.proc, grace)
@@ -326,20 +324,25 @@ _SHUTDOWN = "Waiting for in-flight requests"
 
 def stop_states(log_path: Path) -> str | None:
     """How far tritonserver's shutdown has come, from its own log lines (``server.cc`` counts the live
-    models each second; ``model_lifecycle.cc`` names each one unloaded), e.g. 'unloaded ensemble,
-    postprocessing; 3 models still live' — not a raw log line."""
+    models each second; ``model_lifecycle.cc`` names each one unloaded), short enough for the live bar of an
+    80-column terminal: e.g. '3 of 6 unloaded (last tensorrt_llm)' — not a raw log line."""
     text = tail(log_path, 400)
     start = text.rfind(_SHUTDOWN)
     if start < 0 and not _LIVE.search(text):
-        return "waiting for tritonserver to begin its shutdown"
+        return "waiting for its shutdown to begin"
     text = text[max(start, 0) :]  # the shutdown's start may have scrolled out of the tail: its counts are there
     unloaded = list(dict.fromkeys(_UNLOADED.findall(text)))
-    live = _LIVE.findall(text)
-    parts = [f"unloaded {', '.join(unloaded)}"] if unloaded else []
-    if live:
-        n = int(live[-1])
-        parts.append(f"{n} model{'' if n == 1 else 's'} still live" if n else "every model unloaded")
-    return "; ".join(parts) or "waiting for in-flight requests"
+    live = [int(n) for n in _LIVE.findall(text)]
+    if not live:
+        return f"{len(unloaded)} unloaded" if unloaded else "waiting for in-flight requests"
+    total = max(max(live), len(unloaded) + live[-1])
+    models = "the model" if total == 1 else f"all {total} models"
+    if live[-1] == 0:
+        return f"{models} unloaded"
+    if not unloaded:
+        return f"{total} model{'' if total == 1 else 's'} live"
+    last = unloaded[-1] if len(unloaded[-1]) <= 16 else unloaded[-1][:15] + "…"
+    return f"{len(unloaded)} of {total} unloaded (last {last})"
 
 
 def model_states(http_url: str, log_path: Path | None = None) -> str | None:
