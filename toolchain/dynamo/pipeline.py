@@ -11,6 +11,7 @@ from toolchain.planning.estimate import Estimator
 from toolchain.progress import Progress, silent
 from toolchain.specs.arch import ModelArch
 from toolchain.specs.matrix import Cell
+from toolchain.specs.models import EngineSpec
 
 
 @dataclass
@@ -18,6 +19,18 @@ class Planned:
     cell: Cell
     arch: ModelArch
     plan: DynamoPlan
+
+
+def dynamo_spec(spec_path: Path) -> EngineSpec:
+    """The spec, checked by every `spec validate` rule (specs.gate), with a dynamo block."""
+    from toolchain.specs.gate import checked_spec
+
+    spec = checked_spec(spec_path)
+    if spec.dynamo is None:
+        raise SpecError(
+            "the spec has no dynamo block", file=spec_path, hint="add `dynamo: {mode: disaggregated}` (docs/dynamo.md)"
+        )
+    return spec
 
 
 def plan_spec(
@@ -32,19 +45,14 @@ def plan_spec(
     roofline floor, or (``estimator`` "auto"/"aic", as `toolchain plan` takes it) by NVIDIA AIConfigurator's
     measured database with the floor's GPU count beside it ("auto" without the database: the floor and a note)."""
     from toolchain.specs.arch import arch_for_spec
-    from toolchain.specs.gate import checked_spec
     from toolchain.specs.matrix import expand, find_cell
     from toolchain.specs.rules import require_compatible
 
-    spec = checked_spec(spec_path)  # the rules `spec validate` applies (specs.gate)
-    if spec.dynamo is None:
-        raise SpecError(
-            "the spec has no dynamo block", file=spec_path, hint="add `dynamo: {mode: disaggregated}` (docs/dynamo.md)"
-        )
-    if mode is not None and mode != spec.dynamo.mode:
-        spec = spec.model_copy(update={"dynamo": spec.dynamo.model_copy(update={"mode": mode})}).with_base_dir(
-            spec.base_dir
-        )
+    spec = dynamo_spec(spec_path)
+    block = spec.dynamo
+    assert block is not None  # dynamo_spec refuses a spec without one
+    if mode is not None and mode != block.mode:
+        spec = spec.model_copy(update={"dynamo": block.model_copy(update={"mode": mode})}).with_base_dir(spec.base_dir)
     cell = find_cell(spec, cell_id) if cell_id else expand(spec)[0]
     require_compatible(spec, [cell])
     arch = arch_for_spec(spec)
@@ -176,9 +184,7 @@ def deploy(
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
         artifact = Artifact(key, reg, toolchain_image, registry_secret, pem)
-    from toolchain.specs.gate import checked_spec
-
-    mismatch = precision_mismatch(checked_spec(spec_path), artifact) if not model_path else None
+    mismatch = precision_mismatch(dynamo_spec(spec_path), artifact) if not model_path else None
     if mismatch is not None and not allow_unquantized:
         raise UserInputError(*mismatch)  # before the plan's seconds and before anything is written
     planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
