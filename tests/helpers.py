@@ -64,6 +64,22 @@ def copied_tiny_spec(root: Path) -> Path:
     return spec
 
 
+# --- stalls ---------------------------------------------------------------------------------------------------
+
+
+def assert_stall_named(res: Any, stopped: str, setting: str, waits: str | None = None) -> str:
+    """A command that met a stalled peer: exit 75, one `Error:` line saying ``stopped`` and naming the
+    ``setting`` that bounds the wait, no traceback; with ``waits``, the progress lines that said what it waited on
+    (starting ``waits``) were there and fit 80 columns. The error line."""
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
+    assert res.exit_code == 75 and len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert stopped in lines[0] and setting in lines[0], lines[0]
+    if waits is not None:
+        said = [ln for ln in res.output.splitlines() if waits in ln]
+        assert said and all(len(ln) <= 80 for ln in said), res.output
+    return str(lines[0])
+
+
 # --- bench ----------------------------------------------------------------------------------------------------
 
 

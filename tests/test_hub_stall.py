@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import assert_stall_named
+
 pytestmark = pytest.mark.timeout(120)
 DEADLINE_S = 1.0
 CEILING_S = 15.0  # many times the deadline; the library's own retries of it take 60 s and more
@@ -66,14 +68,11 @@ def test_a_stalled_hub_is_named_within_the_deadline(cmd: str, silent_hub: str, t
     t0 = time.monotonic()
     res = cli(*args)
     took = time.monotonic() - t0
-    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error: ")]
-    assert res.exit_code == 75 and len(lines) == 1 and "Traceback" not in res.output, res.output
-    assert f"the Hugging Face Hub ({silent_hub}) stopped answering (nothing for 1 s)" in lines[0], lines[0]
-    assert "TOOLCHAIN_HF_STALL_TIMEOUT" in lines[0], lines[0]
+    stopped = f"the Hugging Face Hub ({silent_hub}) stopped answering (nothing for 1 s)"
+    # a download (quantize): while it waited, progress said on what
+    waits = f"waiting on the Hub ({silent_hub}): " if cmd == "quantize" else None
+    assert_stall_named(res, stopped, "TOOLCHAIN_HF_STALL_TIMEOUT", waits)
     assert took < CEILING_S, f"{took:.1f} s"
-    if cmd == "quantize":  # a download: while it waited, progress said on what (within 80 columns)
-        waits = [ln for ln in res.output.splitlines() if f"waiting on the Hub ({silent_hub}): " in ln]
-        assert waits and all(len(ln) <= 80 for ln in waits), res.output
 
 
 def test_the_default_hub_stall_deadline_is_within_30_s(monkeypatch: pytest.MonkeyPatch) -> None:
