@@ -65,3 +65,20 @@ def test_interrupted_up_resumes_then_finishes_with_a_benchmark(
         "KV of 8 × 256 tokens" in res["stages"]["plan"] and "on H100-SXM" in res["stages"]["plan"]
     )  # the cell's scale
     assert floor < 0.1 and f"TPOT floor {floor * 1000:.1f} µs" in res["stages"]["plan"], res["stages"]
+
+
+def test_up_replaces_a_repository_an_older_toolchain_left_in_its_work_directory(tmp_path: Path) -> None:
+    """Measured on a fresh clone with an existing ~/.cache/toolchain: `toolchain up engine_specs/tiny.yaml` exited
+    with "the toolchain did not write .../up/tiny-.../repo/README.md (and 19 more)": the repository up itself had
+    written before output directories carried their marker."""
+    from toolchain.outdir import MARKER
+    from toolchain.pipeline.up import fresh_repo
+
+    old = tmp_path / "repo"
+    (old / "tensorrt_llm").mkdir(parents=True)
+    (old / "README.md").write_text("written by an older toolchain")
+    assert fresh_repo(tmp_path) == old and not old.exists()
+    old.mkdir()
+    (old / MARKER).write_text("{}")
+    (old / "README.md").write_text("ours, marked")
+    assert fresh_repo(tmp_path) == old and (old / "README.md").exists()  # the guarded writer decides about it

@@ -179,7 +179,7 @@ def _build(art: CellArtifacts, registry: str | None, res: UpResult, progress: Pr
 def _emit(art: CellArtifacts, engine: str, registry: str | None, work: Path, res: UpResult, progress: Progress) -> Path:
     from toolchain.pipeline.emit import emit_cell
 
-    repo = work / "repo"
+    repo = fresh_repo(work)
     standin = res.served_by == STANDIN_NOTE
     what = (
         "llmapi, CPU stand-in"
@@ -319,3 +319,17 @@ def _report(art: CellArtifacts, plan: CellPlan, result: BenchResult, work: Path,
     res.artifacts["report"] = str(files["markdown"])
     observations = observations_from(result, None, art.spec.serving.enable_prefix_caching)
     res.findings = [f.to_json() for f in diagnose(observations)]
+
+
+def fresh_repo(work: Path) -> Path:
+    """The repository path in up's own work directory ($TOOLCHAIN_CACHE/up/SPEC-CELL). A repository an older
+    toolchain left there, before output directories carried their ownership marker, is up's own: it is removed,
+    so the guarded writer (toolchain.outdir) does not refuse the README's first command after an upgrade."""
+    import shutil
+
+    from toolchain.outdir import MARKER
+
+    repo = work / "repo"
+    if repo.is_dir() and not (repo / MARKER).exists():
+        shutil.rmtree(repo)
+    return repo
