@@ -130,3 +130,40 @@ def test_wide_tables_become_records_at_80_columns_with_every_value_whole(tmp_pat
         for row in cells:
             for value in (v.strip() for v in row):
                 assert value in record, (value, r.describe())  # every value whole on the terminal
+
+
+@pytest.mark.slow
+def test_narration_and_findings_wrap_at_spaces_at_80_columns(tmp_path: Path) -> None:
+    """A CI run of `up` printed "diagnose [warning] prefill-spikes: TPOT P99/P50 = 9.5 (> 3) -> enable chunked
+    prefill …" as one 136-character line: the terminal split it mid-word at the 80th column. Narration and
+    findings (diagnose's, up's) wrap at spaces on a terminal, every word whole; piped, a finding stays one line."""
+    import json
+    import subprocess
+
+    from tests.helpers import whole_bench_result
+    from toolchain.bench.metrics import RequestRecord, aggregate
+
+    result = whole_bench_result()
+    # four requests, one whose decode steps stall: TPOT P99/P50 far above the rule's 3
+    recs = [
+        RequestRecord(
+            i, 8, 5, 0.0, chunk_times=[0.05 + k * (0.4 if i == 0 else 0.01) for k in range(5)], output_tokens=5
+        )
+        for i in range(4)
+    ]
+    run = result["runs"][0]
+    run["records"] = [r.to_json() for r in recs]
+    run["summary"] = aggregate(recs, 1.0, {"ttft_ms": 400.0, "tpot_ms": 40.0})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(result))
+    argv = [sys.executable, "-m", "toolchain.cli.main", "diagnose", "--bench", str(path)]
+    narrow = run_on_pty(argv, env=_env(tmp_path), timeout=120, cols=80)
+    wide = run_on_pty(argv, env=_env(tmp_path) | {"COLUMNS": "400"}, timeout=120, cols=400)
+    assert narrow.returncode == wide.returncode == 0, narrow.describe()
+    assert "prefill-spikes" in narrow.text, narrow.describe()
+    lines = narrow.text.replace("\r", "").splitlines()
+    assert max(len(ln) for ln in lines) <= 80, narrow.describe()
+    assert narrow.text.split() == wide.text.split(), narrow.describe()  # the same words, none split
+    piped = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True, timeout=120, check=True)
+    action = [ln for ln in piped.stdout.splitlines() if "action: enable chunked prefill" in ln]
+    assert len(action) == 1 and len(action[0]) > 80 and action[0].endswith("stalled"), piped.stdout

@@ -24,7 +24,31 @@ class _Redacting(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         from toolchain import redact
 
-        super().print(*(redact.text(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        texts = [redact.text(o) if isinstance(o, str) else o for o in objects]
+        # On a terminal a narration line wraps at spaces (a figure or path is never split by the terminal at the
+        # 80th column); text with markup is left to rich, whose tags may hold spaces.
+        plain = kwargs.get("markup") is False or all(isinstance(o, str) and "[" not in o for o in texts)
+        if self.is_terminal and self.soft_wrap and plain and texts and all(isinstance(o, str) for o in texts):
+            texts = [wrapped(kwargs.get("sep", " ").join(texts), max(self.width, 40))]
+        super().print(*texts, **kwargs)
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` with each line wrapped at spaces to ``width`` and a hanging indent; a word longer than a line (a
+    path, a key) stands whole on its own line, never split nor cut."""
+    import textwrap
+
+    lines: list[str] = []
+    for line in text.splitlines():
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        lines += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=lead + "    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+    return "\n".join(lines)
 
 
 out = _Redacting(soft_wrap=True, width=None if sys.stdout.isatty() else 180)
@@ -94,26 +118,13 @@ def _records(title: str, columns: list[str], rows: list[list[str]], width: int) 
 def print_wrapped(text: str) -> None:
     """Plain text on stdout, each line wrapped at spaces to the terminal's width with a hanging indent, so
     that the terminal never splits a figure ("0.8" | "0 GPUs"); unwrapped where stdout is not a terminal."""
-    import textwrap
-
     from toolchain import redact
 
     text = redact.text(text)
     if not sys.stdout.isatty():
         sys.stdout.write(text + "\n")
         return
-    width = max(out.width, 40)
-    lines: list[str] = []
-    for line in text.splitlines():
-        lead = line[: len(line) - len(line.lstrip(" "))]
-        lines += textwrap.wrap(
-            line,
-            width,
-            subsequent_indent=lead + "    ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        ) or [""]
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write(wrapped(text, max(out.width, 40)) + "\n")
 
 
 def fit(text: str, width: int) -> str:
