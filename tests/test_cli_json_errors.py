@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
 from tests.conftest import SPECS
 from tests.helpers import copied_tiny_spec
-from toolchain.cli.main import app
+from toolchain.cli.main import command_tree
 
 
 def _json_commands() -> list[list[str]]:
@@ -36,7 +35,7 @@ def _json_commands() -> list[list[str]]:
         elif "--format" in opts:
             found.append([*path, "--format", "json"])
 
-    walk(typer.main.get_command(app), [])
+    walk(command_tree(), [])
     return found
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
 from toolchain.cli import options as O
-from toolchain.cli.main import app
+from toolchain.cli.main import command_tree
 
 
 def _options() -> dict[str, list[tuple[str, Any]]]:
@@ -25,7 +24,7 @@ def _options() -> dict[str, list[tuple[str, Any]]]:
         for name, sub in getattr(cmd, "commands", {}).items():
             walk(sub, f"{path} {name}".strip())
 
-    walk(typer.main.get_command(app), "")
+    walk(command_tree(), "")
     return found
 
 

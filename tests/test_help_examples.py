@@ -5,10 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import typer
-
 from tests.conftest import REPO
-from toolchain.cli.main import app
+from toolchain.cli.main import command_tree
 
 
 def _helps(cmd: Any, ctx: Any) -> list[str]:
@@ -22,7 +20,7 @@ def _helps(cmd: Any, ctx: Any) -> list[str]:
 
 
 def test_specs_named_in_help_exist() -> None:
-    root = typer.main.get_command(app)
+    root = command_tree()
     text = "\n".join(_helps(root, root.context_class(root, info_name="toolchain")))
     named = set(re.findall(r"engine_specs/[\w.-]+\.yaml", text))
     assert named, "no example names a spec"
@@ -33,7 +31,7 @@ def test_specs_named_in_help_exist() -> None:
 def test_examples_keep_one_command_per_line() -> None:
     """Click rewraps help paragraphs: the examples of a command ran together into one block ("--dry-run
     toolchain deploy ..."), and a backslash continuation joined two lines into one."""
-    root = typer.main.get_command(app)
+    root = command_tree()
     ctx = root.context_class(root, info_name="toolchain", terminal_width=80, max_content_width=80)
     for text in _helps(root, ctx):
         if "Examples:" not in text:

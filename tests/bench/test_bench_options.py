@@ -95,11 +95,9 @@ CLI_ONLY = {"ctx", "save", "json_out"}  # what to do with the result, not what t
 
 def test_the_bench_command_is_built_from_the_options() -> None:
     """Each `toolchain bench` flag is a field of BenchOptions, spelled alike, with the field's help."""
-    import typer
+    from toolchain.cli.main import command_tree
 
-    from toolchain.cli.main import app
-
-    group = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    group = command_tree().commands["bench"]
     opts = {p.name: p for p in group.params if p.name not in CLI_ONLY}
     assert list(opts) == list(BenchOptions.model_fields)
     for name, field in BenchOptions.model_fields.items():

@@ -28,9 +28,8 @@ IMAGE = "registry.example/toolchain@sha256:" + "0" * 64
 
 def _registry_helps() -> dict[str, str]:
     """Each command that takes --registry, and that option's help as `COMMAND --help` prints it."""
-    import typer
 
-    from toolchain.cli.main import app
+    from toolchain.cli.main import command_tree
 
     out: dict[str, str] = {}
 
@@ -41,7 +40,7 @@ def _registry_helps() -> dict[str, str]:
             if "--registry" in p.opts:
                 out[" ".join(path)] = " ".join(str(p.help).split())
 
-    walk([], typer.main.get_command(app))
+    walk([], command_tree())
     return out
 
 

@@ -19,9 +19,8 @@ from tests.terminal.pty_harness import run_on_pty
 
 def _groups() -> list[tuple[list[str], Any]]:
     """Every command group (the top level included): its words after `toolchain`, and its click group."""
-    import typer
 
-    from toolchain.cli.main import app
+    from toolchain.cli.main import command_tree
 
     out: list[tuple[list[str], Any]] = []
 
@@ -31,7 +30,7 @@ def _groups() -> list[tuple[list[str], Any]]:
             if hasattr(sub, "commands"):
                 walk([*path, name], sub)
 
-    walk([], typer.main.get_command(app))
+    walk([], command_tree())
     return out
 
 

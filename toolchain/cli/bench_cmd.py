@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 app = typer.Typer(
     help="Benchmark a deployment: TTFT, TPOT, inter-chunk latency, throughput, goodput, prefix-cache proof.",
     invoke_without_command=True,
+    # built on its own when named (main.LAZY), not through the top-level app: the same plain help, no completion
+    rich_markup_mode=None,
+    add_completion=False,
 )
 
 
@@ -234,7 +237,3 @@ def stand_in(
         err.print(line, highlight=False, markup=False)
 
     serve(opts, stop=stop, say=say, tokenizer_out=tokenizer_out)
-
-
-def register(parent: typer.Typer) -> None:
-    parent.add_typer(app, name="bench")

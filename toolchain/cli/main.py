@@ -6,12 +6,11 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from toolchain import settings
 from toolchain.cli import (
     accuracy_cmd,
-    bench_cmd,
     build_cmd,
     cache_cmd,
     deploy_cmd,
@@ -108,8 +107,52 @@ def _is_usage_error(e: BaseException) -> bool:
     return any(c.__name__ == "UsageError" for c in type(e).__mro__)
 
 
+# Command groups whose options are built from a pydantic model (`bench`: BenchOptions): imported and built only
+# when the command line names them, so `toolchain --help` and every other command start without them (pydantic's
+# models cost more than the rest of the CLI together). Each module has a Typer ``app``; until it is built the
+# listing shows SUMMARIES' line for it, in its place among the groups (after the group named here).
+LAZY = {"bench": ("toolchain.cli.bench_cmd", "triton")}
+
+
+class _Deferred(TyperCommand):
+    """A lazy group's place in the listing: its name and summary, built into the real group when asked for."""
+
+    def __init__(self, name: str, module: str) -> None:
+        super().__init__(name, short_help=SUMMARIES[name])
+        self.module = module
+
+
 class _Group(TyperGroup):
     """Top-level group: the single error table for every command below it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ordered: dict[str, Any] = {}
+        for name, command in self.commands.items():
+            ordered[name] = command
+            ordered.update({lazy: _Deferred(lazy, m) for lazy, (m, after) in LAZY.items() if after == name})
+        ordered.update({lazy: _Deferred(lazy, m) for lazy, (m, _) in LAZY.items() if lazy not in ordered})
+        self.commands = ordered
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = self.commands.get(cmd_name)
+        if isinstance(command, _Deferred):  # named on the command line (or walked): build it, in its place
+            import importlib
+
+            sub: typer.Typer = importlib.import_module(command.module).app
+            _keep_examples_as_lines(sub)
+            built = typer.main.get_command(sub)
+            built.name, built.short_help = cmd_name, command.short_help
+            self.commands[cmd_name] = built
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The listing of `toolchain --help`: a lazy group's summary without building it."""
+        rows = [(n, c) for n, c in self.commands.items() if not c.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(n) for n, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(n, c.get_short_help_str(limit)) for n, c in rows])
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         # Help piped to a file or another program is never wrapped nor cut to a terminal's width: it is read whole
@@ -209,12 +252,12 @@ def _main(
     """TensorRT-LLM toolchain: spec → plan → quantize → build → registry → Triton → serve → bench → diagnose."""
 
 
-# One registration style: every command module has register(app), for a command or a command group.
+# One registration style: every command module has register(app), for a command or a command group (a group built
+# from a pydantic model is named in LAZY instead).
 COMMANDS = (
     spec_cmd,
     cache_cmd,
     triton_cmd,
-    bench_cmd,
     up_cmd,
     gpus_cmd,
     plan_cmd,
@@ -279,6 +322,16 @@ def _keep_examples_as_lines(t: typer.Typer) -> None:
 
 
 _keep_examples_as_lines(app)
+
+
+def command_tree() -> Any:
+    """The whole click command of `toolchain`, every lazy group built: what a walk over every command and option
+    (the docs' checks, completion scripts) reads."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, _Group)
+    for name in LAZY:
+        root.get_command(None, name)
+    return root
 
 
 def _redacted_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
