@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -79,12 +82,31 @@ def cli() -> Cli:
     return invoke
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Path]) -> Path:
+    """What ``build(directory)`` makes, made once per run and shared by the pytest-xdist workers (each is a session
+    of its own): the first to ask builds it under a lock in the run's common temporary directory, the others wait
+    and read it. Read-only for the tests: one that changes it works on a copy. A build that failed is redone."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # <basetemp>/popen-gwN: the parent is the run's, common to the workers
+    where = root / f"built-{name}"
+    with FileLock(str(where) + ".lock"):
+        done = where / ".built"
+        if not done.is_file():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            done.write_text(str(build(where).relative_to(where)))
+        return where / done.read_text()
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random Llama + BPE tokenizer, built locally once per test session."""
+    """The tiny random Llama + BPE tokenizer, built locally once per test run."""
     from toolchain.quantize.tiny import make_tiny_checkpoint
 
-    return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
+    return built_once(tmp_path_factory, "tiny-llama", lambda d: make_tiny_checkpoint(d / "tiny-llama"))
 
 
 # engine_specs/tiny.yaml's calibration (quantization.calibration), written out so that tests do not read it from
@@ -99,7 +121,11 @@ def tiny_fp8(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from toolchain.artifacts.recipe import Recipe
     from toolchain.quantize.run import quantize
 
-    return quantize(tiny_checkpoint, Recipe("fp8", "fp8", **SPEC_CALIB), tmp_path_factory.mktemp("tiny") / "q").out
+    return built_once(
+        tmp_path_factory,
+        "tiny-fp8",
+        lambda d: quantize(tiny_checkpoint, Recipe("fp8", "fp8", **SPEC_CALIB), d / "q").out,
+    )
 
 
 def write_tiny_spec(dest: Path, ckpt: Path, *, calibration: dict[str, Any] | None = None, **serving: Any) -> Path:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import built_once
+
 
 @pytest.fixture(scope="session")
 def family_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -16,5 +18,12 @@ def family_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     from toolchain.quantize.tiny import make_tiny_checkpoint
     from toolchain.specs import families
 
-    root = tmp_path_factory.mktemp("families")
-    return {f: make_tiny_checkpoint(root / f, family=f) for f in [*families.FAMILIES, "gpt_neox"]}
+    names = [*families.FAMILIES, "gpt_neox"]
+
+    def build(root: Path) -> Path:
+        for f in names:
+            make_tiny_checkpoint(root / f, family=f)
+        return root
+
+    root = built_once(tmp_path_factory, "families", build)
+    return {f: root / f for f in names}
