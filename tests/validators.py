@@ -52,8 +52,6 @@ CHECKOV_SKIPS = {
     "serves, so the toolchain writes none of its own)",
     "CKV_K8S_9": "a Dynamo component has no readiness probe of the toolchain's: the Dynamo operator adds its own "
     "to the pods it makes from the DynamoGraphDeployment (see CKV_K8S_8)",
-    "CKV2_K8S_6": "a Dynamo component's pod has no NetworkPolicy yet: the DynamoGraphDeployment's frontend and "
-    "workers talk over the operator's NATS and etcd, whose addresses the toolchain does not know",
 }
 CHECKOV_SKIPS_WHEN: dict[str, tuple[str, ...]] = {
     "CKV_K8S_43": ("image by tag",),
@@ -61,7 +59,6 @@ CHECKOV_SKIPS_WHEN: dict[str, tuple[str, ...]] = {
     "CKV_K8S_38": ("group leader pod",),
     "CKV_K8S_8": ("group worker pod", "dynamo component pod"),
     "CKV_K8S_9": ("dynamo component pod",),
-    "CKV2_K8S_6": ("dynamo component pod",),
 }
 ALWAYS_SKIPPED = sorted(set(CHECKOV_SKIPS) - set(CHECKOV_SKIPS_WHEN))
 

@@ -29,6 +29,24 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+# a pin on an entry's manifest (`cache pull --digest`, `deploy --engine-digest`): sha256:HEX or @sha256:HEX
+_PIN = re.compile(r"@?(sha256:[0-9a-f]{64})")
+
+
+def pinned_digest(text: str, flag: str) -> str:
+    """The ``sha256:<hex>`` that a pin flag names (``@sha256:<hex>`` is the same digest); anything else is the
+    user's mistake, said in one line naming ``flag``."""
+    m = _PIN.fullmatch(text)
+    if m is None:
+        from toolchain.errors import UserInputError
+
+        raise UserInputError(
+            f"{flag} {text[:80]!r} is not a digest",
+            "give sha256: and 64 lower-case hex digits (the digest `toolchain cache sign` prints)",
+        )
+    return m.group(1)
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

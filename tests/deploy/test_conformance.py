@@ -131,18 +131,36 @@ def scanned(written: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
         ns = rendered[0]["metadata"]["namespace"]
         _write_set(d, {f"{r['kind'].lower()}.yaml": r for r in rendered}, ns)
         (d / "Dockerfile").write_text((out / "image" / "Dockerfile").read_text())
-    (tree / "dgd").mkdir()  # the DGD's components as Pods (checkov skips a CRD)
-    for i, pod in enumerate(_dgd_pods(tmp_path_factory.mktemp("dgd")).values()):
+    (tree / "dgd").mkdir()  # the DGD's components as Pods (checkov skips a CRD), beside what is written with it
+    dgd_out = tmp_path_factory.mktemp("dgd")
+    for i, pod in enumerate(_dgd_pods(dgd_out).values()):
         (tree / "dgd" / f"dgd-component{i}-pod.yaml").write_text(yaml.safe_dump(pod, sort_keys=False))
+    for res in render_kustomization(dgd_out / "out"):
+        if res["kind"] == "NetworkPolicy":
+            (tree / "dgd" / "networkpolicy.yaml").write_text(yaml.safe_dump(res, sort_keys=False))
     for name, df in _dockerfiles().items():
         (tree / f"docker-{name}").mkdir()
         (tree / f"docker-{name}" / "Dockerfile").write_text(df)
     return tree, checkov(tree)
 
 
+# What the Dynamo operator adds to the labels of every pod it makes from a DynamoGraphDeployment's component
+# (docs/dynamo.md, "NetworkPolicy": ai-dynamo/dynamo deploy/operator consts.go and graph.go; the dynamo namespace is
+# "<namespace>-<name>", ComputeDynamoNamespace)
+def _operator_labels(dgd: dict[str, Any], comp: dict[str, Any]) -> dict[str, str]:
+    name, ns = dgd["metadata"]["name"], dgd["metadata"]["namespace"]
+    return {
+        "nvidia.com/dynamo-graph-deployment-name": name,
+        "nvidia.com/dynamo-component": comp["name"],
+        "nvidia.com/dynamo-component-type": comp["type"],
+        "nvidia.com/dynamo-namespace": f"{ns}-{name}",
+    }
+
+
 def _dgd_pods(tmp: Path) -> dict[str, dict[str, Any]]:
     """`dynamo deploy` of the disaggregated spec (its runtime image and the toolchain image by digest, pulling a
-    registry artifact): each component's pod template as the Pod the operator makes of it."""
+    registry artifact): each component's pod template as the Pod the operator makes of it, with the labels the
+    operator adds."""
     from toolchain.cli.main import app
 
     d = yaml.safe_load(DGD_SPEC.read_text())
@@ -157,7 +175,8 @@ def _dgd_pods(tmp: Path) -> dict[str, dict[str, Any]]:
     pods = {}
     for comp in dgd["spec"]["components"]:
         tmpl = comp["podTemplate"]
-        meta = {"name": f"dgd-{comp['name']}", "namespace": "llm", "labels": tmpl["metadata"]["labels"]}
+        labels = {**tmpl["metadata"]["labels"], **_operator_labels(dgd, comp)}
+        meta = {"name": f"dgd-{comp['name']}", "namespace": "llm", "labels": labels}
         pods[comp["name"]] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tmpl["spec"]}
     assert len(pods) >= 3 and all(p["spec"].get("initContainers") for n, p in pods.items() if n != "frontend")
     return pods
@@ -211,9 +230,13 @@ def test_checkov_passes_every_manifest_set_and_dockerfile(scanned: tuple[Path, l
     assert {"CKV_K8S_43", "CKV_K8S_21"} <= seen  # the by-tag, no-namespace deployment
     assert any(f["check_id"] == "CKV_K8S_38" and "leader" in f["file"] for f in failed)
     assert len(list((tree / "dgd").glob("*-pod.yaml"))) >= 3  # the Dynamo components were scanned too
-    # the checks that failed before on every Dynamo component (issue Trust II): resources, token, digest
+    # the checks that failed before on every Dynamo component (issue Trust II): resources, token, digest; and
+    # the NetworkPolicy written beside the DynamoGraphDeployment selects every component's pod
     dgd = [f for f in failed if "dgd-component" in f["file"]]
-    assert not {"CKV_K8S_10", "CKV_K8S_12", "CKV_K8S_13", "CKV_K8S_38", "CKV_K8S_43"} & {f["check_id"] for f in dgd}
+    assert not {"CKV_K8S_10", "CKV_K8S_12", "CKV_K8S_13", "CKV_K8S_38", "CKV_K8S_43", "CKV2_K8S_6"} & {
+        f["check_id"] for f in dgd
+    }
+    assert (tree / "dgd" / "networkpolicy.yaml").is_file()
 
 
 def test_checkov_sees_what_the_old_manifests_got_wrong(tmp_path: Path) -> None:

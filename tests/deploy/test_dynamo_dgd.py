@@ -41,7 +41,7 @@ def _dgd(out: Path) -> dict[str, Any]:
 
 def test_every_manifest_validates(written: Path, validate_manifest: Callable[[dict[str, Any]], None]) -> None:
     resources = render_kustomization(written)
-    assert {r["kind"] for r in resources} == {"ConfigMap", "DynamoGraphDeployment", "PrometheusRule"}
+    assert {r["kind"] for r in resources} == {"ConfigMap", "DynamoGraphDeployment", "NetworkPolicy", "PrometheusRule"}
     for res in resources:
         validate_manifest(res)
 
@@ -86,6 +86,31 @@ def test_components_and_sizing_follow_the_plan(written: Path) -> None:
         assert main["args"][i + 1] == role
     fe = comps["frontend"]["podTemplate"]["spec"]["containers"][0]
     assert fe["args"][:2] == ["-m", "dynamo.frontend"] and "kv" in fe["args"]
+
+
+# The label the Dynamo operator puts on every pod of a graph, valued with the DynamoGraphDeployment's name
+# (docs/dynamo.md, "NetworkPolicy": ai-dynamo/dynamo deploy/operator consts.go KubeLabelDynamoGraphDeploymentName)
+GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+
+
+def test_a_network_policy_selects_the_graphs_pods(written: Path) -> None:
+    """Ingress to the frontend's HTTP port and the system port (metrics, health) from anywhere, everything from
+    the graph's own pods; egress left open (NATS, etcd, the registry are elsewhere)."""
+    (policy,) = [r for r in render_kustomization(written) if r["kind"] == "NetworkPolicy"]
+    d = _dgd(written)
+    graph = {"matchLabels": {GRAPH_LABEL: d["metadata"]["name"]}}
+    assert policy["metadata"]["namespace"] == d["metadata"]["namespace"] == "llm"
+    assert policy["spec"]["podSelector"] == graph and policy["spec"]["policyTypes"] == ["Ingress"]
+    served, peers = policy["spec"]["ingress"]
+    (fe,) = [c for c in d["spec"]["components"] if c["type"] == "frontend"]
+    args = fe["podTemplate"]["spec"]["containers"][0]["args"]
+    http = int(args[args.index("--http-port") + 1])
+    assert fe["podTemplate"]["spec"]["containers"][0]["ports"] == [{"name": "http", "containerPort": http}]
+    assert "from" not in served and served["ports"] == [
+        {"protocol": "TCP", "port": http},
+        {"protocol": "TCP", "port": 9090},  # the operator's system port (DYN_SYSTEM_PORT): /metrics, /health
+    ]
+    assert peers == {"from": [{"podSelector": graph}]}
 
 
 def test_restricted_pod_security(written: Path) -> None:
@@ -136,6 +161,8 @@ def test_registry_artifact_is_pulled_and_verified_by_an_init_container(
         "--registry-secret", "registry-creds", "--toolchain-image", "registry.example/toolchain@sha256:" + "0" * 64,
     )  # fmt: skip
     assert r.exit_code == 0, r.output
+    # no credentials for s3://models/llm here: written unpinned, and said in one line
+    assert len([ln for ln in r.stderr.splitlines() if "is not pinned" in ln]) == 1, r.stderr
     for res in render_kustomization(out):
         validate_manifest(res)
     for c in _dgd(out)["spec"]["components"][1:]:

@@ -112,7 +112,7 @@ def test_toolchain_deploy_on_a_dynamo_spec_writes_them_too(tmp_path: Path) -> No
     r = CliRunner().invoke(app, ["deploy", str(DISAGG), "--out", str(out), "--namespace", "llm", *artifact])
     assert r.exit_code == 0, r.output
     kinds = {res["kind"] for res in render_kustomization(out)}
-    assert {"DynamoGraphDeployment", "PrometheusRule", "ConfigMap"} == kinds
+    assert {"DynamoGraphDeployment", "PrometheusRule", "ConfigMap", "NetworkPolicy"} == kinds
     _check(out / "observability" / "rules.yaml")
     assert (out / "observability" / "dashboard.json").is_file()
 

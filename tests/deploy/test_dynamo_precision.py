@@ -63,6 +63,7 @@ def test_the_quantized_artifact_is_not_warned_about(cli: Cli, tmp_path: Path) ->
     r = cli(
         "dynamo", "deploy", DISAGG, "--out", out, "--engine", KEY, "--registry", "s3://models/llm",
         "--toolchain-image", "registry.example/toolchain@sha256:" + "0" * 64,
+        "--engine-digest", "sha256:" + "1" * 64,  # pinned: no registry to read here, and nothing else to warn about
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "warning:" not in r.output

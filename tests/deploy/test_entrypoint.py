@@ -3,8 +3,10 @@ verify, start tritonserver with the CPU reference model, answer the readiness pr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +88,7 @@ def test_pull_verify_serve_and_answer_ready(served: tuple[subprocess.Popen[bytes
         time.sleep(0.2)
     text = log.read_text()
     assert "pulling" in text and "serving the CPU reference model" in text
+    assert "(manifest sha256:" in text  # the pull was pinned to the manifest deployed
     restored = next((tmp_path / "engines").iterdir())
     assert (restored / "config.json").is_file() and (restored / "model.safetensors").is_file()
     live = url.replace("/ready", "/live")
@@ -116,6 +119,42 @@ def test_a_corrupt_engine_exits_before_serving(
     assert rc != 0, text
     assert "does not match its digest" in text and "not serving" in text
     assert _status(f"http://127.0.0.1:{ports['HTTP_PORT']}/v2/health/ready") is None  # nothing ever listened
+
+
+def test_an_entry_replaced_after_the_deploy_is_refused(
+    s3_env: str, tiny_spec_file: Path, tiny_checkpoint: Path, reference_key: str, ports: dict[str, str], tmp_path: Path
+) -> None:
+    """A pod starts with an empty cache, so only the digest written at deploy time stops it from serving what
+    whoever can write the registry put under the key since (measured before: the pod pulled and served it)."""
+    import boto3
+
+    registry = s3_bucket(s3_env, "replaced")
+    open_registry(registry).put(reference_key, tiny_checkpoint, kind="checkpoint")
+    record = boto3.client("s3", endpoint_url=s3_env).get_object(
+        Bucket="replaced", Key=f"engines/manifests/{reference_key}.json"
+    )["Body"]
+    deployed = "sha256:" + hashlib.sha256(record.read()).hexdigest()  # what `cache pull --digest` compares (S3)
+    out = deploy_reference(tiny_spec_file, tmp_path, registry, reference_key)
+    assert env_from_manifest(out)[0].get("ENGINE_DIGEST") == deployed
+    swapped = tmp_path / "swapped"  # other weights under the same key: a forced push after the deploy
+    shutil.copytree(tiny_checkpoint, swapped)
+    weights = swapped / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    open_registry(registry).put(reference_key, swapped, kind="checkpoint", force=True)
+    log = tmp_path / "entrypoint.log"
+    proc = run_entrypoint(out, ports, log)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and "restored " not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        rc = proc.poll()
+    finally:
+        stop_entrypoint(proc)
+    text = log.read_text()
+    assert rc is not None and rc != 0, text  # it exited on its own, before serving
+    assert "not the pinned" in text and "not serving" in text, text
+    assert not (tmp_path / "engines" / reference_key).exists()
+    assert _status(f"http://127.0.0.1:{ports['HTTP_PORT']}/v2/health/ready") is None
 
 
 def test_a_repository_for_another_engine_is_refused(

@@ -119,17 +119,15 @@ def pull(
       toolchain cache pull 3f2a9c1d ./engine --require-signature --public-key cosign.pub
     """
     from toolchain.cli.render import Stages, err, plural
-    from toolchain.errors import UserInputError
+    from toolchain.digest import pinned_digest
     from toolchain.registry import open_registry
     from toolchain.registry.signing import verifier_for
-    from toolchain.registry.store import digest_hex
 
-    if digest is not None and digest_hex(digest) == digest:
-        raise UserInputError(f"--digest {digest[:80]!r} is not a digest", "give sha256: and 64 hex digits")
+    pin = pinned_digest(digest, "--digest") if digest is not None else None
     verifier = verifier_for(public_key, require=require_signature)
     r = open_registry(registry, must_exist=True, allow_legacy=allow_legacy)
     stages = r.progress = Stages()
-    m = r.get(ref, dest, force=force, link=link, verifier=verifier, pin=digest and digest.removeprefix("@"))
+    m = r.get(ref, dest, force=force, link=link, verifier=verifier, pin=pin)
     stages.close()
     signed = f", signature verified with {verifier.path}" if verifier is not None else ""
     err.print(

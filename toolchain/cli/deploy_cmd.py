@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from toolchain.cli.options import CellOpt, DryRunOpt, ForceOpt, Frontend, JsonOpt, PodRegistryOpt, SpecArg, out_dir_opt
+from toolchain.cli.options import (
+    CellOpt,
+    DryRunOpt,
+    EngineDigestOpt,
+    ForceOpt,
+    Frontend,
+    JsonOpt,
+    PodRegistryOpt,
+    SpecArg,
+    out_dir_opt,
+)
 
 
 def deploy(
@@ -67,6 +77,7 @@ def deploy(
             "an engine without a valid signature of it",
         ),
     ] = None,
+    engine_digest: EngineDigestOpt = None,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     json_out: JsonOpt = False,
@@ -106,7 +117,19 @@ def deploy(
                 f"drop {', '.join(given)} (or remove the spec's dynamo block for a Triton deployment)",
             )
         _deploy_dynamo(
-            spec, cell, out, registry, engine, image, registry_secret, namespace, public_key, dry_run, force, json_out
+            spec,
+            cell,
+            out,
+            registry,
+            engine,
+            image,
+            registry_secret,
+            namespace,
+            public_key,
+            engine_digest,
+            dry_run,
+            force,
+            json_out,
         )
         return
     pem = None
@@ -128,6 +151,7 @@ def deploy(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         force=force,
+        engine_digest=engine_digest,
     )
     if dry_run:
         from toolchain.cli.render import Stages
@@ -166,6 +190,8 @@ def deploy(
         reference=reference,
         progress=Stages(quiet=json_out),
     )
+    for w in res.warnings:  # also in --json: a deployment weaker than it could be is said either way
+        err.print(f"warning: {w}", highlight=False, markup=False)
     if json_out:
         print_json(res.to_json())
         return
@@ -199,6 +225,7 @@ def _deploy_dynamo(
     registry_secret: str | None,
     namespace: str | None,
     public_key: Path | None,
+    engine_digest: str | None,
     dry_run: bool,
     force: bool,
     json_out: bool,
@@ -213,6 +240,10 @@ def _deploy_dynamo(
     if dry_run:
         from toolchain.dynamo.pipeline import plan_spec
 
+        if engine_digest is not None:  # a malformed flag is refused however the command runs
+            from toolchain.digest import pinned_digest
+
+            pinned_digest(engine_digest, "--engine-digest")
         try:  # sized as `toolchain dynamo deploy` sizes by default
             planned = plan_spec(spec, cell, estimator="auto", progress=stages)
         finally:
@@ -239,6 +270,7 @@ def _deploy_dynamo(
             registry_secret=registry_secret,
             toolchain_image=image,
             public_key=public_key,
+            engine_digest=engine_digest,
             estimator="auto",  # as `toolchain dynamo deploy` sizes by default
             force=force,
             progress=stages,
@@ -248,7 +280,7 @@ def _deploy_dynamo(
     for w in res.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
-        print_json({"files": {k: str(v) for k, v in res.files.items()}, "plan": res.planned.plan.to_json()})
+        print_json(res.to_json())
         return
     err.print(f"cell {res.planned.cell.id}: DynamoGraphDeployment, sized by the Dynamo plan", highlight=False)
     for f in res.files.values():

@@ -11,6 +11,7 @@ import typer
 from toolchain.cli.options import (
     CellOpt,
     DynamoRegistryOpt,
+    EngineDigestOpt,
     Estimator,
     EstimatorOpt,
     ForceOpt,
@@ -130,7 +131,9 @@ def _narrate(stage: str, *_a: object, **_k: object) -> None:
 @app.command("deploy", short_help="Write a DynamoGraphDeployment sized from the plan.")
 def deploy(
     spec: SpecArg,
-    out: Annotated[Path, out_dir_opt("the DynamoGraphDeployment, the engine-args files and a kustomization")],
+    out: Annotated[
+        Path, out_dir_opt("the DynamoGraphDeployment, its NetworkPolicy, the engine-args files and a kustomization")
+    ],
     cell: CellOpt = None,
     namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace")] = "default",
     model_path: Annotated[
@@ -156,6 +159,7 @@ def deploy(
             help="The pull step requires the artifact signed by this key (cosign.pub, PEM; docs/signing.md)",
         ),
     ] = None,
+    engine_digest: EngineDigestOpt = None,
     estimator: EstimatorOpt = Estimator.auto,
     allow_unquantized: Annotated[
         bool,
@@ -190,6 +194,7 @@ def deploy(
         registry_secret=registry_secret,
         toolchain_image=toolchain_image,
         public_key=public_key,
+        engine_digest=engine_digest,
         estimator=estimator.value,
         progress=_narrate,
         force=force,
@@ -198,7 +203,7 @@ def deploy(
     for w in res.warnings:  # written as asked, but not what the plan sized the pools for
         err.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
-        print_json({"files": {k: str(v) for k, v in res.files.items()}, "plan": res.planned.plan.to_json()})
+        print_json(res.to_json())
         return
     files = res.files
     for name, path in files.items():

@@ -12,6 +12,8 @@ One option name has one meaning in every command that takes it:
 - ``--samples`` how many times a live server's metrics are sampled (``diagnose``); calibration is ``--calib-samples``
 - ``--timeout`` seconds before one unit of work is abandoned: a build (``build``), a request (``bench``)
 - ``--idle-timeout`` seconds one request may receive nothing before it is abandoned (``bench``)
+- ``--digest``  the sha256 of an entry's manifest a pull must find (``cache pull``); ``--engine-digest`` is the
+                same pin written into the pods (``deploy``, ``dynamo deploy``)
 
 Every closed set is an Enum, so an unknown value is refused by the parser with the list of choices. The
 values are the library's own (a test holds each Enum equal to the library's set); they are written out here so
@@ -146,6 +148,16 @@ MatrixRegistryOpt = Annotated[
         "oci://host[:port]/repository (default: $TOOLCHAIN_REGISTRY, else $TOOLCHAIN_CACHE/registry; "
         "kubernetes and argo: the shared registry the pods push to, required, default: $TOOLCHAIN_REGISTRY, "
         "never the local cache)",
+    ),
+]
+# The manifest digest the pods' pull is pinned to (`cache pull --digest`); `deploy` and `dynamo deploy` read it
+# from the registry themselves when they can, so this is for a registry that cannot be read from where they run.
+EngineDigestOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine-digest",
+        help="sha256:HEX of the engine's manifest the pods must pull (what `toolchain cache sign` prints); "
+        "default: read from the registry now, else the pods pull whatever the key names (with a warning)",
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing")]

@@ -41,6 +41,7 @@ from toolchain.deploy.context import (
 from toolchain.deploy.manifests import DEFAULT_NAMESPACE, PINNED, Target, app_name, kustomization, manifests
 from toolchain.deploy.observability import RuleTable, write_observability
 from toolchain.deploy.sizing import Sizing, size_cell
+from toolchain.digest import pinned_digest
 from toolchain.errors import DeployError
 from toolchain.outdir import owned_output
 from toolchain.specs.matrix import Cell
@@ -68,6 +69,8 @@ class DeployOptions:
     max_replicas: int | None = None
     force: bool = False
     public_key_pem: bytes | None = None  # the image requires engines signed by this key (docs/signing.md)
+    # sha256:... of the engine's manifest the pods' pull must find (`cache pull --digest`); None: pull by key only
+    engine_digest: str | None = None
 
 
 @dataclass
@@ -79,6 +82,8 @@ class DeployResult:
     sizing: Sizing
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    engine_digest: str | None = None  # the manifest the pods' pull is pinned to
+    warnings: list[str] = field(default_factory=list)  # written as asked, but weaker than it could be
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,9 +91,11 @@ class DeployResult:
             "app": self.app,
             "image": self.image,
             "engine_key": self.engine_key,
+            "engine_digest": self.engine_digest,
             "sizing": self.sizing.to_json(),
             "files": self.files,
             "notes": self.notes,
+            "warnings": self.warnings,
         }
 
 
@@ -138,6 +145,8 @@ def check_options(o: DeployOptions) -> None:
     _registry_in_pod(o)
     if o.image is not None:
         pinned_image(o.image, "--image")
+    if o.engine_digest is not None:
+        pinned_digest(o.engine_digest, "--engine-digest")
 
 
 def _yaml(obj: dict[str, Any], header: str) -> str:
@@ -181,7 +190,8 @@ def write_deployment(
         leaks = _host_paths_to_refuse(o, (*host_paths, *([repository] if repository else []), tmp, out))
         _refuse_leaks(tmp, leaks, skip=ctx / "src")
         files = _written_files(tmp)
-    return DeployResult(out, app, image, engine_key, sizing, files, _notes(image, o.namespace) + obs_notes)
+    notes = _notes(image, o.namespace) + obs_notes
+    return DeployResult(out, app, image, engine_key, sizing, files, notes, engine_digest=target.engine_digest)
 
 
 def _with_frontend(cell: Cell, options: DeployOptions) -> DeployOptions:
@@ -247,6 +257,7 @@ def _target(o: DeployOptions, app: str, image: str, engine_key: str) -> Target:
         queue_target_ms=o.queue_target_ms,
         prometheus_url=o.prometheus_url,
         namespace=o.namespace or DEFAULT_NAMESPACE,
+        engine_digest=pinned_digest(o.engine_digest, "--engine-digest") if o.engine_digest else None,
     )
 
 
@@ -303,6 +314,7 @@ def _decision(cell: Cell, o: DeployOptions, target: Target, *, base: str, sizing
         "spec": cell.spec.name,
         "cell": cell.id,
         "engine_key": target.engine_key,
+        "engine_digest": target.engine_digest,  # null: the pods pull whatever manifest the key names
         "app": target.app,
         "base_image": base,
         "image": image,

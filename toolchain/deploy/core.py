@@ -124,6 +124,16 @@ def secret_env(secret: str | None) -> list[dict[str, Any]]:
     return [{"secretRef": {"name": secret, "optional": False}}] if secret else []
 
 
+def unpinned(key: str, why: str) -> str:
+    """The one line a deployment written without an engine digest says (stderr, and ``warnings`` in --json): its
+    pods pull by key alone (docs/deploy.md, "The pods pull one manifest")."""
+    return (
+        f"engine {key[:16]} is not pinned ({why}): the pods will accept whatever manifest the key names when they "
+        "pull it; pin it with --engine-digest sha256:HEX (the digest `toolchain cache sign` prints), or deploy from "
+        "where the registry can be read"
+    )
+
+
 def image_pull_policy(image: str) -> str:
     """A digest names one image for good; a tag may have moved since the node pulled it."""
     return "IfNotPresent" if "@" in image else "Always"

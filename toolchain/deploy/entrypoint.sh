@@ -1,13 +1,16 @@
 #!/bin/sh
 # Container entrypoint written by `toolchain deploy` (docs/deploy.md): pull the engine by key from the
-# registry, verify every file's digest, check the model repository was made for that engine, then start
-# the server. Any failure exits non-zero before a port is opened, so the pod never turns ready on a bad engine.
+# registry (only the manifest deployed, when ENGINE_DIGEST is set), verify every file's digest, check the model
+# repository was made for that engine, then start the server. Any failure exits non-zero before a port is
+# opened, so the pod never turns ready on a bad engine.
 #
 # Environment (set by the manifests; registry credentials come from a Secret through envFrom):
 #   TOOLCHAIN_REGISTRY  s3://bucket/prefix, hf://org/repo, oci://host/repository, or a directory on a mounted
 #                       volume (oci://: TOOLCHAIN_OCI_USERNAME/PASSWORD and, for a registry without TLS,
 #                       TOOLCHAIN_OCI_PLAIN_HTTP=1 come from the Secret too)
 #   ENGINE_KEY          the registry entry to serve (full key)
+#   ENGINE_DIGEST       sha256:... of the entry's manifest as deployed: the pull refuses any other (`cache pull
+#                       --digest`, exit 6); unset, whatever manifest the key names at start is pulled
 #   ENGINES_ROOT        where engines are restored (an emptyDir); the repository points under it
 #   TOOLCHAIN_MODEL_REPOSITORY, TOOLCHAIN_TOKENIZER, TOOLCHAIN_WORLD_SIZE (TP x PP), READY_TIMEOUT (s)
 #   TOOLCHAIN_FRONTEND  openai: Triton's OpenAI frontend (+ KServe HTTP/gRPC) | kserve: tritonserver |
@@ -58,8 +61,14 @@ ready="$ROOT/.ready-$ENGINE_KEY" # written once the engine is pulled, verified a
 rm -f "$ready"
 rm -rf "$dest"
 mkdir -p "$ROOT"
-say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest"
-"$PY" -m toolchain.cli.main cache pull "$ENGINE_KEY" "$dest" --registry "$TOOLCHAIN_REGISTRY" ||
+set -- cache pull "$ENGINE_KEY" "$dest" --registry "$TOOLCHAIN_REGISTRY"
+if [ -n "${ENGINE_DIGEST:-}" ]; then
+    set -- "$@" --digest "$ENGINE_DIGEST" # the manifest deployed, not whatever the key names now
+    say "pulling $ENGINE_KEY (manifest $ENGINE_DIGEST) from $TOOLCHAIN_REGISTRY into $dest"
+else
+    say "pulling $ENGINE_KEY from $TOOLCHAIN_REGISTRY into $dest (no ENGINE_DIGEST: any manifest of the key)"
+fi
+"$PY" -m toolchain.cli.main "$@" ||
     fail "engine $ENGINE_KEY could not be pulled and verified from $TOOLCHAIN_REGISTRY; not serving"
 if [ "$FRONTEND" = trtllm-serve ]; then
     # runtime pytorch: the artifact is the LLM-API checkpoint (hf/) and its options; trtllm-serve is the

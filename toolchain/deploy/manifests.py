@@ -54,6 +54,7 @@ class Target:
     queue_target_ms: float
     prometheus_url: str
     namespace: str | None = None
+    engine_digest: str | None = None  # the manifest the pod's pull is pinned to (ENGINE_DIGEST); None: by key only
 
 
 def app_name(cell: Cell) -> str:
@@ -101,6 +102,8 @@ def _env(t: Target, cell: Cell, s: Sizing) -> list[dict[str, Any]]:
         {"name": "METRICS_PORT", "value": str(PORTS["metrics"])},
         {"name": "OPENAI_PORT", "value": str(PORTS["openai"])},
     ]
+    if t.engine_digest:  # the entrypoint's pull refuses any other manifest under the key (`cache pull --digest`)
+        env.insert(2, {"name": "ENGINE_DIGEST", "value": t.engine_digest})
     return env
 
 

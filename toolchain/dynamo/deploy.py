@@ -8,7 +8,8 @@ a ConfigMap: the spec's KV-cache, CUDA-graph, chunked-prefill and scheduler opti
 plus ``cache_transceiver_config``, and on prefill workers ``disable_overlap_scheduler: true`` (TensorRT-LLM's
 overlap scheduler is not supported on prefill-only workers). ``nvidia.com/gpu`` per worker = its TP. Pods run
 under the ``restricted`` Pod Security Standard (non-root, no privilege escalation, every capability dropped,
-RuntimeDefault seccomp), with writable emptyDirs for the caches.
+RuntimeDefault seccomp), with writable emptyDirs for the caches. A NetworkPolicy beside it selects the pods the
+operator makes for the graph by its graph-name label (:func:`network_policy`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ SYSTEM_PORT = 9090  # DYN_SYSTEM_PORT: the worker's /health and /metrics
 TRANSCEIVER = {"default": "DEFAULT", "nixl": "NIXL", "ucx": "UCX"}
 COMPONENT = {"workers": ("worker", "worker"), "prefill": ("prefill", "prefill"), "decode": ("decode", "decode")}
 MODE_FLAG = {"workers": "agg", "prefill": "prefill", "decode": "decode"}
+# The label the Dynamo operator puts on every pod it makes for a graph, valued with the DynamoGraphDeployment's name
+# (docs/dynamo.md, "NetworkPolicy": ai-dynamo/dynamo deploy/operator/internal/consts/consts.go
+# KubeLabelDynamoGraphDeploymentName; the 1.6.1 wheel's planner lists a graph's pods by it)
+GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 MODELS = "/models"  # the emptyDir an init container restores the registry artifact into
 KEYS = "/etc/toolchain/keys"  # the public key the pull step verifies signatures with (a ConfigMap)
 
@@ -52,6 +57,7 @@ class Artifact:
     image: str  # an image with the toolchain installed (the one `toolchain deploy` builds)
     secret: str | None = None  # Secret with the registry credentials (AWS_*, HF_TOKEN), as envFrom
     public_key_pem: bytes | None = None  # the pull requires a valid signature by this key (docs/signing.md)
+    digest: str | None = None  # sha256:... of the manifest the pull must find (`cache pull --digest`); None: by key
 
     @property
     def model_path(self) -> str:
@@ -188,7 +194,8 @@ def _pod_template(container: dict[str, Any], volumes: list[dict[str, Any]], labe
 
 def _pull_container(a: Artifact) -> dict[str, Any]:
     """``toolchain cache pull`` of the artifact into the models emptyDir: every file's digest is verified, and a
-    corrupt or missing entry fails the pod before the worker starts."""
+    corrupt or missing entry fails the pod before the worker starts; with the artifact's digest, so does any
+    manifest but the one deployed (a replaced entry, exit 6)."""
     _pod, sec = _security()
     c: dict[str, Any] = {
         "name": "pull",
@@ -196,6 +203,7 @@ def _pull_container(a: Artifact) -> dict[str, Any]:
         "imagePullPolicy": core.image_pull_policy(a.image),
         "command": ["python3", "-m", "toolchain.cli.main", "cache", "pull", a.key, f"{MODELS}/{a.key}"],
         "args": ["--registry", a.registry]
+        + (["--digest", a.digest] if a.digest else [])  # the manifest deployed, not whatever the key names later
         + (["--require-signature", "--public-key", f"{KEYS}/cosign.pub"] if a.public_key_pem else []),
         "env": _env(),
         "resources": copy.deepcopy(core.HELPER_RESOURCES),
@@ -302,6 +310,27 @@ def dgd(
     }
 
 
+def network_policy(*, name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Ingress to the graph's pods (every pod the operator makes for DynamoGraphDeployment ``name``, by its
+    :data:`GRAPH_LABEL`): the frontend's HTTP port and the components' system port (/metrics, /health) from
+    anywhere (clients, Prometheus), and anything from the graph's own pods (requests from the frontend and router
+    to the workers, KV events, NIXL transfers between prefill and decode). Egress is left open: NATS, etcd, the
+    registry and the Hub are elsewhere. The Triton deployment's policy has the same shape
+    (toolchain.deploy.manifests.network_policy)."""
+    graph = {"matchLabels": {GRAPH_LABEL: name}}
+    ports = [{"protocol": "TCP", "port": HTTP_PORT}, {"protocol": "TCP", "port": SYSTEM_PORT}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "podSelector": graph,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": ports}, {"from": [{"podSelector": graph}]}],
+        },
+    }
+
+
 def config_map(cell: Cell, plan: DynamoPlan, *, name: str, namespace: str) -> dict[str, Any]:
     data = {f"{COMPONENT[p.role][0]}.yaml": yamlout.dump(engine_args(cell, p), sort_keys=False) for p in plan.pools}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
@@ -323,9 +352,9 @@ def write_dgd(
     artifact: Artifact | None = None,
     force: bool = False,
 ) -> dict[str, Path]:
-    """Write the DynamoGraphDeployment, its engine-args ConfigMap, its PrometheusRule and Grafana dashboard
-    ConfigMap (toolchain.dynamo.observability; the plain rule file and dashboard JSON under observability/), a
-    kustomization and the worker commands."""
+    """Write the DynamoGraphDeployment, its engine-args ConfigMap, the NetworkPolicy of its pods, its
+    PrometheusRule and Grafana dashboard ConfigMap (toolchain.dynamo.observability; the plain rule file and
+    dashboard JSON under observability/), a kustomization and the worker commands."""
     if artifact is not None:
         check_artifact(artifact)
         if model_path:
@@ -349,6 +378,7 @@ def write_dgd(
         "dynamographdeployment.yaml": dgd(
             cell, plan, name=name, namespace=namespace, model=model, config_map=cm_name, artifact=artifact
         ),
+        "networkpolicy.yaml": network_policy(name=name, namespace=namespace, labels=_dgd_labels(name)),
     }
     from toolchain.dynamo import observability
 

@@ -134,6 +134,16 @@ class Deployed:
     files: dict[str, Path]
     engine_key: str | None
     warnings: list[str]
+    engine_digest: str | None = None  # the manifest the pull init containers are pinned to
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "files": {k: str(v) for k, v in self.files.items()},
+            "plan": self.planned.plan.to_json(),
+            "engine_key": self.engine_key,
+            "engine_digest": self.engine_digest,
+            "warnings": self.warnings,
+        }
 
 
 def deploy(
@@ -148,6 +158,7 @@ def deploy(
     registry_secret: str | None = None,
     toolchain_image: str | None = None,
     public_key: Path | None = None,
+    engine_digest: str | None = None,
     estimator: Estimator = "floor",
     progress: Progress = silent,
     force: bool = False,
@@ -157,12 +168,24 @@ def deploy(
     `toolchain deploy`: a full key, a unique key prefix, a tag or a digest reference, resolved in ``registry``
     (the one the pull init container reads). A spec that plans quantized weights is refused without a quantized
     artifact (``engine``) or checkpoint (``model_path``): the workers would serve the unquantized Hub model the
-    pools were not sized for; ``allow_unquantized`` writes it anyway, with the mismatch as a warning."""
+    pools were not sized for; ``allow_unquantized`` writes it anyway, with the mismatch as a warning. The pull
+    init containers are pinned to the artifact's manifest digest: ``engine_digest`` as given, else the one the
+    registry serves now; when it cannot be read from here, they pull whatever the key names, with a warning."""
     from toolchain import settings
     from toolchain.dynamo.deploy import Artifact, check_registry, precision_mismatch, write_dgd
 
     artifact = None
     pem = None
+    warnings: list[str] = []
+    if engine_digest is not None:
+        from toolchain.digest import pinned_digest
+
+        engine_digest = pinned_digest(engine_digest, "--engine-digest")
+        if not engine:
+            raise UserInputError(
+                "--engine-digest pins the artifact the pull step restores, and there is no pull without --engine",
+                "pass --engine KEY of the artifact, or drop --engine-digest",
+            )
     if public_key is not None:
         if not engine:
             raise UserInputError(
@@ -183,7 +206,15 @@ def deploy(
             )
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
-        artifact = Artifact(key, reg, toolchain_image, registry_secret, pem)
+        if engine_digest is None:
+            from toolchain.deploy.core import unpinned
+            from toolchain.registry.pin import digest_for_pods
+
+            progress(f"reading the manifest digest of artifact {key[:16]} to pin the pods' pull to it")
+            engine_digest, why = digest_for_pods(reg, key)
+            if engine_digest is None:
+                warnings.append(unpinned(key, why))
+        artifact = Artifact(key, reg, toolchain_image, registry_secret, pem, engine_digest)
     mismatch = precision_mismatch(dynamo_spec(spec_path), artifact) if not model_path else None
     if mismatch is not None and not allow_unquantized:
         raise UserInputError(*mismatch)  # before the plan's seconds and before anything is written
@@ -191,8 +222,9 @@ def deploy(
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )
-    warnings = [f"{mismatch[0]}; written as asked (--allow-unquantized)"] if mismatch else []
-    return Deployed(planned, files, artifact.key if artifact else None, warnings)
+    if mismatch:
+        warnings.append(f"{mismatch[0]}; written as asked (--allow-unquantized)")
+    return Deployed(planned, files, artifact.key if artifact else None, warnings, engine_digest)
 
 
 def _resolve_engine(engine: str, registry: str) -> str:

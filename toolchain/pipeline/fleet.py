@@ -52,6 +52,10 @@ def size_only(
     spec: EngineSpec, cell_id: str | None, options: DeployOptions, progress: Any = None
 ) -> tuple[Cell, Sizing]:
     """The pod and fleet sizing of a cell, without writing anything (`toolchain deploy --dry-run`)."""
+    if options.engine_digest is not None:  # a malformed flag is refused however the command runs
+        from toolchain.digest import pinned_digest
+
+        pinned_digest(options.engine_digest, "--engine-digest")
     cell = _cell(spec, cell_id)
     if progress:
         progress(f"planning cell {cell.id}")
@@ -109,11 +113,12 @@ def deploy_cell(
     plan = plan_for(cell, progress)
     art = for_cell(cell)
     key = _engine_key(art, engine, options.registry, reference)
+    options, unpinned = _pinned(options, key, progress)
     if spec.runtime == "pytorch":
         if reference:
             raise DeployError("--reference is for the tensorrt runtime's CPU reference model", "drop --reference")
         progress(f"writing the build context and manifests to {out}")
-        return write_deployment(
+        res = write_deployment(
             cell,
             plan,
             repository=None,
@@ -122,6 +127,8 @@ def deploy_cell(
             options=options,
             host_paths=(cache().root, spec.base_dir),
         )
+        res.warnings += unpinned
+        return res
     tok = tokenizer if tokenizer is not None else _tokenizer_dir(art, progress)
     info, identity = _in_pod_engine(cell, key, options.engines_root, reference)
     progress("emitting the Triton repository" + (" (CPU reference model)" if reference else ""))
@@ -138,7 +145,7 @@ def deploy_cell(
         )
         progress(f"writing the build context and manifests to {out}")
         host = _host_paths(spec, Path(scratch), tok)
-        return write_deployment(
+        res = write_deployment(
             cell,
             plan,
             repository=repo,
@@ -148,6 +155,23 @@ def deploy_cell(
             host_paths=host,
             rule_table=RuleTable(RULES, SIGNALS),
         )
+    res.warnings += unpinned
+    return res
+
+
+def _pinned(options: DeployOptions, key: str, progress: Any) -> tuple[DeployOptions, list[str]]:
+    """The options with the engine's manifest digest the pods must pull (--engine-digest as given, else read from
+    the registry now), and the warning to say when there is none (docs/deploy.md, "The pods pull one manifest")."""
+    from toolchain.deploy.core import unpinned
+    from toolchain.registry.pin import digest_for_pods
+
+    if options.engine_digest is not None:
+        return options, []
+    progress(f"reading the manifest digest of engine {key[:16]} to pin the pods' pull to it")
+    digest, why = digest_for_pods(options.registry, key)
+    if digest is None:
+        return options, [unpinned(key, why)]
+    return dataclasses.replace(options, engine_digest=digest), []
 
 
 def _host_paths(spec: EngineSpec, scratch: Path, tok: Path) -> tuple[Path, ...]:

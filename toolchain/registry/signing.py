@@ -600,6 +600,13 @@ def current_subject(reg: SignedRegistry, key: str) -> str | None:
         return None
 
 
+def entry_digest(reg: SignedRegistry, ref: str) -> str:
+    """The digest ``pull --digest`` compares against for the entry ``ref`` names, as the registry serves it now:
+    the subject a signature of it names (oci://: its manifest digest; elsewhere the sha256 of its record).
+    ArtifactNotFoundError when the registry holds no such entry."""
+    return _subject(reg, reg.resolve(ref))[1]
+
+
 def retire_signatures(reg: SignedRegistry, key: str, subject: str) -> None:
     """Remove every signature of ``subject``, a manifest entry ``key`` no longer is (``push --force``), so a tag
     re-pointed at it finds no signature."""

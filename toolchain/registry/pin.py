@@ -1,0 +1,25 @@
+"""The digest a deployment pins its pods' pull to (docs/deploy.md, "The pods pull one manifest").
+
+A pod starts with an empty cache, so the freshness record (``$TOOLCHAIN_CACHE/trust/seen.json``) cannot protect it:
+whoever can write the registry could replace what the key names before a rolling restart. `toolchain deploy` and
+`toolchain dynamo deploy` therefore read, where they run, the digest ``cache pull --digest`` compares against
+(:func:`toolchain.registry.signing.entry_digest`) and write it into the pods, whose pull then refuses (exit 6) any
+other manifest.
+"""
+
+from __future__ import annotations
+
+
+def digest_for_pods(registry: str, key: str) -> tuple[str | None, str]:
+    """``(digest, "")`` of entry ``key`` in ``registry`` as it is served now, or ``(None, why)`` when it cannot be
+    read from here: the registry unreachable, its credentials given to the pods only, or the entry not pushed yet.
+    Never raises for any of those: the deployment is still written, unpinned, and says so."""
+    from toolchain.errors import ToolchainError
+    from toolchain.registry.signing import entry_digest
+    from toolchain.registry.store import open_registry
+
+    try:
+        return entry_digest(open_registry(registry, must_exist=True), key), ""
+    except (ToolchainError, OSError) as e:
+        text = getattr(e, "message", None) or str(e) or type(e).__name__
+        return None, " ".join(text.split())[:200]
