@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ def test_load_check_reports_what_triton_says_on_the_file(reference_repo: Path, t
     assert res.requests["ensemble"] == "answered" and res.requests["tensorrt_llm_bls"] != "answered"
     [f] = res.findings
     assert f.file.endswith("tensorrt_llm_bls/config.pbtxt") and "fails the standard request" in f.message
+    # each model loads once: loading the ensemble does not load its composing models again (Triton's own log)
+    loads = Counter(re.findall(r'"loading: ([^:"]+):\d+"', Path(res.log_path).read_text()))
+    assert loads == dict.fromkeys(res.models, 1), loads
 
 
 def test_spec_validate_lists_every_problem(cli: Cli, tiny_spec: Path, tmp_path: Path) -> None:

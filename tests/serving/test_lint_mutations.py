@@ -23,6 +23,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from toolchain.triton import server as S
 from toolchain.triton.client import stream_generate
 from toolchain.triton.lint import lint_repository
+from toolchain.triton.loadcheck import precompile
 
 pytestmark = pytest.mark.slow
 ENTRY = ("ensemble", "tensorrt_llm_bls")
@@ -158,6 +159,7 @@ def triton(reference_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     """The server, its repository, and the models whose files the last mutation touched (put back since)."""
     repo = tmp_path_factory.mktemp("mut") / "repo"
     shutil.copytree(reference_repo, repo)
+    precompile(repo)  # as load_check does: a stub's __pycache__ would make the next ensemble load reload its models
     ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
     srv = S.start(
         repo,

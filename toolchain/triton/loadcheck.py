@@ -7,6 +7,7 @@ tensorrt_llm_cpu_reference``: the same tensors, a random-weight Llama of the tok
 TensorRT-LLM); its own config then is not what Triton checks, everything around it is. Each model is
 loaded by name (composing models first), then one request with the standard inputs goes to each entry
 model (the ensembles and the BLS). Whatever Triton refuses becomes a finding on that model's config.
+Each model loads once: the copy holds its bytecode before Triton starts (``precompile``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,19 @@ def _stand_in(work: Path, llm: str, configs: dict[str, Any], tmp: Path) -> None:
     shutil.copy2(model_sources() / "tensorrt_llm_cpu_reference" / "1" / "model.py", version / "model.py")
 
 
+def precompile(repo: Path) -> None:
+    """Write the bytecode of every Python file in ``repo`` (a copy Triton is about to serve) next to it.
+
+    A Python-backend stub writes ``__pycache__`` into the model's version directory as it imports ``model.py``;
+    Triton (explicit model control) then counts the model as modified, and loading an ensemble that names it
+    loads it all over again: each composing model was loaded twice. With the bytecode already there the stub
+    writes nothing. (A stub of another Python writes its own bytecode: the reload comes back, slower, not wrong.)
+    """
+    import compileall
+
+    compileall.compile_dir(repo, quiet=2)
+
+
 _TENSOR = re.compile(r"ensemble tensor (\S+?):")
 
 
@@ -133,6 +147,7 @@ def load_check(repo: Path, *, progress: Progress = silent, ready_timeout: float 
             progress(f"replacing {llm} by the {STAND_IN}")
             _stand_in(work, llm, configs, tmp)
             res.stand_in = llm
+        precompile(work)
         entries = [n for n, c in configs.items() if c.platform == "ensemble" or n == "tensorrt_llm_bls"]
         order = [n for n in configs if n not in entries] + entries
         ports = S.Ports(S.free_port(), S.free_port(), S.free_port())
