@@ -42,10 +42,11 @@ def readme_quick_loop() -> list[str]:
 
 def collect_as_written(words: list[str], *paths: str) -> subprocess.CompletedProcess[str]:
     """The command run as a developer types it in the checkout: the `.venv/bin/pytest` entry point (not `python -m
-    pytest`, which puts the working directory on sys.path) and no PYTHONPATH, collecting only."""
+    pytest`, which puts the working directory on sys.path) and no PYTHONPATH, collecting only (in the process
+    itself, -n0: the xdist workers would each collect the suite again)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [str(REPO / words[0]), *words[1:], "--collect-only", "-p", "no:cacheprovider", *paths],
+        [str(REPO / words[0]), *words[1:], "--collect-only", "-n0", "-p", "no:cacheprovider", *paths],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -84,7 +85,7 @@ def test_the_quick_loop_as_written_collects_the_whole_quick_tier() -> None:
 def test_readme_test_command_collects_every_test_file() -> None:
     args = pytest_args(readme_test_command())
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "--collect-only", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", *args, "--collect-only", "-n0", "-p", "no:cacheprovider"],
         cwd=REPO,
         capture_output=True,
         text=True,
