@@ -42,7 +42,7 @@ def pinned_digest(text: str, flag: str) -> str:
 
         raise UserInputError(
             f"{flag} {text[:80]!r} is not a digest",
-            "give sha256: and 64 lower-case hex digits (the digest `toolchain cache sign` prints)",
+            "give sha256: and 64 lower-case hex digits (the `pin:` line of `toolchain cache show KEY`)",
         )
     return m.group(1)
 

@@ -49,6 +49,49 @@ def test_a_registry_unreadable_here_is_said_in_one_line(cli: Cli, tiny_spec_file
 
 
 @pytest.mark.slow
+def test_a_client_that_cannot_start_here_is_a_warning_not_a_traceback(
+    cli: Cli, tiny_spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AWS profile this machine does not have: botocore refuses before any request (ProfileNotFound, neither
+    an OSError nor the toolchain's error). Before: a traceback from deploy; now the deployment is written, unpinned,
+    and the warning says why in words."""
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile-here")
+    out = tmp_path / "d"
+    r = cli("deploy", tiny_spec_file, "--registry", "s3://b/p", "--out", out)
+    assert r.exit_code == 0, r.output
+    (line,) = _unpinned(r.stderr)
+    assert "no-such-profile-here" in line and "ProfileNotFound" not in line and "Traceback" not in r.output, line
+    assert json.loads((out / "deploy.json").read_text())["engine_digest"] is None
+
+
+def test_a_hub_manifest_is_read_fresh_and_a_blob_from_the_cache() -> None:
+    """huggingface_hub answers a failed HEAD with its cached copy unless force_download: a replaced manifest would
+    be served (and pinned) while the Hub is unreachable. A manifest or signature is always fetched; a blob, named
+    by its digest, may come from the cache."""
+    from toolchain.registry.backends import HFBackend
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Api:
+        def hf_hub_download(self, repo_id: str, path: str, **kw: Any) -> str:
+            calls.append((path, kw))
+            f = Path(os.environ["TOOLCHAIN_CACHE"]) / "hub-file"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"{}")
+            return str(f)
+
+    hub = HFBackend("org/engines", api=Api())
+    for path in (f"manifests/{KEY}.json", f"manifests/{KEY}.sig", "tags/latest", f"blobs/sha256/ab/{KEY}"):
+        hub.read_bytes(path)
+    assert [(p, kw.get("force_download")) for p, kw in calls] == [
+        (f"manifests/{KEY}.json", True),
+        (f"manifests/{KEY}.sig", True),
+        ("tags/latest", True),
+        (f"blobs/sha256/ab/{KEY}", False),
+    ]
+
+
+@pytest.mark.slow
 def test_engine_digest_pins_the_pods_without_reading_the_registry(
     cli: Cli, tiny_spec_file: Path, tmp_path: Path
 ) -> None:
@@ -88,6 +131,9 @@ def test_an_engine_digest_without_an_engine_is_a_one_line_error(cli: Cli, tmp_pa
     assert r.exit_code == 2, r.output
     assert len(r.output.strip().splitlines()) == 1 and "--engine KEY" in r.output
     assert not (tmp_path / "o").exists()
+    # `deploy --dry-run` of the Dynamo spec refuses it as the run does (it accepted it before)
+    d = cli("deploy", DISAGG, "--dry-run", "--engine-digest", PIN)
+    assert d.exit_code == 2 and "--engine KEY" in d.output, d.output
 
 
 def _inits(out: Path) -> list[dict[str, Any]]:

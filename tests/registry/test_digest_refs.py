@@ -52,6 +52,26 @@ def test_a_local_entry_pulls_and_shows_by_its_digest_reference(
     assert _tree(tmp_path / "out") == _tree(engine_dir)
 
 
+def test_show_names_the_digest_that_pins_the_entry(cli: Any, tmp_path: Path, engine_dir: Path) -> None:
+    """`cache show` says, on stderr, the digest `cache pull --digest` and `deploy --engine-digest` take: a read-only
+    way to the pin (only `cache sign`, which writes, printed it before). Pulling with it succeeds; after the key is
+    replaced the same pin is refused."""
+    reg = tmp_path / "registry"
+    assert cli("cache", "push", engine_dir, "--registry", reg).exit_code == 0
+    key = open_registry(str(reg)).keys()[0]
+    shown = cli("cache", "show", key, "--registry", reg)
+    assert shown.exit_code == 0, shown.output
+    (line,) = [ln for ln in shown.stderr.splitlines() if ln.startswith("pin: ")]
+    pin = line.split()[1]
+    assert pin.startswith("sha256:") and len(pin) == 71, line
+    ok = cli("cache", "pull", key, tmp_path / "a", "--registry", reg, "--digest", pin)
+    assert ok.exit_code == 0, ok.output
+    (engine_dir / "extra.txt").write_text("replaced")
+    assert cli("cache", "push", engine_dir, "--registry", reg, "--key", key, "--force").exit_code == 0
+    refused = cli("cache", "pull", key, tmp_path / "b", "--registry", reg, "--digest", pin)
+    assert refused.exit_code == 6, refused.output
+
+
 @pytest.mark.slow
 @pytest.mark.server
 @pytest.mark.parametrize("form", ["sha256:{}", "@sha256:{}"])

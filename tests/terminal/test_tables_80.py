@@ -13,7 +13,7 @@ import pytest
 
 from tests.bench.sse_server import sse_server_process
 from tests.bench.workloads import bench_cmd
-from tests.conftest import REPO, SPECS
+from tests.conftest import REPO, SPECS, write_tiny_spec
 from tests.helpers import copied_tiny_spec
 from tests.terminal.pty_harness import run_on_pty, truncated_cells
 
@@ -167,3 +167,35 @@ def test_narration_and_findings_wrap_at_spaces_at_80_columns(tmp_path: Path) -> 
     piped = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True, timeout=120, check=True)
     action = [ln for ln in piped.stdout.splitlines() if "action: enable chunked prefill" in ln]
     assert len(action) == 1 and len(action[0]) > 80 and action[0].endswith("stalled"), piped.stdout
+    # FORCE_COLOR makes rich call a pipe a terminal: still a pipe, so a line of any length stays one line
+    code = "from toolchain.cli.render import out; out.print('word ' * 60 + 'END', markup=False)"
+    colored = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(tmp_path) | {"FORCE_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert colored.stdout.count("\n") == 1 and colored.stdout.rstrip().endswith("word END"), colored.stdout
+
+
+@pytest.mark.slow
+def test_commands_to_copy_stay_whole_at_80_columns(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """The review found wrapping at spaces put hard line breaks into deploy's `next: docker build ... && docker
+    push ... && kubectl apply -k DIR` (pasted, a syntax error) and into the `kustomize edit set image` hint. A
+    command line is one logical line however wide (the terminal folds it); a `quoted command` in prose is never
+    broken."""
+    spec = write_tiny_spec(tmp_path / "tiny.yaml", tiny_checkpoint)
+    out = tmp_path / "d"
+    argv = [sys.executable, "-m", "toolchain.cli.main", "deploy", str(spec), "--registry", "s3://b/p"]
+    argv += ["--out", str(out), "--image", "registry.example.com/llm/tiny:v1", "--engine-digest", "sha256:" + "a" * 64]
+    r = run_on_pty(argv, env=_env(tmp_path), timeout=300, cols=80)
+    assert r.returncode == 0, r.describe()
+    lines = r.text.replace("\r", "").splitlines()
+    nxt = [ln for ln in lines if ln.startswith("next: ")]
+    assert len(nxt) == 1 and nxt[0].endswith(f"kubectl apply -k {out / 'k8s'}"), r.describe()
+    assert "&& docker push registry.example.com/llm/tiny:v1 &&" in nxt[0], r.describe()
+    hint = [ln for ln in lines if "kustomize edit set image" in ln]
+    assert hint and all("`(cd k8s && kustomize edit set image" in ln for ln in hint), r.describe()
+    assert all(ln.count("`") % 2 == 0 for ln in lines), r.describe()  # no quoted command split over two lines

@@ -65,7 +65,7 @@ def build(
                 role = " (draft)" if c.spec.name != s.name else ""
                 out.print(f"{r.status:9} {c.id}{role}  key {r.key}", highlight=False, markup=False)
                 if dry_run and r.command:
-                    out.print(f"          {shlex.join(r.command)}", highlight=False, markup=False)
+                    out.print(f"          {shlex.join(r.command)}", highlight=False, markup=False, soft_wrap=True)
                 for n in r.notes:
                     err.print(f"          note: {n}", highlight=False, markup=False)
     if json_out:

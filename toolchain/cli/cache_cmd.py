@@ -71,11 +71,23 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
 
 @app.command()
 def show(ref: RefArg, registry: RegistryOpt = None) -> None:
-    """Print an entry's manifest (files, digests, provenance) as JSON."""
-    from toolchain.cli.render import print_json
-    from toolchain.registry import open_registry
+    """Print an entry's manifest (files, digests, provenance) as JSON; on stderr, the digest that pins it
+    (`cache pull --digest`, `deploy --engine-digest`).
 
-    print_json(open_registry(registry, must_exist=True).show(ref).model_dump())
+    Examples: toolchain cache show tiny-fp8 --registry oci://127.0.0.1:5000/engines
+    """
+    from toolchain.cli.render import err, print_json
+    from toolchain.errors import ToolchainError
+    from toolchain.registry import open_registry
+    from toolchain.registry.signing import entry_digest
+
+    reg = open_registry(registry, must_exist=True)
+    print_json(reg.show(ref).model_dump())
+    try:
+        pin = f"pin: {entry_digest(reg, ref)} (cache pull --digest, deploy --engine-digest)"
+    except ToolchainError as e:  # an entry a pull would refuse anyway (legacy, no record): nothing to pin
+        pin = f"pin: none ({e.message})"
+    err.print(pin, highlight=False, markup=False)
 
 
 @app.command(short_help="Restore an entry into DEST, checking every file's digest.")

@@ -208,7 +208,8 @@ def deploy(
         markup=False,
     )
     build = "" if "@" in res.image else f"docker build -t {res.image} {out / 'image'} && docker push {res.image} && "
-    err.print(f"next: {build}kubectl apply -k {out / 'k8s'}", highlight=False, markup=False)
+    # one line however wide: a command to copy (soft_wrap: the terminal folds it, no line break is added)
+    err.print(f"next: {build}kubectl apply -k {out / 'k8s'}", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -238,12 +239,9 @@ def _deploy_dynamo(
 
     stages = Stages(quiet=json_out)  # the estimate's start-up (AIConfigurator loads its database) is narrated
     if dry_run:
-        from toolchain.dynamo.pipeline import plan_spec
+        from toolchain.dynamo.pipeline import checked_pin, plan_spec
 
-        if engine_digest is not None:  # a malformed flag is refused however the command runs
-            from toolchain.digest import pinned_digest
-
-            pinned_digest(engine_digest, "--engine-digest")
+        checked_pin(engine, engine_digest)  # refused as the run refuses it
         try:  # sized as `toolchain dynamo deploy` sizes by default
             planned = plan_spec(spec, cell, estimator="auto", progress=stages)
         finally:
@@ -285,4 +283,4 @@ def _deploy_dynamo(
     err.print(f"cell {res.planned.cell.id}: DynamoGraphDeployment, sized by the Dynamo plan", highlight=False)
     for f in res.files.values():
         stdout.print(str(f), highlight=False, markup=False)
-    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)
+    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False, soft_wrap=True)

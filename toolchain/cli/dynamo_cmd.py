@@ -208,7 +208,7 @@ def deploy(
     files = res.files
     for name, path in files.items():
         out_console.print(f"{name}: {path}", markup=False, highlight=False)
-    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False)
+    err.print(f"apply with: kubectl apply -k {out}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("up", short_help="Run the spec's topology here with the Dynamo mocker.")

@@ -156,7 +156,7 @@ EngineDigestOpt = Annotated[
     str | None,
     typer.Option(
         "--engine-digest",
-        help="sha256:HEX of the engine's manifest the pods must pull (what `toolchain cache sign` prints); "
+        help="sha256:HEX of the engine's manifest the pods must pull (the `pin:` line of `toolchain cache show KEY`); "
         "default: read from the registry now, else the pods pull whatever the key names (with a warning)",
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -26,11 +27,21 @@ class _Redacting(Console):
 
         texts = [redact.text(o) if isinstance(o, str) else o for o in objects]
         # On a terminal a narration line wraps at spaces (a figure or path is never split by the terminal at the
-        # 80th column); text with markup is left to rich, whose tags may hold spaces.
+        # 80th column). Left as one line: text with markup (rich's tags may hold spaces), a line a caller marks
+        # soft_wrap=True (a command to copy: a hard line break in it would break the command pasted), and
+        # anything not going to a terminal (FORCE_COLOR makes rich call a pipe a terminal; this asks the file).
         plain = kwargs.get("markup") is False or all(isinstance(o, str) and "[" not in o for o in texts)
-        if self.is_terminal and self.soft_wrap and plain and texts and all(isinstance(o, str) for o in texts):
+        whole = "soft_wrap" in kwargs
+        if not whole and plain and texts and all(isinstance(o, str) for o in texts) and _isatty(self.file):
             texts = [wrapped(kwargs.get("sep", " ").join(texts), max(self.width, 40))]
         super().print(*texts, **kwargs)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def wrapped(text: str, width: int) -> str:
@@ -41,14 +52,22 @@ def wrapped(text: str, width: int) -> str:
     lines: list[str] = []
     for line in text.splitlines():
         lead = line[: len(line) - len(line.lstrip(" "))]
-        lines += textwrap.wrap(
-            line,
-            width,
-            subsequent_indent=lead + "    ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        ) or [""]
+        # a `quoted command` is never broken: its spaces are held (no-break) while the line is wrapped
+        held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", _HELD), line)
+        lines += [
+            part.replace(_HELD, " ")
+            for part in textwrap.wrap(
+                held,
+                width,
+                subsequent_indent=lead + "    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        ] or [""]
     return "\n".join(lines)
+
+
+_HELD = "\x00"  # stands for a space textwrap must not break at (it breaks only at ASCII whitespace)
 
 
 out = _Redacting(soft_wrap=True, width=None if sys.stdout.isatty() else 180)

@@ -129,8 +129,8 @@ def unpinned(key: str, why: str) -> str:
     pods pull by key alone (docs/deploy.md, "The pods pull one manifest")."""
     return (
         f"engine {key[:16]} is not pinned ({why}): the pods will accept whatever manifest the key names when they "
-        "pull it; pin it with --engine-digest sha256:HEX (the digest `toolchain cache sign` prints), or deploy from "
-        "where the registry can be read"
+        "pull it; pin it with --engine-digest sha256:HEX (the `pin:` line of `toolchain cache show KEY`), or deploy "
+        "from where the registry can be read"
     )
 
 

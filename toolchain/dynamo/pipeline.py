@@ -146,6 +146,22 @@ class Deployed:
         }
 
 
+def checked_pin(engine: str | None, engine_digest: str | None) -> str | None:
+    """``--engine-digest`` as ``sha256:<hex>``; refused (one line) when malformed, or given without ``--engine``
+    (the pin is on the pull step, which only an artifact has). The same with and without --dry-run."""
+    if engine_digest is None:
+        return None
+    from toolchain.digest import pinned_digest
+
+    digest = pinned_digest(engine_digest, "--engine-digest")
+    if not engine:
+        raise UserInputError(
+            "--engine-digest pins the artifact the pull step restores, and there is no pull without --engine",
+            "pass --engine KEY of the artifact, or drop --engine-digest",
+        )
+    return digest
+
+
 def deploy(
     spec_path: Path,
     out: Path,
@@ -177,15 +193,7 @@ def deploy(
     artifact = None
     pem = None
     warnings: list[str] = []
-    if engine_digest is not None:
-        from toolchain.digest import pinned_digest
-
-        engine_digest = pinned_digest(engine_digest, "--engine-digest")
-        if not engine:
-            raise UserInputError(
-                "--engine-digest pins the artifact the pull step restores, and there is no pull without --engine",
-                "pass --engine KEY of the artifact, or drop --engine-digest",
-            )
+    engine_digest = checked_pin(engine, engine_digest)
     if public_key is not None:
         if not engine:
             raise UserInputError(

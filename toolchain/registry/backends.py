@@ -687,8 +687,13 @@ class HFBackend(Backend):
         return bool(self.api.file_exists(self.repo_id, path))
 
     def read_bytes(self, path: str) -> bytes:
+        # A manifest or signature can be replaced (push --force): it is read from the Hub every time. Without
+        # force_download, huggingface_hub answers a failed HEAD with the copy it cached earlier
+        # (huggingface_hub/file_download.py, _hf_hub_download_to_cache_dir, 1.x), so an unreachable Hub would
+        # serve, and `deploy` pin, a superseded record. A blob is named by its digest: its cached copy is it.
+        fresh = not path.startswith("blobs/")
         try:
-            local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout)
+            local = self.api.hf_hub_download(self.repo_id, path, etag_timeout=self.read_timeout, force_download=fresh)
         except Exception as e:
             if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
                 raise FileNotFoundError(path) from e

@@ -20,6 +20,8 @@ def digest_for_pods(registry: str, key: str) -> tuple[str | None, str]:
 
     try:
         return entry_digest(open_registry(registry, must_exist=True), key), ""
-    except (ToolchainError, OSError) as e:
-        text = getattr(e, "message", None) or str(e) or type(e).__name__
-        return None, " ".join(text.split())[:200]
+    except ToolchainError as e:
+        return None, " ".join(e.message.split())[:200]
+    except Exception as e:  # a client library's own error (botocore's ProfileNotFound, a bad endpoint URL...)
+        said = " ".join(str(e).split())[:160] or "its client failed"
+        return None, f"the registry could not be opened here: {said}"
