@@ -69,7 +69,7 @@ def ls_(registry: RegistryOpt = None, json_out: JsonOpt = False) -> None:
     err.print(plural(len(rows), "entry", "entries") + tail)
 
 
-@app.command()
+@app.command(short_help="Print an entry's manifest (files, digests, provenance) as JSON.")
 def show(ref: RefArg, registry: RegistryOpt = None) -> None:
     """Print an entry's manifest (files, digests, provenance) as JSON; on stderr, the digest that pins it
     (`cache pull --digest`, `deploy --engine-digest`).
