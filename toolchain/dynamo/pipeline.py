@@ -44,11 +44,22 @@ def plan_spec(
     """Load, validate (every `spec validate` rule) and plan the spec's Dynamo deployment for one cell: timed by the
     roofline floor, or (``estimator`` "auto"/"aic", as `toolchain plan` takes it) by NVIDIA AIConfigurator's
     measured database with the floor's GPU count beside it ("auto" without the database: the floor and a note)."""
+    return plan_loaded(dynamo_spec(spec_path), cell_id, mode=mode, estimator=estimator, progress=progress)
+
+
+def plan_loaded(
+    spec: EngineSpec,
+    cell_id: str | None = None,
+    *,
+    mode: str | None = None,
+    estimator: Estimator = "floor",
+    progress: Progress = silent,
+) -> Planned:
+    """:func:`plan_spec` of a spec already loaded and checked (:func:`dynamo_spec`)."""
     from toolchain.specs.arch import arch_for_spec
     from toolchain.specs.matrix import expand, find_cell
     from toolchain.specs.rules import require_compatible
 
-    spec = dynamo_spec(spec_path)
     block = spec.dynamo
     assert block is not None  # dynamo_spec refuses a spec without one
     if mode is not None and mode != block.mode:
@@ -215,18 +226,16 @@ def deploy(
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
         if engine_digest is None:
-            from toolchain.deploy.core import unpinned
-            from toolchain.registry.pin import digest_for_pods
+            from toolchain.deploy.core import pin_for_pods
 
-            progress(f"reading the manifest digest of artifact {key[:16]} to pin the pods' pull to it")
-            engine_digest, why = digest_for_pods(reg, key)
-            if engine_digest is None:
-                warnings.append(unpinned(key, why))
+            engine_digest, unpinned = pin_for_pods(reg, key, progress)
+            warnings += unpinned
         artifact = Artifact(key, reg, toolchain_image, registry_secret, pem, engine_digest)
-    mismatch = precision_mismatch(dynamo_spec(spec_path), artifact) if not model_path else None
+    spec = dynamo_spec(spec_path)  # loaded and checked once, for the precision check and the plan
+    mismatch = precision_mismatch(spec, artifact) if not model_path else None
     if mismatch is not None and not allow_unquantized:
         raise UserInputError(*mismatch)  # before the plan's seconds and before anything is written
-    planned = plan_spec(spec_path, cell_id, estimator=estimator, progress=progress)
+    planned = plan_loaded(spec, cell_id, estimator=estimator, progress=progress)
     files = write_dgd(
         planned.cell, planned.plan, out, namespace=namespace, model_path=model_path, artifact=artifact, force=force
     )

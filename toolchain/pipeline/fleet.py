@@ -162,16 +162,12 @@ def deploy_cell(
 def _pinned(options: DeployOptions, key: str, progress: Any) -> tuple[DeployOptions, list[str]]:
     """The options with the engine's manifest digest the pods must pull (--engine-digest as given, else read from
     the registry now), and the warning to say when there is none (docs/deploy.md, "The pods pull one manifest")."""
-    from toolchain.deploy.core import unpinned
-    from toolchain.registry.pin import digest_for_pods
+    from toolchain.deploy.core import pin_for_pods
 
     if options.engine_digest is not None:
         return options, []
-    progress(f"reading the manifest digest of engine {key[:16]} to pin the pods' pull to it")
-    digest, why = digest_for_pods(options.registry, key)
-    if digest is None:
-        return options, [unpinned(key, why)]
-    return dataclasses.replace(options, engine_digest=digest), []
+    digest, warnings = pin_for_pods(options.registry, key, progress)
+    return dataclasses.replace(options, engine_digest=digest), warnings
 
 
 def _host_paths(spec: EngineSpec, scratch: Path, tok: Path) -> tuple[Path, ...]:
