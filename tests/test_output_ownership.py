@@ -153,3 +153,27 @@ def test_a_refusal_with_json_is_a_json_document(cli: Cli, tmp_path: Path) -> Non
     assert r.exit_code == 2, r.output
     assert "did not write" in json.loads(r.stdout)["error"]
     assert (out / "main.c").is_file()
+
+
+def test_bytecode_python_wrote_beside_the_toolchains_files_is_its_own(cli: Cli, inputs: dict[str, Path]) -> None:
+    """On a fresh clone the README's first command failed the second time it ran: Triton's Python-backend stub had
+    written `tensorrt_llm/1/__pycache__/model.cpython-311.pyc` into up's repository, and the guarded writer refused
+    to replace "a file the toolchain did not write". Bytecode of a file the toolchain wrote is its own; a .pyc of
+    any other source, or anywhere else, is still refused."""
+    import compileall
+
+    out = inputs["spec"].parent / "emitted"
+    r = cli("triton", "emit", inputs["spec"], "--reference", "--out", out)
+    assert r.exit_code == 0, r.output
+    models = sorted(out.rglob("model.py"))
+    assert models and compileall.compile_dir(out, quiet=2)  # as the stub does when it imports model.py
+    assert sorted(out.rglob("__pycache__/model.*.pyc")) and foreign_files(out) == []
+    r = cli("triton", "emit", inputs["spec"], "--reference", "--out", out, "--force")
+    assert r.exit_code == 0, r.output  # main: refused, naming the .pyc
+    cache = models[0].parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    for stray in (cache / "other.cpython-311.pyc", out / "__pycache__" / "model.cpython-311.pyc"):
+        stray.parent.mkdir(exist_ok=True)
+        stray.write_bytes(b"x")
+        assert stray in foreign_files(out), stray
+        stray.unlink()

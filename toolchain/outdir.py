@@ -61,7 +61,18 @@ def foreign_files(out: Path) -> list[Path]:
     entries = [e for e in _entries(out) if e != MARKER]
     if listed is None:
         return [out / e for e in entries] or [out]
-    return [out / e for e in entries if e not in listed]
+    return [out / e for e in entries if e not in listed and not _bytecode_of(e, listed)]
+
+
+def _bytecode_of(entry: str, listed: set[str]) -> bool:
+    """Whether ``entry`` is Python's bytecode of a file the toolchain wrote (``d/__pycache__/m.cpython-311.pyc`` of
+    a listed ``d/m.py``): the interpreter that ran it (Triton's Python-backend stub loading a repository's
+    ``model.py``) wrote it, derived from the toolchain's own file, so it is the toolchain's output too."""
+    path = Path(entry)
+    if path.parent.name != "__pycache__" or path.suffix != ".pyc":
+        return False
+    source = path.parent.parent / (path.name.split(".", 1)[0] + ".py")
+    return source.as_posix() in listed
 
 
 def check_output(out: Path, *, force: bool | None, flag: str = "--out", keep_hint: str | None = None) -> Path:

@@ -257,7 +257,7 @@ def _target(o: DeployOptions, app: str, image: str, engine_key: str) -> Target:
         queue_target_ms=o.queue_target_ms,
         prometheus_url=o.prometheus_url,
         namespace=o.namespace or DEFAULT_NAMESPACE,
-        engine_digest=pinned_digest(o.engine_digest, "--engine-digest") if o.engine_digest else None,
+        engine_digest=o.engine_digest,  # in its one form (pipeline.fleet pins it)
     )
 
 

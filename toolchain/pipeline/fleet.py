@@ -164,8 +164,10 @@ def _pinned(options: DeployOptions, key: str, progress: Any) -> tuple[DeployOpti
     the registry now), and the warning to say when there is none (docs/deploy.md, "The pods pull one manifest")."""
     from toolchain.deploy.core import pin_for_pods
 
-    if options.engine_digest is not None:
-        return options, []
+    if options.engine_digest is not None:  # as given, in its one form (sha256:HEX, the '@' dropped)
+        from toolchain.digest import pinned_digest
+
+        return dataclasses.replace(options, engine_digest=pinned_digest(options.engine_digest, "--engine-digest")), []
     digest, warnings = pin_for_pods(options.registry, key, progress)
     return dataclasses.replace(options, engine_digest=digest), warnings
 
