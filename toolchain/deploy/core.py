@@ -124,27 +124,6 @@ def secret_env(secret: str | None) -> list[dict[str, Any]]:
     return [{"secretRef": {"name": secret, "optional": False}}] if secret else []
 
 
-def pin_for_pods(registry: str, key: str, progress: Any) -> tuple[str | None, list[str]]:
-    """The manifest digest of ``key`` that the pods' pull is pinned to, read from ``registry`` now, and the warnings
-    to say: none, or the one line of :func:`unpinned` when it cannot be read from here (docs/deploy.md, "The pods
-    pull one manifest"). `toolchain deploy` and `toolchain dynamo deploy` alike."""
-    from toolchain.registry.pin import digest_for_pods
-
-    progress(f"reading the manifest digest of engine {key[:16]} to pin the pods' pull to it")
-    digest, why = digest_for_pods(registry, key)
-    return digest, ([] if digest else [unpinned(key, why)])
-
-
-def unpinned(key: str, why: str) -> str:
-    """The one line a deployment written without an engine digest says (stderr, and ``warnings`` in --json): its
-    pods pull by key alone (docs/deploy.md, "The pods pull one manifest")."""
-    return (
-        f"engine {key[:16]} is not pinned ({why}): the pods will accept whatever manifest the key names when they "
-        "pull it; pin it with --engine-digest sha256:HEX (the `pin:` line of `toolchain cache show KEY`), or deploy "
-        "from where the registry can be read"
-    )
-
-
 def image_pull_policy(image: str) -> str:
     """A digest names one image for good; a tag may have moved since the node pulled it."""
     return "IfNotPresent" if "@" in image else "Always"

@@ -226,7 +226,7 @@ def deploy(
         check_registry(reg)  # before any network: a path of this machine is the user's mistake
         key = _resolve_engine(engine, reg)
         if engine_digest is None:
-            from toolchain.deploy.core import pin_for_pods
+            from toolchain.registry.pin import pin_for_pods
 
             engine_digest, unpinned = pin_for_pods(reg, key, progress)
             warnings += unpinned

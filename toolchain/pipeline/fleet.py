@@ -162,7 +162,7 @@ def deploy_cell(
 def _pinned(options: DeployOptions, key: str, progress: Any) -> tuple[DeployOptions, list[str]]:
     """The options with the engine's manifest digest the pods must pull (--engine-digest as given, else read from
     the registry now), and the warning to say when there is none (docs/deploy.md, "The pods pull one manifest")."""
-    from toolchain.deploy.core import pin_for_pods
+    from toolchain.registry.pin import pin_for_pods
 
     if options.engine_digest is not None:  # as given, in its one form (sha256:HEX, the '@' dropped)
         from toolchain.digest import pinned_digest
